@@ -1,0 +1,501 @@
+//! The inference thread: sole owner of the llama.cpp model and context.
+//!
+//! Latency techniques live here: the KV cache of the last prompt is kept and only
+//! what changed is decoded (common token prefix, plus a RoPE shift of an unchanged
+//! suffix); prompts are decoded in chunks with the cancel flag and deadline checked
+//! between chunks and tokens; a prompt that misses its deadline is answered empty
+//! and keeps filling in the background until a newer job arrives.
+
+use std::collections::VecDeque;
+use std::fs::File;
+use std::io::Read;
+use std::num::NonZeroU32;
+use std::path::Path;
+use std::sync::OnceLock;
+use std::sync::mpsc::{Receiver, TryRecvError};
+use std::time::Instant;
+
+use llama_cpp_2::context::LlamaContext;
+use llama_cpp_2::context::params::LlamaContextParams;
+use llama_cpp_2::llama_backend::LlamaBackend;
+use llama_cpp_2::llama_batch::LlamaBatch;
+use llama_cpp_2::model::LlamaModel;
+use llama_cpp_2::model::params::LlamaModelParams;
+use llama_cpp_2::sampling::LlamaSampler;
+use llama_cpp_2::token::LlamaToken;
+use tokio::sync::{oneshot, watch};
+
+use super::prompt::{self, FimOrder, FimPrompt, FimTokens, PromptBudget};
+use super::reuse::{self, SuffixSpan};
+use super::{
+    CompletionJob, EngineError, EngineOptions, EngineStatus, FimText, Generation, Job, ModelInfo,
+    StopReason,
+};
+use crate::cancel::CancelFlag;
+
+/// Tokens per decode call: the cancel flag and deadline are checked between chunks.
+const CHUNK: usize = 32;
+/// A cold prompt should fill in the background within this long; the input budget
+/// shrinks on machines too slow for that.
+const COLD_FILL_SECONDS: f64 = 4.0;
+const MIN_INPUT_BUDGET: usize = 256;
+
+/// llama.cpp's backend may be initialised once per process.
+fn backend() -> Result<&'static LlamaBackend, String> {
+    static BACKEND: OnceLock<Result<LlamaBackend, String>> = OnceLock::new();
+    BACKEND
+        .get_or_init(|| {
+            llama_cpp_2::send_logs_to_tracing(llama_cpp_2::LogOptions::default());
+            LlamaBackend::init().map_err(|e| e.to_string())
+        })
+        .as_ref()
+        .map_err(Clone::clone)
+}
+
+pub(super) fn run(options: EngineOptions, rx: Receiver<Job>, status: watch::Sender<EngineStatus>) {
+    let started = Instant::now();
+    let loaded = backend().and_then(|backend| load_model(backend, &options.model_path).map(|m| (backend, m)));
+    let (backend, model) = match loaded {
+        Ok(loaded) => loaded,
+        Err(reason) => return fail(&status, rx, reason),
+    };
+    let fim = match fim_tokens(&model) {
+        Ok(fim) => fim,
+        Err(reason) => return fail(&status, rx, reason),
+    };
+    let threads = match options.threads {
+        0 => std::thread::available_parallelism().map_or(2, |n| n.get()),
+        n => n,
+    };
+    let speed = match measure_prompt_speed(backend, &model, threads) {
+        Ok(speed) => speed,
+        Err(reason) => return fail(&status, rx, reason),
+    };
+    let input_budget = sized_input_budget(options.budget.input, speed);
+    let context_tokens = (input_budget + options.max_output_tokens + CHUNK) as u32;
+    let params = context_params(context_tokens, threads);
+    let ctx = match model.new_context(backend, params) {
+        Ok(ctx) => ctx,
+        Err(e) => return fail(&status, rx, format!("creating a llama.cpp context: {e}")),
+    };
+    let info = ModelInfo {
+        name: options.model_name.clone(),
+        path: options.model_path.clone(),
+        load_ms: started.elapsed().as_millis() as u64,
+        prompt_tokens_per_s: speed,
+        input_budget,
+        context_tokens,
+    };
+    tracing::info!(?info, ?fim, threads, "local model ready");
+    let mut engine = Engine {
+        model: &model,
+        backend,
+        ctx,
+        context_tokens,
+        threads,
+        fim,
+        budget: PromptBudget { input: input_budget, suffix: options.budget.suffix },
+        reuse_cache: options.reuse_cache,
+        cached: Vec::new(),
+        cached_suffix: None,
+        batch: LlamaBatch::new(CHUNK, 1),
+        logits_index: 0,
+        rx,
+        pending: VecDeque::new(),
+    };
+    let _ = status.send(EngineStatus::Ready(info));
+    engine.serve();
+}
+
+/// Publishes the failure and answers every later job with it, so no request waits forever.
+fn fail(status: &watch::Sender<EngineStatus>, rx: Receiver<Job>, reason: String) {
+    tracing::error!(%reason, "local engine unavailable");
+    let _ = status.send(EngineStatus::Failed(reason.clone()));
+    for job in rx {
+        if let Job::Complete(_, reply) = job {
+            let _ = reply.send(Err(EngineError::Failed(reason.clone())));
+        }
+    }
+}
+
+fn load_model(backend: &LlamaBackend, path: &Path) -> Result<LlamaModel, String> {
+    let mut magic = [0u8; 4];
+    File::open(path)
+        .and_then(|mut f| f.read_exact(&mut magic))
+        .map_err(|e| format!("cannot read model file {}: {e}", path.display()))?;
+    if &magic != b"GGUF" {
+        return Err(format!(
+            "{} is not a GGUF model file (it starts with {:?}); run `switchyard models verify`",
+            path.display(),
+            String::from_utf8_lossy(&magic)
+        ));
+    }
+    LlamaModel::load_from_file(backend, path, &LlamaModelParams::default()).map_err(|e| {
+        format!("llama.cpp could not load {} ({e}); the file may be corrupt: run `switchyard models verify`", path.display())
+    })
+}
+
+fn fim_tokens(model: &LlamaModel) -> Result<FimTokens, String> {
+    let vocab = model.vocab();
+    let (prefix, suffix, middle) = (vocab.fim_pre().0, vocab.fim_suf().0, vocab.fim_mid().0);
+    if prefix < 0 || suffix < 0 || middle < 0 {
+        return Err("the model has no fill-in-the-middle tokens; choose a coder model with FIM support".into());
+    }
+    let prefix_text = String::from_utf8_lossy(&vocab.token_to_piece(LlamaToken(prefix), true, None)).into_owned();
+    Ok(FimTokens {
+        prefix,
+        suffix,
+        middle,
+        bos: vocab.should_add_bos().then(|| vocab.bos().0),
+        order: FimOrder::from_prefix_token_text(&prefix_text),
+    })
+}
+
+fn context_params(n_ctx: u32, threads: usize) -> LlamaContextParams {
+    LlamaContextParams::default()
+        .with_n_ctx(NonZeroU32::new(n_ctx))
+        .with_n_batch(CHUNK as u32)
+        .with_n_ubatch(CHUNK as u32)
+        .with_n_threads(threads as i32)
+        .with_n_threads_batch(threads as i32)
+}
+
+/// Prompt tokens per second on this machine, from decoding a few chunks in a scratch context.
+fn measure_prompt_speed(backend: &LlamaBackend, model: &LlamaModel, threads: usize) -> Result<f64, String> {
+    let mut ctx = model
+        .new_context(backend, context_params(4 * CHUNK as u32, threads))
+        .map_err(|e| format!("creating a llama.cpp context: {e}"))?;
+    let sample = "fn main() {\n    let values: Vec<u32> = (0..10).map(|x| x * 2).collect();\n    println!(\"{values:?}\");\n}\n".repeat(8);
+    let tokens = model.vocab().tokenize(sample.as_bytes(), false, false);
+    let tokens = &tokens[..tokens.len().min(3 * CHUNK)];
+    let mut batch = LlamaBatch::new(CHUNK, 1);
+    // The first chunk warms caches and allocations; time the rest.
+    let mut timed = None;
+    for (i, chunk) in tokens.chunks(CHUNK).enumerate() {
+        if i == 1 {
+            timed = Some(Instant::now());
+        }
+        batch.clear();
+        for (j, &t) in chunk.iter().enumerate() {
+            batch.add(t, (i * CHUNK + j) as i32, &[0], j + 1 == chunk.len()).map_err(|e| e.to_string())?;
+        }
+        ctx.decode(&mut batch).map_err(|e| format!("llama.cpp decode failed: {e}"))?;
+    }
+    let seconds = timed.map_or(1.0, |t| t.elapsed().as_secs_f64()).max(1e-6);
+    Ok((tokens.len() - CHUNK.min(tokens.len())) as f64 / seconds)
+}
+
+fn sized_input_budget(configured: usize, tokens_per_s: f64) -> usize {
+    let affordable = (tokens_per_s * COLD_FILL_SECONDS) as usize;
+    configured.min(affordable.max(MIN_INPUT_BUDGET))
+}
+
+/// When a decode loop has to stop early.
+struct Interrupt<'a> {
+    cancel: Option<&'a CancelFlag>,
+    deadline: Option<Instant>,
+    /// Background work yields to any newly arrived job.
+    preemptible: bool,
+}
+
+enum Stopped {
+    Cancelled,
+    Deadline,
+    Preempted,
+}
+
+struct Engine<'m> {
+    model: &'m LlamaModel,
+    backend: &'static LlamaBackend,
+    ctx: LlamaContext<'m>,
+    context_tokens: u32,
+    threads: usize,
+    fim: FimTokens,
+    budget: PromptBudget,
+    reuse_cache: bool,
+    /// The token at each KV cache position, in order.
+    cached: Vec<i32>,
+    cached_suffix: Option<SuffixSpan>,
+    batch: LlamaBatch<'static>,
+    /// Batch index of the last decoded token, whose logits start generation.
+    logits_index: i32,
+    rx: Receiver<Job>,
+    pending: VecDeque<Job>,
+}
+
+impl Engine<'_> {
+    fn serve(&mut self) {
+        while let Some(job) = self.next_job() {
+            match job {
+                Job::Complete(job, reply) => self.complete(job, reply),
+                Job::Prewarm(text) => {
+                    // A newer job makes this prewarm moot.
+                    if self.pending.is_empty() {
+                        let prompt = self.build_prompt(&text);
+                        let background = Interrupt { cancel: None, deadline: None, preemptible: true };
+                        if let Err(e) = self.sync_prompt(&prompt, &background) {
+                            tracing::debug!("prewarm stopped: {e}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn next_job(&mut self) -> Option<Job> {
+        self.pending.pop_front().or_else(|| self.rx.recv().ok())
+    }
+
+    fn job_arrived(&mut self) -> bool {
+        if !self.pending.is_empty() {
+            return true;
+        }
+        match self.rx.try_recv() {
+            Ok(job) => {
+                self.pending.push_back(job);
+                true
+            }
+            Err(TryRecvError::Empty | TryRecvError::Disconnected) => false,
+        }
+    }
+
+    fn check(&mut self, interrupt: &Interrupt) -> Option<Stopped> {
+        if interrupt.cancel.is_some_and(CancelFlag::is_cancelled) {
+            Some(Stopped::Cancelled)
+        } else if interrupt.deadline.is_some_and(|d| Instant::now() >= d) {
+            Some(Stopped::Deadline)
+        } else if interrupt.preemptible && self.job_arrived() {
+            Some(Stopped::Preempted)
+        } else {
+            None
+        }
+    }
+
+    fn complete(&mut self, mut job: CompletionJob, reply: oneshot::Sender<Result<Generation, EngineError>>) {
+        let started = Instant::now();
+        let mut answer = Generation {
+            text: String::new(),
+            stop: StopReason::Cancelled,
+            tokens_generated: 0,
+            tokens_decoded: 0,
+            prompt_tokens: 0,
+            prompt_ms: 0.0,
+            generate_ms: 0.0,
+        };
+        if job.cancel.is_cancelled() {
+            let _ = reply.send(Ok(answer));
+            return;
+        }
+        let prompt = self.build_prompt(&job.text);
+        answer.prompt_tokens = prompt.tokens.len();
+        let foreground = Interrupt { cancel: Some(&job.cancel), deadline: Some(job.deadline), preemptible: false };
+        let synced = self.sync_prompt(&prompt, &foreground);
+        answer.prompt_ms = started.elapsed().as_secs_f64() * 1e3;
+        match synced {
+            Ok(decoded) => answer.tokens_decoded = decoded,
+            Err(SyncError::Stopped(Stopped::Deadline, decoded)) => {
+                answer.tokens_decoded = decoded;
+                answer.stop = StopReason::PromptDeadline;
+                let _ = reply.send(Ok(answer));
+                // Keep filling so the next keystroke finds a warm cache.
+                let background = Interrupt { cancel: None, deadline: None, preemptible: true };
+                let _ = self.sync_prompt(&prompt, &background);
+                return;
+            }
+            Err(SyncError::Stopped(_, decoded)) => {
+                answer.tokens_decoded = decoded;
+                let _ = reply.send(Ok(answer));
+                return;
+            }
+            Err(SyncError::Decode(reason)) => {
+                let _ = reply.send(Err(EngineError::Failed(reason)));
+                return;
+            }
+        }
+        let generated = Instant::now();
+        let result = self.generate(&mut job, &mut answer);
+        answer.generate_ms = generated.elapsed().as_secs_f64() * 1e3;
+        let _ = reply.send(result.map(|()| answer));
+    }
+
+    fn build_prompt(&self, text: &FimText) -> FimPrompt {
+        let vocab = self.model.vocab();
+        let to_ids = |s: &str| -> Vec<i32> {
+            vocab.tokenize(s.as_bytes(), false, false).into_iter().map(|t| t.0).collect()
+        };
+        prompt::assemble(&self.fim, &to_ids(&text.prefix), &to_ids(&text.suffix), self.budget)
+    }
+
+    /// Brings the KV cache to `prompt`, decoding only what the cache lacks.
+    /// Returns how many tokens were decoded.
+    fn sync_prompt(&mut self, prompt: &FimPrompt, interrupt: &Interrupt) -> Result<usize, SyncError> {
+        if !self.reuse_cache {
+            self.fresh_context()?;
+        }
+        let plan = reuse::plan(&self.cached, self.cached_suffix, &prompt.tokens, prompt.suffix_span);
+        let mem = |e: llama_cpp_2::context::kv_cache::KvCacheConversionError| SyncError::Decode(e.to_string());
+        match plan.shifted_suffix {
+            Some((old, new_start)) => {
+                let delta = new_start as i32 - old.start as i32;
+                self.ctx.kv_cache_seq_rm(0, Some(plan.keep as u32), Some(old.start as u32)).map_err(mem)?;
+                self.ctx.kv_cache_seq_rm(0, Some(old.end as u32), None).map_err(mem)?;
+                self.ctx.kv_cache_seq_add(0, Some(old.start as u32), Some(old.end as u32), delta).map_err(mem)?;
+            }
+            None => {
+                self.ctx.kv_cache_seq_rm(0, Some(plan.keep as u32), None).map_err(mem)?;
+            }
+        }
+        self.cached.truncate(plan.keep);
+        self.cached_suffix = None;
+
+        let mut decoded = 0;
+        if let Some((old, new_start)) = plan.shifted_suffix {
+            let shifted_len = old.end - old.start;
+            // Fill the gap before the shifted suffix; if stopped, drop the suffix so the
+            // cache stays a contiguous run of known tokens.
+            if let Err(stopped) = self.decode_into_cache(&prompt.tokens[..new_start], interrupt, &mut decoded) {
+                let _ = self.ctx.kv_cache_seq_rm(0, Some(self.cached.len() as u32), None);
+                return Err(SyncError::Stopped(stopped, decoded));
+            }
+            self.cached.extend_from_slice(&prompt.tokens[new_start..new_start + shifted_len]);
+        }
+        self.decode_into_cache(&prompt.tokens, interrupt, &mut decoded)
+            .map_err(|stopped| SyncError::Stopped(stopped, decoded))?;
+        self.cached_suffix = prompt.suffix_span;
+        Ok(decoded)
+    }
+
+    /// Decodes `target[self.cached.len()..]` in chunks; the last token gets logits.
+    fn decode_into_cache(&mut self, target: &[i32], interrupt: &Interrupt, decoded: &mut usize) -> Result<(), Stopped> {
+        while self.cached.len() < target.len() {
+            if let Some(stopped) = self.check(interrupt) {
+                return Err(stopped);
+            }
+            let start = self.cached.len();
+            let end = (start + CHUNK).min(target.len());
+            self.batch.clear();
+            for (pos, &token) in (start..end).zip(&target[start..end]) {
+                let last = pos + 1 == target.len();
+                // Capacity is CHUNK and the chunk never exceeds it.
+                let _ = self.batch.add(LlamaToken(token), pos as i32, &[0], last);
+            }
+            if let Err(e) = self.ctx.decode(&mut self.batch) {
+                tracing::error!("llama.cpp decode failed: {e}; clearing the cache");
+                self.reset_cache();
+                return Err(Stopped::Cancelled);
+            }
+            self.logits_index = (end - start) as i32 - 1;
+            self.cached.extend_from_slice(&target[start..end]);
+            *decoded += end - start;
+        }
+        Ok(())
+    }
+
+    fn generate(&mut self, job: &mut CompletionJob, answer: &mut Generation) -> Result<(), EngineError> {
+        let vocab = self.model.vocab();
+        let mut sampler = LlamaSampler::greedy();
+        let mut bytes = Vec::new();
+        let room = (self.context_tokens as usize).saturating_sub(self.cached.len());
+        let max_tokens = job.max_tokens.min(room);
+        let interrupt = Interrupt { cancel: Some(&job.cancel), deadline: Some(job.deadline), preemptible: false };
+        loop {
+            if answer.tokens_generated >= max_tokens {
+                answer.stop = StopReason::MaxTokens;
+                break;
+            }
+            match self.check(&interrupt) {
+                Some(Stopped::Deadline) => {
+                    answer.stop = StopReason::Deadline;
+                    break;
+                }
+                Some(_) => {
+                    answer.stop = StopReason::Cancelled;
+                    break;
+                }
+                None => {}
+            }
+            let token = sampler.sample(&self.ctx, self.logits_index);
+            if vocab.is_eog(token) || vocab.is_control(token) || [self.fim.prefix, self.fim.suffix, self.fim.middle].contains(&token.0) {
+                answer.stop = StopReason::EndOfText;
+                break;
+            }
+            bytes.extend(vocab.token_to_piece(token, false, None));
+            answer.tokens_generated += 1;
+            answer.text = complete_utf8(&bytes);
+            if (job.stop)(&answer.text) {
+                answer.stop = StopReason::Rule;
+                break;
+            }
+            self.batch.clear();
+            let _ = self.batch.add(token, self.cached.len() as i32, &[0], true);
+            if let Err(e) = self.ctx.decode(&mut self.batch) {
+                self.reset_cache();
+                return Err(EngineError::Failed(format!("llama.cpp decode failed: {e}")));
+            }
+            self.cached.push(token.0);
+            self.logits_index = 0;
+        }
+        Ok(())
+    }
+
+    fn reset_cache(&mut self) {
+        self.ctx.clear_kv_cache();
+        self.cached.clear();
+        self.cached_suffix = None;
+    }
+
+    /// The naive baseline: a new context for every request.
+    fn fresh_context(&mut self) -> Result<(), SyncError> {
+        self.ctx = self
+            .model
+            .new_context(self.backend, context_params(self.context_tokens, self.threads))
+            .map_err(|e| SyncError::Decode(format!("creating a llama.cpp context: {e}")))?;
+        self.cached.clear();
+        self.cached_suffix = None;
+        Ok(())
+    }
+}
+
+enum SyncError {
+    Stopped(Stopped, usize),
+    Decode(String),
+}
+
+impl std::fmt::Display for SyncError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SyncError::Stopped(Stopped::Cancelled, _) => f.write_str("cancelled"),
+            SyncError::Stopped(Stopped::Deadline, _) => f.write_str("deadline"),
+            SyncError::Stopped(Stopped::Preempted, _) => f.write_str("a newer job arrived"),
+            SyncError::Decode(reason) => f.write_str(reason),
+        }
+    }
+}
+
+/// The longest valid UTF-8 prefix: a multi-byte character split across tokens
+/// appears once its last byte has been generated.
+fn complete_utf8(bytes: &[u8]) -> String {
+    match std::str::from_utf8(bytes) {
+        Ok(s) => s.to_owned(),
+        Err(e) => String::from_utf8_lossy(&bytes[..e.valid_up_to()]).into_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn split_multibyte_character_waits_for_its_last_byte() {
+        let bytes = "é".as_bytes();
+        assert_eq!(complete_utf8(&bytes[..1]), "");
+        assert_eq!(complete_utf8(bytes), "é");
+    }
+
+    #[test]
+    fn slow_machines_get_a_smaller_input_budget() {
+        assert_eq!(sized_input_budget(2000, 1000.0), 2000);
+        assert_eq!(sized_input_budget(2000, 100.0), 400);
+        assert_eq!(sized_input_budget(2000, 1.0), MIN_INPUT_BUDGET);
+    }
+}

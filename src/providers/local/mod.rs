@@ -1,0 +1,177 @@
+//! The local engine: a quantized coder model run in-process through llama.cpp.
+//!
+//! [`LocalEngine`] is a cheap handle; the model and its context live on one
+//! inference thread (`engine.rs`) that receives jobs over a channel (invariant 4).
+
+mod engine;
+pub mod prompt;
+pub mod reuse;
+
+use std::path::PathBuf;
+use std::sync::mpsc;
+use std::time::Instant;
+
+use tokio::sync::{oneshot, watch};
+
+use crate::cancel::CancelFlag;
+pub use prompt::PromptBudget;
+
+/// How to run the engine.
+#[derive(Clone, Debug)]
+pub struct EngineOptions {
+    pub model_name: String,
+    pub model_path: PathBuf,
+    /// Inference threads; 0 picks the machine's available parallelism.
+    pub threads: usize,
+    pub budget: PromptBudget,
+    pub max_output_tokens: usize,
+    /// Keep the KV cache between requests. `false` builds a fresh context per
+    /// request, the naive baseline the latency benchmark compares against.
+    pub reuse_cache: bool,
+}
+
+/// What the engine is doing, published to the editor's status and `$/progress`.
+#[derive(Clone, Debug)]
+pub enum EngineStatus {
+    Loading,
+    Ready(ModelInfo),
+    Failed(String),
+}
+
+#[derive(Clone, Debug)]
+pub struct ModelInfo {
+    pub name: String,
+    pub path: PathBuf,
+    pub load_ms: u64,
+    /// Prompt processing speed measured at load.
+    pub prompt_tokens_per_s: f64,
+    /// Input budget after sizing the context to the measured speed.
+    pub input_budget: usize,
+    pub context_tokens: u32,
+}
+
+/// Prefix and suffix text around the cursor; the engine tokenizes and trims them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FimText {
+    pub prefix: String,
+    pub suffix: String,
+}
+
+/// Decides, from the text generated so far, that the completion is finished
+/// (end of line in single-line situations, end of the indentation scope, ...).
+pub type StopRule = Box<dyn FnMut(&str) -> bool + Send>;
+
+pub struct CompletionJob {
+    pub text: FimText,
+    pub max_tokens: usize,
+    pub stop: StopRule,
+    /// Generation stops here and returns what is complete.
+    pub deadline: Instant,
+    pub cancel: CancelFlag,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StopReason {
+    /// The model ended the text (end-of-generation or a FIM/control token).
+    EndOfText,
+    /// The stop rule said the completion is finished.
+    Rule,
+    MaxTokens,
+    /// The deadline came during generation; the text is what was complete.
+    Deadline,
+    /// The deadline came before the prompt was processed; the cache keeps filling.
+    PromptDeadline,
+    Cancelled,
+}
+
+#[derive(Clone, Debug)]
+pub struct Generation {
+    pub text: String,
+    pub stop: StopReason,
+    pub tokens_generated: usize,
+    /// Prompt tokens decoded for this request (the rest came from the KV cache).
+    pub tokens_decoded: usize,
+    pub prompt_tokens: usize,
+    pub prompt_ms: f64,
+    pub generate_ms: f64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error("the local model is still loading")]
+    Loading,
+    #[error("the local engine failed: {0}")]
+    Failed(String),
+    #[error("the inference thread has stopped")]
+    Stopped,
+}
+
+pub(crate) enum Job {
+    Complete(CompletionJob, oneshot::Sender<Result<Generation, EngineError>>),
+    /// Decode this prompt into the cache without generating, while the user pauses.
+    Prewarm(FimText),
+}
+
+/// Handle to the inference thread. Cloning shares the thread.
+#[derive(Clone, Debug)]
+pub struct LocalEngine {
+    jobs: mpsc::Sender<Job>,
+    status: watch::Receiver<EngineStatus>,
+}
+
+impl LocalEngine {
+    /// Starts the inference thread, which loads the model and then serves jobs.
+    pub fn spawn(options: EngineOptions) -> LocalEngine {
+        let (jobs, rx) = mpsc::channel();
+        let (status_tx, status) = watch::channel(EngineStatus::Loading);
+        std::thread::Builder::new()
+            .name("switchyard-inference".into())
+            .spawn(move || engine::run(options, rx, status_tx))
+            .expect("spawning the inference thread");
+        LocalEngine { jobs, status }
+    }
+
+    pub fn status(&self) -> EngineStatus {
+        self.status.borrow().clone()
+    }
+
+    /// A receiver that sees every status change.
+    pub fn watch_status(&self) -> watch::Receiver<EngineStatus> {
+        self.status.clone()
+    }
+
+    /// Waits until the model is loaded (or failed to load).
+    pub async fn wait_ready(&self) -> Result<ModelInfo, EngineError> {
+        let mut status = self.status.clone();
+        let settled = status
+            .wait_for(|s| !matches!(s, EngineStatus::Loading))
+            .await
+            .map_err(|_| EngineError::Stopped)?;
+        match &*settled {
+            EngineStatus::Ready(info) => Ok(info.clone()),
+            EngineStatus::Failed(reason) => Err(EngineError::Failed(reason.clone())),
+            EngineStatus::Loading => unreachable!("wait_for returned a loading status"),
+        }
+    }
+
+    /// Runs one completion. Answers at once while the model is not ready.
+    pub async fn complete(&self, job: CompletionJob) -> Result<Generation, EngineError> {
+        match self.status() {
+            EngineStatus::Loading => return Err(EngineError::Loading),
+            EngineStatus::Failed(reason) => return Err(EngineError::Failed(reason)),
+            EngineStatus::Ready(_) => {}
+        }
+        let (reply, answer) = oneshot::channel();
+        self.jobs
+            .send(Job::Complete(job, reply))
+            .map_err(|_| EngineError::Stopped)?;
+        answer.await.map_err(|_| EngineError::Stopped)?
+    }
+
+    /// Fills the cache for a prompt the user is likely to ask for next. Best effort.
+    pub fn prewarm(&self, text: FimText) {
+        if matches!(self.status(), EngineStatus::Ready(_)) {
+            let _ = self.jobs.send(Job::Prewarm(text));
+        }
+    }
+}

@@ -1,0 +1,148 @@
+//! Fill-in-the-middle prompts built from the model's own special tokens.
+//!
+//! The tokens come from the GGUF vocabulary (llama.cpp recognises the FIM tokens of
+//! Qwen2.5-Coder, CodeLlama, StarCoder2, DeepSeek-Coder and Codestral, from metadata
+//! or token text). Codestral-style vocabularies (`[PREFIX]`/`[SUFFIX]`) are trained
+//! suffix-first; the rest prefix-suffix-middle.
+
+use super::reuse::SuffixSpan;
+
+/// The FIM special tokens of a model and the order its training used.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FimTokens {
+    pub prefix: i32,
+    pub suffix: i32,
+    pub middle: i32,
+    /// Tokens to put before the prompt (BOS for models that want one).
+    pub bos: Option<i32>,
+    pub order: FimOrder,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FimOrder {
+    /// `<pre> prefix <suf> suffix <mid>`
+    PrefixSuffixMiddle,
+    /// `<suf> suffix <pre> prefix <mid>`
+    SuffixPrefixMiddle,
+}
+
+impl FimOrder {
+    /// Suffix-first when the prefix token is spelled the Codestral way.
+    pub fn from_prefix_token_text(text: &str) -> Self {
+        if text.trim() == "[PREFIX]" {
+            FimOrder::SuffixPrefixMiddle
+        } else {
+            FimOrder::PrefixSuffixMiddle
+        }
+    }
+}
+
+/// Token budget of one FIM prompt.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PromptBudget {
+    /// All input tokens, special tokens included.
+    pub input: usize,
+    /// At most this many of them for the suffix; the suffix is kept short because
+    /// in prefix-suffix-middle order it sits after the part that changes.
+    pub suffix: usize,
+}
+
+/// An assembled prompt and where its suffix section is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FimPrompt {
+    pub tokens: Vec<i32>,
+    /// Suffix marker and suffix tokens (not the middle marker), when they follow the prefix.
+    pub suffix_span: Option<SuffixSpan>,
+    /// Prefix tokens dropped from the front to meet the budget.
+    pub prefix_trimmed: usize,
+    /// Suffix tokens dropped from the end to meet the budget.
+    pub suffix_trimmed: usize,
+}
+
+/// Assembles a prompt from tokenized prefix and suffix, keeping the prefix's end and
+/// the suffix's start (nearest the cursor) when the budget forces a cut.
+pub fn assemble(fim: &FimTokens, prefix: &[i32], suffix: &[i32], budget: PromptBudget) -> FimPrompt {
+    let specials = 3 + usize::from(fim.bos.is_some());
+    let room = budget.input.saturating_sub(specials);
+    let suffix_len = suffix.len().min(budget.suffix).min(room / 2);
+    let prefix_len = prefix.len().min(room - suffix_len);
+    let prefix_kept = &prefix[prefix.len() - prefix_len..];
+    let suffix_kept = &suffix[..suffix_len];
+
+    let mut tokens = Vec::with_capacity(specials + prefix_len + suffix_len);
+    tokens.extend(fim.bos);
+    let suffix_span = match fim.order {
+        FimOrder::PrefixSuffixMiddle => {
+            tokens.push(fim.prefix);
+            tokens.extend_from_slice(prefix_kept);
+            let start = tokens.len();
+            tokens.push(fim.suffix);
+            tokens.extend_from_slice(suffix_kept);
+            let end = tokens.len();
+            tokens.push(fim.middle);
+            Some(SuffixSpan { start, end })
+        }
+        FimOrder::SuffixPrefixMiddle => {
+            tokens.push(fim.suffix);
+            tokens.extend_from_slice(suffix_kept);
+            tokens.push(fim.prefix);
+            tokens.extend_from_slice(prefix_kept);
+            tokens.push(fim.middle);
+            None
+        }
+    };
+    FimPrompt {
+        tokens,
+        suffix_span,
+        prefix_trimmed: prefix.len() - prefix_len,
+        suffix_trimmed: suffix.len() - suffix_len,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const QWEN: FimTokens = FimTokens {
+        prefix: 100,
+        suffix: 101,
+        middle: 102,
+        bos: None,
+        order: FimOrder::PrefixSuffixMiddle,
+    };
+
+    #[test]
+    fn prefix_suffix_middle_layout() {
+        let p = assemble(&QWEN, &[1, 2], &[3], PromptBudget { input: 100, suffix: 10 });
+        assert_eq!(p.tokens, vec![100, 1, 2, 101, 3, 102]);
+        assert_eq!(p.suffix_span, Some(SuffixSpan { start: 3, end: 5 }));
+    }
+
+    #[test]
+    fn suffix_first_layout_for_codestral_tokens() {
+        let fim = FimTokens { order: FimOrder::from_prefix_token_text("[PREFIX]"), ..QWEN };
+        let p = assemble(&fim, &[1, 2], &[3], PromptBudget { input: 100, suffix: 10 });
+        assert_eq!(p.tokens, vec![101, 3, 100, 1, 2, 102]);
+        assert_eq!(p.suffix_span, None);
+    }
+
+    #[test]
+    fn over_budget_keeps_the_text_nearest_the_cursor() {
+        let prefix: Vec<i32> = (0..50).collect();
+        let suffix: Vec<i32> = (50..80).collect();
+        let p = assemble(&QWEN, &prefix, &suffix, PromptBudget { input: 23, suffix: 5 });
+        assert_eq!(p.tokens.len(), 23);
+        assert_eq!(p.tokens[1], 35, "prefix keeps its last 15 tokens");
+        assert_eq!(&p.tokens[17..22], &[50, 51, 52, 53, 54], "suffix keeps its first 5");
+        assert_eq!((p.prefix_trimmed, p.suffix_trimmed), (35, 25));
+    }
+
+    #[test]
+    fn bos_is_counted_in_the_budget() {
+        let fim = FimTokens { bos: Some(7), ..QWEN };
+        let prefix: Vec<i32> = (0..50).collect();
+        let p = assemble(&fim, &prefix, &[], PromptBudget { input: 10, suffix: 5 });
+        assert_eq!(p.tokens.len(), 10);
+        assert_eq!(p.tokens[0], 7);
+    }
+}

@@ -1,0 +1,3 @@
+//! Model providers. `local/` holds the in-process llama.cpp engine.
+
+pub mod local;
