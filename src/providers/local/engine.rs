@@ -34,11 +34,14 @@ use super::{
 use crate::cancel::CancelFlag;
 
 /// Tokens per decode call: the cancel flag and deadline are checked between chunks.
-const CHUNK: usize = 32;
+const CHUNK: usize = 128;
 /// A cold prompt should fill in the background within this long; the input budget
 /// shrinks on machines too slow for that.
 const COLD_FILL_SECONDS: f64 = 4.0;
 const MIN_INPUT_BUDGET: usize = 256;
+/// The KV sequence holding the prompt, and the one a shifted suffix waits in.
+const MAIN: i32 = 0;
+const PARKED: i32 = 1;
 
 /// llama.cpp's backend may be initialised once per process.
 fn backend() -> Result<&'static LlamaBackend, String> {
@@ -158,6 +161,9 @@ fn context_params(n_ctx: u32, threads: usize) -> LlamaContextParams {
         .with_n_ubatch(CHUNK as u32)
         .with_n_threads(threads as i32)
         .with_n_threads_batch(threads as i32)
+        // A second sequence parks a shifted suffix while the gap before it is decoded.
+        .with_n_seq_max(2)
+        .with_kv_unified(true)
 }
 
 /// Prompt tokens per second on this machine, from decoding a few chunks in a scratch context.
@@ -334,17 +340,15 @@ impl Engine<'_> {
         }
         let plan = reuse::plan(&self.cached, self.cached_suffix, &prompt.tokens, prompt.suffix_span);
         let mem = |e: llama_cpp_2::context::kv_cache::KvCacheConversionError| SyncError::Decode(e.to_string());
-        match plan.shifted_suffix {
-            Some((old, new_start)) => {
-                let delta = new_start as i32 - old.start as i32;
-                self.ctx.kv_cache_seq_rm(0, Some(plan.keep as u32), Some(old.start as u32)).map_err(mem)?;
-                self.ctx.kv_cache_seq_rm(0, Some(old.end as u32), None).map_err(mem)?;
-                self.ctx.kv_cache_seq_add(0, Some(old.start as u32), Some(old.end as u32), delta).map_err(mem)?;
-            }
-            None => {
-                self.ctx.kv_cache_seq_rm(0, Some(plan.keep as u32), None).map_err(mem)?;
-            }
+        if let Some((old, new_start)) = plan.shifted_suffix {
+            // llama.cpp requires each sequence's positions to stay consecutive, so the
+            // suffix waits in the parking sequence, moved to its new positions, while
+            // the gap before it is decoded into the main sequence.
+            let delta = new_start as i32 - old.start as i32;
+            self.ctx.copy_kv_cache_seq(MAIN, PARKED, Some(old.start as u32), Some(old.end as u32)).map_err(mem)?;
+            self.ctx.kv_cache_seq_add(PARKED, Some(old.start as u32), Some(old.end as u32), delta).map_err(mem)?;
         }
+        self.ctx.kv_cache_seq_rm(MAIN, Some(plan.keep as u32), None).map_err(mem)?;
         self.cached.truncate(plan.keep);
         self.cached_suffix = None;
 
@@ -353,11 +357,14 @@ impl Engine<'_> {
             let shifted_len = old.end - old.start;
             // Fill the gap before the shifted suffix; if stopped, drop the suffix so the
             // cache stays a contiguous run of known tokens.
-            if let Err(stopped) = self.decode_into_cache(&prompt.tokens[..new_start], interrupt, &mut decoded) {
-                let _ = self.ctx.kv_cache_seq_rm(0, Some(self.cached.len() as u32), None);
-                return Err(SyncError::Stopped(stopped, decoded));
+            let gap = self.decode_into_cache(&prompt.tokens[..new_start], interrupt, &mut decoded);
+            if gap.is_ok() {
+                let end = (new_start + shifted_len) as u32;
+                self.ctx.copy_kv_cache_seq(PARKED, MAIN, Some(new_start as u32), Some(end)).map_err(mem)?;
+                self.cached.extend_from_slice(&prompt.tokens[new_start..new_start + shifted_len]);
             }
-            self.cached.extend_from_slice(&prompt.tokens[new_start..new_start + shifted_len]);
+            self.ctx.kv_cache_seq_rm(PARKED, None, None).map_err(mem)?;
+            gap.map_err(|stopped| SyncError::Stopped(stopped, decoded))?;
         }
         self.decode_into_cache(&prompt.tokens, interrupt, &mut decoded)
             .map_err(|stopped| SyncError::Stopped(stopped, decoded))?;
@@ -377,7 +384,7 @@ impl Engine<'_> {
             for (pos, &token) in (start..end).zip(&target[start..end]) {
                 let last = pos + 1 == target.len();
                 // Capacity is CHUNK and the chunk never exceeds it.
-                let _ = self.batch.add(LlamaToken(token), pos as i32, &[0], last);
+                let _ = self.batch.add(LlamaToken(token), pos as i32, &[MAIN], last);
             }
             if let Err(e) = self.ctx.decode(&mut self.batch) {
                 tracing::error!("llama.cpp decode failed: {e}; clearing the cache");
@@ -427,7 +434,7 @@ impl Engine<'_> {
                 break;
             }
             self.batch.clear();
-            let _ = self.batch.add(token, self.cached.len() as i32, &[0], true);
+            let _ = self.batch.add(token, self.cached.len() as i32, &[MAIN], true);
             if let Err(e) = self.ctx.decode(&mut self.batch) {
                 self.reset_cache();
                 return Err(EngineError::Failed(format!("llama.cpp decode failed: {e}")));
