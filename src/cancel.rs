@@ -15,6 +15,11 @@ impl CancelFlag {
         self.0.load(Ordering::Acquire)
     }
 
+    /// Whether both handles share one flag.
+    pub fn is_same(&self, other: &CancelFlag) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+
     /// A guard that cancels the flag when dropped: a request future dropped by
     /// `$/cancelRequest` or a deadline stops the work it started.
     pub fn cancel_on_drop(&self) -> CancelOnDrop {

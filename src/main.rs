@@ -1,1 +1,78 @@
-fn main() {}
+//! The `switchyard` command line.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod cli;
+
+#[derive(Parser)]
+#[command(name = "switchyard", version, about = "A language server between your editor and the models that write code")]
+struct Cli {
+    /// Configuration file (default: config.toml in the platform config directory, or $SWITCHYARD_CONFIG).
+    #[arg(long, global = true)]
+    config: Option<PathBuf>,
+    /// Log file (default: switchyard.log in the platform state directory).
+    #[arg(long, global = true)]
+    log_file: Option<PathBuf>,
+    /// Also log to stderr.
+    #[arg(long, global = true)]
+    log_stderr: bool,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the language server on stdin/stdout (the default).
+    Serve,
+    /// Complete at FILE:LINE:COL (1-based) through the same path the editor uses.
+    Complete {
+        location: String,
+        /// Print a JSON object instead of text.
+        #[arg(long)]
+        json: bool,
+        /// Skip the warm-up an editor does after opening a file, and measure a cold request.
+        #[arg(long)]
+        cold: bool,
+    },
+    /// Manage local models.
+    Models {
+        #[command(subcommand)]
+        action: cli::models::ModelsAction,
+    },
+    /// Check configuration.
+    Config {
+        #[command(subcommand)]
+        action: ConfigAction,
+    },
+}
+
+#[derive(Subcommand)]
+enum ConfigAction {
+    /// Validate a config file (default: the one switchyard would read) and print the effective configuration.
+    Check { file: Option<PathBuf> },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let log_file = cli.log_file.clone().unwrap_or_else(switchyard::logging::default_log_file);
+    let _guard = match switchyard::logging::init(&log_file, cli.log_stderr) {
+        Ok(guard) => Some(guard),
+        Err(e) => {
+            eprintln!("switchyard: cannot open log file {}: {e}; logging disabled", log_file.display());
+            None
+        }
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
+    let config_file = cli.config.clone().or_else(switchyard::config::default_file_path);
+    runtime.block_on(async move {
+        match cli.command.unwrap_or(Command::Serve) {
+            Command::Serve => cli::serve(config_file).await,
+            Command::Complete { location, json, cold } => cli::complete::run(config_file, &location, json, cold).await,
+            Command::Models { action } => cli::models::run(action).await,
+            Command::Config { action: ConfigAction::Check { file } } => cli::check_config(file.or(config_file)),
+        }
+    })
+}

@@ -1,0 +1,139 @@
+//! `switchyard complete FILE:LINE:COL`: one completion from the terminal through
+//! the editor's path, printing the text, the model and the latency.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ropey::Rope;
+use serde_json::json;
+
+use switchyard::cancel::CancelFlag;
+use switchyard::completion::{CompletionRequest, CompletionService, Origin};
+use switchyard::local_setup;
+use switchyard::models::TerminalProgress;
+use switchyard::providers::local::LocalEngine;
+
+/// `path:line:col`, 1-based, columns in characters.
+fn parse_location(location: &str) -> Result<(PathBuf, usize, usize), String> {
+    let mut parts = location.rsplitn(3, ':');
+    let (col, line, file) = (parts.next(), parts.next(), parts.next());
+    match (file, line.and_then(|l| l.parse().ok()), col.and_then(|c| c.parse().ok())) {
+        (Some(file), Some(line), Some(col)) if line >= 1 && col >= 1 => Ok((PathBuf::from(file), line, col)),
+        _ => Err(format!("expected FILE:LINE:COL with 1-based LINE and COL, got `{location}`")),
+    }
+}
+
+fn cursor_in(rope: &Rope, path: &Path, line: usize, col: usize) -> Result<usize, String> {
+    if line > rope.len_lines() {
+        return Err(format!("{}: line {line} is past the end ({} lines)", path.display(), rope.len_lines()));
+    }
+    let start = rope.line_to_char(line - 1);
+    let line_len = rope.line(line - 1).chars().take_while(|c| *c != '\n' && *c != '\r').count();
+    if col - 1 > line_len {
+        return Err(format!("{}:{line}: column {col} is past the end of the line ({line_len} chars)", path.display()));
+    }
+    Ok(start + col - 1)
+}
+
+pub async fn run(config_file: Option<PathBuf>, location: &str, json: bool, cold: bool) -> ExitCode {
+    match complete(config_file, location, json, cold).await {
+        Ok(code) => code,
+        Err(message) => {
+            eprintln!("switchyard: {message}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+async fn complete(config_file: Option<PathBuf>, location: &str, json: bool, cold: bool) -> Result<ExitCode, String> {
+    let (path, line, col) = parse_location(location)?;
+    let text = std::fs::read_to_string(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let rope = Rope::from_str(&text);
+    let cursor = cursor_in(&rope, &path, line, col)?;
+
+    let (config, errors) = super::file_layers(config_file).resolve();
+    for e in &errors {
+        eprintln!("switchyard: {e}");
+    }
+    let model = local_setup::resolve(&config).map_err(|e| e.to_string())?;
+    let model_path = local_setup::ensure_present(&model, true, &TerminalProgress).await.map_err(|e| e.to_string())?;
+    let engine = LocalEngine::spawn(local_setup::engine_options(&model, &model_path, &config));
+    let info = engine.wait_ready().await.map_err(|e| e.to_string())?;
+    let service = CompletionService::new(config.autocomplete.clone());
+    service.set_engine(Some(Arc::new(engine)));
+    let doc = format!("file://{}", path.display());
+
+    let warm_started = Instant::now();
+    let warm_ms = match cold {
+        true => None,
+        false => {
+            service.warm(&doc, &rope, cursor).await.map_err(|e| e.to_string())?;
+            Some(warm_started.elapsed().as_secs_f64() * 1e3)
+        }
+    };
+    let budget = Duration::from_millis(config.autocomplete.budget_ms);
+    let request = CompletionRequest {
+        doc,
+        rope,
+        cursor,
+        deadline: tokio::time::Instant::now() + budget,
+        cancel: CancelFlag::default(),
+    };
+    let outcome = service.complete(request).await;
+    let latency_ms = outcome.elapsed.as_secs_f64() * 1e3;
+    let generation = match &outcome.result {
+        Ok(s) => match &s.origin {
+            Origin::Model(g) => Some(g.clone()),
+            Origin::TypeThrough => None,
+        },
+        Err(_) => None,
+    };
+    if json {
+        let value = json!({
+            "text": outcome.result.as_ref().ok().map(|s| s.text.clone()),
+            "reason": outcome.result.as_ref().err().map(|e| e.to_string()),
+            "model": info.name,
+            "latency_ms": latency_ms,
+            "budget_ms": budget.as_millis() as u64,
+            "warm_up_ms": warm_ms,
+            "model_load_ms": info.load_ms,
+            "prompt_tokens": generation.as_ref().map(|g| g.prompt_tokens),
+            "tokens_decoded": generation.as_ref().map(|g| g.tokens_decoded),
+            "tokens_generated": generation.as_ref().map(|g| g.tokens_generated),
+        });
+        println!("{value}");
+    } else {
+        match &outcome.result {
+            Ok(suggestion) => println!("{}", suggestion.text),
+            Err(reason) => println!("(no suggestion: {reason})"),
+        }
+        let detail = generation.map_or(String::new(), |g| {
+            format!(", prompt {} tokens of which {} decoded, {} generated", g.prompt_tokens, g.tokens_decoded, g.tokens_generated)
+        });
+        let warm = warm_ms.map_or("no warm-up (--cold)".to_owned(), |ms| format!("cache warm-up {ms:.0} ms before the request"));
+        println!("--- model {} | latency {latency_ms:.0} ms (budget {} ms){detail} | {warm} | model load {} ms", info.name, budget.as_millis(), info.load_ms);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn location_allows_colons_in_the_path() {
+        assert_eq!(parse_location("C:/src/a.rs:3:7").unwrap(), (PathBuf::from("C:/src/a.rs"), 3, 7));
+        assert!(parse_location("a.rs:0:1").is_err());
+        assert!(parse_location("a.rs:3").is_err());
+    }
+
+    #[test]
+    fn cursor_past_the_line_is_an_error() {
+        let rope = Rope::from_str("ab\ncd\n");
+        assert_eq!(cursor_in(&rope, Path::new("x"), 2, 3).unwrap(), 5);
+        assert!(cursor_in(&rope, Path::new("x"), 2, 4).is_err());
+        assert!(cursor_in(&rope, Path::new("x"), 9, 1).is_err());
+    }
+}

@@ -1,0 +1,356 @@
+//! Inline completion: one path from a document and cursor to a suggestion, shared
+//! by the LSP handlers and `switchyard complete`.
+//!
+//! It decides whether to complete, answers from the type-through cache when it can,
+//! supersedes the document's previous request, and holds the hard deadline: when
+//! the engine has not answered by then, the request is answered empty and the
+//! engine's work is cancelled.
+
+pub mod postprocess;
+pub mod typethrough;
+
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use dashmap::DashMap;
+use futures::future::BoxFuture;
+use ropey::Rope;
+use tokio::time::Instant;
+
+use crate::cancel::CancelFlag;
+use crate::config::AutocompleteConfig;
+use crate::context::fim::{self, WindowBudget};
+use crate::providers::local::{
+    CompletionJob, EngineError, EngineStatus, FimText, Generation, LocalEngine, ModelInfo, StopReason,
+};
+use postprocess::Situation;
+use typethrough::{Spot, TypeThrough};
+
+/// What the completion path needs from an engine. The local engine is the real
+/// one; unit tests of deadline behaviour substitute engines that stall.
+pub trait FimEngine: Send + Sync {
+    fn complete(&self, job: CompletionJob) -> BoxFuture<'static, Result<Generation, EngineError>>;
+    fn prewarm(&self, text: FimText);
+    fn model(&self) -> Result<ModelInfo, EngineError>;
+}
+
+impl FimEngine for LocalEngine {
+    fn complete(&self, job: CompletionJob) -> BoxFuture<'static, Result<Generation, EngineError>> {
+        let engine = self.clone();
+        Box::pin(async move { engine.complete(job).await })
+    }
+
+    fn prewarm(&self, text: FimText) {
+        LocalEngine::prewarm(self, text);
+    }
+
+    fn model(&self) -> Result<ModelInfo, EngineError> {
+        match self.status() {
+            EngineStatus::Ready(info) => Ok(info),
+            EngineStatus::Loading => Err(EngineError::Loading),
+            EngineStatus::Failed(reason) => Err(EngineError::Failed(reason)),
+        }
+    }
+}
+
+/// The engine stops generating this long before the request's deadline, so its
+/// partial answer arrives in time.
+const ENGINE_MARGIN: Duration = Duration::from_millis(100);
+/// Longest a warm-up may take.
+const WARM_LIMIT: Duration = Duration::from_secs(120);
+/// FIM special tokens and BOS, counted against the input budget.
+const SPECIAL_TOKENS: usize = 4;
+
+pub struct CompletionRequest {
+    /// The document's identity (its URI) for per-document caches and superseding.
+    pub doc: String,
+    pub rope: Rope,
+    /// Char index of the cursor.
+    pub cursor: usize,
+    pub deadline: Instant,
+    pub cancel: CancelFlag,
+}
+
+#[derive(Clone, Debug)]
+pub enum Origin {
+    Model(Generation),
+    TypeThrough,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum NoSuggestion {
+    #[error("autocomplete is disabled in the configuration")]
+    Disabled,
+    #[error("not completing here: {0}")]
+    Skipped(&'static str),
+    #[error("no local model: {0}")]
+    NotReady(String),
+    #[error("cancelled or superseded by a newer request")]
+    Cancelled,
+    #[error("the engine did not answer within the budget")]
+    DeadlineMissed,
+    #[error("the prompt did not fit in the budget; the cache keeps filling for the next request")]
+    PromptStillFilling,
+    #[error("the model suggested nothing useful")]
+    Empty,
+    #[error("the local engine failed: {0}")]
+    EngineFailed(String),
+}
+
+#[derive(Clone, Debug)]
+pub struct Suggestion {
+    pub text: String,
+    pub origin: Origin,
+}
+
+#[derive(Clone, Debug)]
+pub struct Outcome {
+    pub result: Result<Suggestion, NoSuggestion>,
+    pub model: Option<String>,
+    pub elapsed: Duration,
+}
+
+pub struct CompletionService {
+    engine: RwLock<Option<Arc<dyn FimEngine>>>,
+    config: RwLock<AutocompleteConfig>,
+    type_through: TypeThrough,
+    /// The line each document's prefix window starts at (see `context::fim`).
+    anchors: DashMap<String, usize>,
+    /// The running request per document; a newer one cancels it.
+    inflight: DashMap<String, CancelFlag>,
+}
+
+impl CompletionService {
+    pub fn new(config: AutocompleteConfig) -> CompletionService {
+        CompletionService {
+            engine: RwLock::new(None),
+            config: RwLock::new(config),
+            type_through: TypeThrough::default(),
+            anchors: DashMap::new(),
+            inflight: DashMap::new(),
+        }
+    }
+
+    pub fn set_engine(&self, engine: Option<Arc<dyn FimEngine>>) {
+        *self.engine.write().expect("engine lock") = engine;
+    }
+
+    pub fn set_config(&self, config: AutocompleteConfig) {
+        *self.config.write().expect("config lock") = config;
+    }
+
+    pub fn config(&self) -> AutocompleteConfig {
+        self.config.read().expect("config lock").clone()
+    }
+
+    fn engine(&self) -> Result<(Arc<dyn FimEngine>, ModelInfo), NoSuggestion> {
+        let engine = self.engine.read().expect("engine lock").clone();
+        let engine = engine.ok_or_else(|| NoSuggestion::NotReady("no model is configured or downloaded".into()))?;
+        let info = engine.model().map_err(|e| NoSuggestion::NotReady(e.to_string()))?;
+        Ok((engine, info))
+    }
+
+    fn window(&self, doc: &str, rope: &Rope, cursor: usize, info: &ModelInfo, config: &AutocompleteConfig) -> FimText {
+        let input = config.input_tokens.min(info.input_budget);
+        let budget = WindowBudget {
+            prefix_tokens: input.saturating_sub(config.suffix_tokens + SPECIAL_TOKENS),
+            suffix_tokens: config.suffix_tokens,
+        };
+        let anchor = self.anchors.get(doc).map(|a| *a);
+        let window = fim::window(rope, cursor, budget, anchor);
+        self.anchors.insert(doc.to_owned(), window.anchor_line);
+        window.text
+    }
+
+    /// Fills the engine's cache for a likely next request (after an edit, debounced).
+    pub fn prewarm(&self, doc: &str, rope: &Rope, cursor: usize) {
+        let config = self.config();
+        if let (true, Ok((engine, info))) = (config.enabled, self.engine()) {
+            engine.prewarm(self.window(doc, rope, cursor, &info, &config));
+        }
+    }
+
+    /// Fills the engine's cache for this position and waits until it is done: what an
+    /// editor's prewarm after opening a file achieves, for one-shot callers.
+    pub async fn warm(&self, doc: &str, rope: &Rope, cursor: usize) -> Result<Generation, NoSuggestion> {
+        let config = self.config();
+        let (engine, info) = self.engine()?;
+        let job = CompletionJob {
+            text: self.window(doc, rope, cursor, &info, &config),
+            max_tokens: 0,
+            stop: Box::new(|_| true),
+            deadline: (Instant::now() + WARM_LIMIT).into_std(),
+            cancel: CancelFlag::default(),
+        };
+        engine.complete(job).await.map_err(|e| NoSuggestion::EngineFailed(e.to_string()))
+    }
+
+    /// Drops what is cached for a closed document.
+    pub fn forget(&self, doc: &str) {
+        self.anchors.remove(doc);
+        self.type_through.forget(doc);
+        if let Some((_, flag)) = self.inflight.remove(doc) {
+            flag.cancel();
+        }
+    }
+
+    pub async fn complete(&self, request: CompletionRequest) -> Outcome {
+        let started = Instant::now();
+        let (result, model) = self.suggest(&request).await;
+        Outcome { result, model, elapsed: started.elapsed() }
+    }
+
+    async fn suggest(&self, request: &CompletionRequest) -> (Result<Suggestion, NoSuggestion>, Option<String>) {
+        let config = self.config();
+        if !config.enabled {
+            return (Err(NoSuggestion::Disabled), None);
+        }
+        let rope = &request.rope;
+        let cursor = request.cursor.min(rope.len_chars());
+        let line = rope.char_to_line(cursor);
+        let line_before = rope.slice(rope.line_to_char(line)..cursor).to_string();
+        let lookahead = rope.slice(cursor..(cursor + 2_000).min(rope.len_chars())).to_string();
+        let situation = Situation::new(&line_before, &lookahead);
+        if let Some(reason) = situation.skip_reason() {
+            return (Err(NoSuggestion::Skipped(reason)), None);
+        }
+        let spot = Spot { line, line_count: rope.len_lines(), line_before: &line_before, line_after: &situation.line_after };
+        if let Some(rest) = self.type_through.lookup(&request.doc, spot) {
+            return (Ok(Suggestion { text: rest, origin: Origin::TypeThrough }), None);
+        }
+        let (engine, info) = match self.engine() {
+            Ok(ready) => ready,
+            Err(e) => return (Err(e), None),
+        };
+        let model = Some(info.name.clone());
+        let text = self.window(&request.doc, rope, cursor, &info, &config);
+        if let Some(previous) = self.inflight.insert(request.doc.clone(), request.cancel.clone()) {
+            previous.cancel();
+        }
+        let rule = situation.clone();
+        let job = CompletionJob {
+            text: text.clone(),
+            max_tokens: config.output_tokens,
+            stop: Box::new(move |generated| rule.boundary(generated).is_some()),
+            deadline: request.deadline.checked_sub(ENGINE_MARGIN).unwrap_or(request.deadline).into_std(),
+            cancel: request.cancel.clone(),
+        };
+        let answer = tokio::time::timeout_at(request.deadline, engine.complete(job)).await;
+        self.inflight.remove_if(&request.doc, |_, flag| flag.is_same(&request.cancel));
+        let generation = match answer {
+            Err(_elapsed) => {
+                request.cancel.cancel();
+                return (Err(NoSuggestion::DeadlineMissed), model);
+            }
+            Ok(Err(EngineError::Loading)) => return (Err(NoSuggestion::NotReady("the local model is still loading".into())), model),
+            Ok(Err(e)) => return (Err(NoSuggestion::EngineFailed(e.to_string())), model),
+            Ok(Ok(generation)) => generation,
+        };
+        let truncated = match generation.stop {
+            StopReason::Cancelled => return (Err(NoSuggestion::Cancelled), model),
+            StopReason::PromptDeadline => return (Err(NoSuggestion::PromptStillFilling), model),
+            StopReason::Deadline | StopReason::MaxTokens => true,
+            StopReason::EndOfText | StopReason::Rule => false,
+        };
+        let Some(suggestion) = situation.finish(&generation.text, truncated) else {
+            return (Err(NoSuggestion::Empty), model);
+        };
+        self.type_through.remember(&request.doc, spot, &suggestion);
+        if config.precompute_next {
+            engine.prewarm(FimText { prefix: format!("{}{suggestion}", text.prefix), suffix: text.suffix });
+        }
+        (Ok(Suggestion { text: suggestion, origin: Origin::Model(generation) }), model)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::PathBuf;
+    use std::sync::Mutex;
+
+    /// An engine that never answers: the deadline is all that ends a request.
+    #[derive(Default)]
+    struct StalledEngine {
+        jobs: Mutex<Vec<CancelFlag>>,
+    }
+
+    impl FimEngine for StalledEngine {
+        fn complete(&self, job: CompletionJob) -> BoxFuture<'static, Result<Generation, EngineError>> {
+            self.jobs.lock().unwrap().push(job.cancel.clone());
+            Box::pin(futures::future::pending())
+        }
+        fn prewarm(&self, _: FimText) {}
+        fn model(&self) -> Result<ModelInfo, EngineError> {
+            Ok(ModelInfo {
+                name: "stalled".into(),
+                path: PathBuf::new(),
+                load_ms: 0,
+                prompt_tokens_per_s: 1000.0,
+                input_budget: 2000,
+                context_tokens: 2304,
+            })
+        }
+    }
+
+    fn service_with(engine: Arc<StalledEngine>) -> CompletionService {
+        let service = CompletionService::new(AutocompleteConfig::default());
+        service.set_engine(Some(engine));
+        service
+    }
+
+    fn request(doc: &str, text: &str, deadline: Instant) -> CompletionRequest {
+        let rope = Rope::from_str(text);
+        let cursor = rope.len_chars();
+        CompletionRequest { doc: doc.into(), rope, cursor, deadline, cancel: CancelFlag::default() }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stalled_engine_is_answered_empty_exactly_at_the_deadline_and_cancelled() {
+        let engine = Arc::new(StalledEngine::default());
+        let service = service_with(engine.clone());
+        let started = Instant::now();
+        let outcome = service.complete(request("a.rs", "fn main() {\n    let x = ", started + Duration::from_millis(1000))).await;
+        assert_eq!(outcome.result.unwrap_err(), NoSuggestion::DeadlineMissed);
+        assert_eq!(started.elapsed(), Duration::from_millis(1000));
+        assert!(engine.jobs.lock().unwrap()[0].is_cancelled(), "engine work is cancelled");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_newer_request_for_the_same_document_cancels_the_older() {
+        let engine = Arc::new(StalledEngine::default());
+        let service = Arc::new(service_with(engine.clone()));
+        let deadline = Instant::now() + Duration::from_millis(1000);
+        let first = tokio::spawn({
+            let service = service.clone();
+            async move { service.complete(request("a.rs", "let x = ", deadline)).await }
+        });
+        tokio::task::yield_now().await;
+        let second = service.complete(request("a.rs", "let x = 1", deadline));
+        let other_doc = service.complete(request("b.rs", "let y = ", deadline));
+        let _ = tokio::join!(second, other_doc);
+        first.await.unwrap();
+        let jobs = engine.jobs.lock().unwrap();
+        assert_eq!(jobs.len(), 3);
+        assert!(jobs[0].is_cancelled(), "superseded by the newer a.rs request");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn no_engine_answers_at_once() {
+        let service = CompletionService::new(AutocompleteConfig::default());
+        let started = Instant::now();
+        let outcome = service.complete(request("a.rs", "let x = ", started + Duration::from_secs(1))).await;
+        assert!(matches!(outcome.result, Err(NoSuggestion::NotReady(_))));
+        assert_eq!(started.elapsed(), Duration::ZERO);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn mid_word_is_skipped_without_asking_the_engine() {
+        let engine = Arc::new(StalledEngine::default());
+        let service = service_with(engine.clone());
+        let rope = Rope::from_str("let value = 1;");
+        let req = CompletionRequest { doc: "a.rs".into(), rope, cursor: 7, deadline: Instant::now() + Duration::from_secs(1), cancel: CancelFlag::default() };
+        assert!(matches!(service.complete(req).await.result, Err(NoSuggestion::Skipped(_))));
+        assert!(engine.jobs.lock().unwrap().is_empty());
+    }
+}

@@ -1,0 +1,189 @@
+//! Deciding when to complete and shaping what the model wrote.
+//!
+//! The same boundary rule ([`Situation::boundary`]) stops generation early in the
+//! engine and cuts the final text, so the two never disagree.
+
+/// The cursor's surroundings on its own line, and the next lines after it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Situation {
+    pub line_before: String,
+    pub line_after: String,
+    /// The first non-blank line after the cursor's line, if any.
+    pub next_line: Option<String>,
+    pub single_line: bool,
+}
+
+fn is_word_char(c: char) -> bool {
+    c.is_alphanumeric() || c == '_'
+}
+
+fn indent_width(line: &str) -> usize {
+    line.chars().take_while(|c| *c == ' ' || *c == '\t').map(|c| if c == '\t' { 4 } else { 1 }).sum()
+}
+
+const OPENERS: [char; 4] = ['{', '(', '[', ':'];
+const MAX_LINES: usize = 40;
+
+impl Situation {
+    /// `suffix` is the document text after the cursor.
+    pub fn new(line_before: &str, suffix: &str) -> Situation {
+        let mut rest = suffix.split('\n');
+        let line_after = rest.next().unwrap_or("").trim_end_matches('\r').to_owned();
+        let next_line = rest.map(|l| l.trim_end_matches('\r')).find(|l| !l.trim().is_empty()).map(str::to_owned);
+        let before = line_before.trim_end();
+        let single_line = !line_after.trim().is_empty() || !(before.is_empty() || before.ends_with(OPENERS));
+        Situation { line_before: line_before.to_owned(), line_after, next_line, single_line }
+    }
+
+    /// Why no completion should be offered here, if so.
+    pub fn skip_reason(&self) -> Option<&'static str> {
+        let mid_word = self.line_before.chars().last().is_some_and(is_word_char)
+            && self.line_after.chars().next().is_some_and(is_word_char);
+        mid_word.then_some("cursor is inside a word")
+    }
+
+    /// Byte index where the completion ends, once the generated text shows it:
+    /// end of line in single-line situations; in multi-line ones the line that
+    /// leaves the indentation scope (a closing bracket line is kept), a line the
+    /// document already has next, or the line limit.
+    pub fn boundary(&self, text: &str) -> Option<usize> {
+        if self.single_line {
+            return text.find('\n');
+        }
+        let base_indent = self.scope_indent(text)?;
+        let mut offset = 0;
+        for (i, line) in text.split_inclusive('\n').enumerate() {
+            if !line.ends_with('\n') {
+                break; // not complete yet
+            }
+            let content = line.trim_end();
+            let is_first = i == 0;
+            if !is_first && !content.trim().is_empty() {
+                if self.next_line.as_deref().is_some_and(|next| next.trim() == content.trim()) {
+                    return Some(offset);
+                }
+                if indent_width(content) < base_indent {
+                    let closes = content.trim().chars().all(|c| "}])>;,".contains(c));
+                    return Some(if closes { offset + line.len() } else { offset });
+                }
+            }
+            if i + 1 >= MAX_LINES {
+                return Some(offset + line.len());
+            }
+            offset += line.len();
+        }
+        None
+    }
+
+    /// Indentation of the scope the completion fills, once the text shows it.
+    fn scope_indent(&self, text: &str) -> Option<usize> {
+        let mut lines = text.split_inclusive('\n');
+        let first = lines.next()?;
+        if self.line_before.trim().is_empty() && !first.trim().is_empty() {
+            // The first line starts at the cursor, after the line's own indentation.
+            return Some(indent_width(&self.line_before) + indent_width(first));
+        }
+        // The first line continues the cursor's line; the scope shows on the next one.
+        lines.find(|l| l.ends_with('\n') && !l.trim().is_empty()).map(indent_width)
+    }
+
+    /// The suggestion to show, or `None` when nothing useful remains.
+    /// `truncated` says generation was cut short (deadline or token limit), so a
+    /// trailing partial line is dropped when complete lines precede it.
+    pub fn finish(&self, text: &str, truncated: bool) -> Option<String> {
+        let mut text = match self.boundary(text) {
+            Some(end) => &text[..end],
+            None if truncated && !self.single_line => text.rfind('\n').map_or(text, |end| &text[..end]),
+            None => text,
+        };
+        if self.single_line {
+            text = text.split('\n').next().unwrap_or("");
+            text = strip_suffix_overlap(text, self.line_after.trim_end());
+        } else if let (Some(next), Some(last_start)) = (&self.next_line, text.trim_end().rfind('\n')) {
+            // The closing line the document already has.
+            if text[last_start..].trim() == next.trim() {
+                text = &text[..last_start];
+            }
+        }
+        let text = text.trim_end();
+        (!text.trim().is_empty()).then(|| text.to_owned())
+    }
+}
+
+/// Removes the tail of `text` that the line already has after the cursor, so
+/// inserting at the cursor does not duplicate `)` or `);`.
+fn strip_suffix_overlap<'a>(text: &'a str, after: &str) -> &'a str {
+    if after.is_empty() {
+        return text;
+    }
+    if let Some(stripped) = text.strip_suffix(after) {
+        return stripped;
+    }
+    if let Some(at) = text.rfind(after) {
+        if text[at + after.len()..].chars().all(|c| ";,".contains(c)) {
+            return &text[..at];
+        }
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mid_word_with_text_to_the_right_is_skipped() {
+        assert!(Situation::new("    let val", "ue = 1;\n").skip_reason().is_some());
+        assert!(Situation::new("    let val", "\n").skip_reason().is_none());
+        assert!(Situation::new("    foo(", "bar)\n").skip_reason().is_none());
+    }
+
+    #[test]
+    fn text_to_the_right_or_a_started_statement_is_single_line() {
+        assert!(Situation::new("    let x = ", "\n").single_line);
+        assert!(Situation::new("    foo(", ")\n").single_line);
+        assert!(!Situation::new("    ", "\n}").single_line);
+        assert!(!Situation::new("fn main() {", "\n}").single_line);
+    }
+
+    #[test]
+    fn single_line_stops_at_end_of_line_and_strips_what_the_line_already_has() {
+        let s = Situation::new("    foo(", ")\n");
+        assert_eq!(s.boundary("a, b)\nlet"), Some(5));
+        assert_eq!(s.finish("a, b)\nlet y", false).as_deref(), Some("a, b"));
+        assert_eq!(s.finish("a, b);", false).as_deref(), Some("a, b"));
+    }
+
+    #[test]
+    fn multi_line_stops_when_leaving_the_indentation_scope() {
+        let s = Situation::new("fn main() {", "\n");
+        let text = "\n    let x = 1;\n    x + 1\n}\n\nfn other() {\n";
+        assert_eq!(s.finish(text, false).as_deref(), Some("\n    let x = 1;\n    x + 1\n}"));
+    }
+
+    #[test]
+    fn multi_line_drops_a_closing_line_the_document_already_has() {
+        let s = Situation::new("fn main() {", "\n}\n");
+        let text = "\n    run();\n}\n";
+        assert_eq!(s.finish(text, false).as_deref(), Some("\n    run();"));
+    }
+
+    #[test]
+    fn truncated_multi_line_keeps_only_complete_lines() {
+        let s = Situation::new("    ", "\n");
+        assert_eq!(s.finish("let a = 1;\n    let b = fo", true).as_deref(), Some("let a = 1;"));
+    }
+
+    #[test]
+    fn blank_results_are_no_suggestion() {
+        let s = Situation::new("    let x = ", "\n");
+        assert_eq!(s.finish("   \n", false), None);
+        assert_eq!(s.finish("", false), None);
+    }
+
+    #[test]
+    fn boundary_waits_for_complete_lines() {
+        let s = Situation::new("fn main() {", "\n");
+        assert_eq!(s.boundary("\n    let x"), None);
+    }
+}

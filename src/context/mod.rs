@@ -1,0 +1,3 @@
+//! Building prompts from documents.
+
+pub mod fim;

@@ -1,0 +1,161 @@
+//! Open documents, kept as ropes and edited incrementally.
+//!
+//! Architecture invariant: every method is synchronous. Handlers call them before
+//! their first `.await`, so edits apply in arrival order even though the framework
+//! runs handlers concurrently (tower-lsp#284).
+
+use dashmap::DashMap;
+use ropey::Rope;
+use tower_lsp_server::ls_types::{TextDocumentContentChangeEvent, Uri};
+
+use super::position::{self, PositionEncoding, PositionError};
+
+/// Documents larger than this are kept in sync but never sent to a model whole:
+/// completion context is a window around the cursor anyway.
+pub const MAX_DOCUMENT_BYTES: usize = 16 * 1024 * 1024;
+
+#[derive(Clone, Debug)]
+pub struct Document {
+    pub rope: Rope,
+    pub version: i32,
+    pub language_id: String,
+    /// Char index just after the latest edit: where the user is probably typing.
+    pub last_edit: Option<usize>,
+}
+
+impl Document {
+    /// Binary content (NUL bytes) or an oversized file: not worth completing.
+    pub fn unsuitable_for_completion(&self) -> Option<&'static str> {
+        if self.rope.len_bytes() > MAX_DOCUMENT_BYTES {
+            Some("document is too large")
+        } else if self.rope.chunks().any(|c| c.contains('\0')) {
+            Some("document looks binary")
+        } else {
+            None
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum DocumentError {
+    #[error("unknown document {0}: it was never opened (textDocument/didOpen)")]
+    Unknown(String),
+    #[error("stale change to {uri}: version {got} is not newer than {have}; ignored")]
+    StaleVersion { uri: String, got: i32, have: i32 },
+    #[error("change to {uri}: {source}")]
+    Range { uri: String, source: PositionError },
+}
+
+#[derive(Debug, Default)]
+pub struct DocumentStore {
+    docs: DashMap<Uri, Document>,
+}
+
+impl DocumentStore {
+    pub fn open(&self, uri: Uri, text: &str, version: i32, language_id: String) {
+        let document = Document { rope: Rope::from_str(text), version, language_id, last_edit: None };
+        self.docs.insert(uri, document);
+    }
+
+    pub fn close(&self, uri: &Uri) {
+        self.docs.remove(uri);
+    }
+
+    /// A cheap copy (ropes share structure) that later edits won't disturb.
+    pub fn get(&self, uri: &Uri) -> Result<Document, DocumentError> {
+        self.docs.get(uri).map(|d| d.clone()).ok_or_else(|| DocumentError::Unknown(uri.as_str().to_owned()))
+    }
+
+    /// Applies one `didChange`. All edits or none: a bad range leaves the document as it was.
+    pub fn change(
+        &self,
+        uri: &Uri,
+        version: i32,
+        changes: Vec<TextDocumentContentChangeEvent>,
+        encoding: PositionEncoding,
+    ) -> Result<(), DocumentError> {
+        let mut doc = self.docs.get_mut(uri).ok_or_else(|| DocumentError::Unknown(uri.as_str().to_owned()))?;
+        if version <= doc.version {
+            return Err(DocumentError::StaleVersion { uri: uri.as_str().to_owned(), got: version, have: doc.version });
+        }
+        let mut rope = doc.rope.clone();
+        let mut last_edit = doc.last_edit;
+        for change in changes {
+            match change.range {
+                Some(range) => {
+                    let range_error = |source| DocumentError::Range { uri: uri.as_str().to_owned(), source };
+                    let start = position::to_char(&rope, range.start, encoding).map_err(range_error)?;
+                    let end = position::to_char(&rope, range.end, encoding).map_err(range_error)?;
+                    let (start, end) = (start.min(end), start.max(end));
+                    rope.remove(start..end);
+                    rope.insert(start, &change.text);
+                    last_edit = Some(start + change.text.chars().count());
+                }
+                None => {
+                    rope = Rope::from_str(&change.text);
+                    last_edit = None;
+                }
+            }
+        }
+        doc.rope = rope;
+        doc.version = version;
+        doc.last_edit = last_edit;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tower_lsp_server::ls_types::{Position, Range};
+
+    fn uri() -> Uri {
+        "file:///tmp/a.rs".parse().unwrap()
+    }
+
+    fn edit(l0: u32, c0: u32, l1: u32, c1: u32, text: &str) -> TextDocumentContentChangeEvent {
+        TextDocumentContentChangeEvent {
+            range: Some(Range::new(Position::new(l0, c0), Position::new(l1, c1))),
+            range_length: None,
+            text: text.into(),
+        }
+    }
+
+    #[test]
+    fn incremental_edits_apply_in_order_and_track_the_edit_position() {
+        let store = DocumentStore::default();
+        store.open(uri(), "fn main() {\n}\n", 1, "rust".into());
+        store.change(&uri(), 2, vec![edit(0, 11, 0, 11, "\n    let"), edit(1, 7, 1, 7, " x")], PositionEncoding::Utf16).unwrap();
+        let doc = store.get(&uri()).unwrap();
+        assert_eq!(doc.rope.to_string(), "fn main() {\n    let x\n}\n");
+        assert_eq!(doc.version, 2);
+        assert_eq!(doc.last_edit, Some(21));
+    }
+
+    #[test]
+    fn stale_version_changes_nothing() {
+        let store = DocumentStore::default();
+        store.open(uri(), "abc", 5, "rust".into());
+        let err = store.change(&uri(), 5, vec![edit(0, 0, 0, 0, "x")], PositionEncoding::Utf16).unwrap_err();
+        assert!(matches!(err, DocumentError::StaleVersion { got: 5, have: 5, .. }));
+        assert_eq!(store.get(&uri()).unwrap().rope.to_string(), "abc");
+    }
+
+    #[test]
+    fn a_bad_range_rejects_the_whole_change() {
+        let store = DocumentStore::default();
+        store.open(uri(), "abc", 1, "rust".into());
+        let err = store
+            .change(&uri(), 2, vec![edit(0, 0, 0, 0, "x"), edit(9, 0, 9, 0, "y")], PositionEncoding::Utf16)
+            .unwrap_err();
+        assert!(err.to_string().contains("past the end"), "{err}");
+        let doc = store.get(&uri()).unwrap();
+        assert_eq!((doc.rope.to_string().as_str(), doc.version), ("abc", 1));
+    }
+
+    #[test]
+    fn unknown_document_is_a_clear_error() {
+        let store = DocumentStore::default();
+        assert!(store.get(&uri()).unwrap_err().to_string().contains("never opened"));
+    }
+}

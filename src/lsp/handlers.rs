@@ -1,0 +1,110 @@
+//! Completion handlers: `textDocument/inlineCompletion` (ghost text) and
+//! `textDocument/completion` (for editors without inline completion, e.g. Helix).
+//!
+//! Both answer every request exactly once: a superseded, cancelled, late or
+//! impossible completion is an empty result, never a dropped request.
+
+use std::time::Duration;
+
+use tower_lsp_server::jsonrpc::{Error, Result};
+use tower_lsp_server::ls_types::*;
+
+use super::position;
+use super::server::Backend;
+use crate::cancel::CancelFlag;
+use crate::completion::{CompletionRequest, Origin, Suggestion};
+
+/// Completion item labels show at most this much of the suggestion's first line.
+const LABEL_CHARS: usize = 60;
+
+fn invalid_params(e: impl std::fmt::Display) -> Error {
+    Error::invalid_params(e.to_string())
+}
+
+impl Backend {
+    /// The suggestion at a position. Errors are bad input (unknown document,
+    /// position past the end); anything else is `None`.
+    async fn suggest(&self, uri: &Uri, at: Position) -> Result<Option<Suggestion>> {
+        let doc = self.documents.get(uri).map_err(invalid_params)?;
+        let cursor = position::to_char(&doc.rope, at, self.encoding()).map_err(invalid_params)?;
+        if let Some(reason) = doc.unsuitable_for_completion() {
+            tracing::debug!(uri = uri.as_str(), "no completion: {reason}");
+            return Ok(None);
+        }
+        let cancel = CancelFlag::default();
+        // Dropped by `$/cancelRequest`: the engine stops working on it.
+        let _cancel_on_drop = cancel.cancel_on_drop();
+        let budget = Duration::from_millis(self.completion.config().budget_ms);
+        let request = CompletionRequest {
+            doc: uri.as_str().to_owned(),
+            rope: doc.rope,
+            cursor,
+            deadline: tokio::time::Instant::now() + budget,
+            cancel,
+        };
+        let outcome = self.completion.complete(request).await;
+        let elapsed_ms = outcome.elapsed.as_secs_f64() * 1e3;
+        match &outcome.result {
+            Ok(Suggestion { origin: Origin::Model(g), text }) => tracing::debug!(
+                elapsed_ms, prompt = g.prompt_tokens, decoded = g.tokens_decoded, generated = g.tokens_generated,
+                stop = ?g.stop, chars = text.len(), "completion"
+            ),
+            Ok(Suggestion { origin: Origin::TypeThrough, .. }) => tracing::debug!(elapsed_ms, "completion from type-through"),
+            Err(reason) => tracing::debug!(elapsed_ms, "no completion: {reason}"),
+        }
+        Ok(outcome.result.ok())
+    }
+
+    pub async fn inline_completion(&self, params: InlineCompletionParams) -> Result<Option<InlineCompletionResponse>> {
+        let at = params.text_document_position.position;
+        let suggestion = self.suggest(&params.text_document_position.text_document.uri, at).await?;
+        // An empty range at the cursor: clients that replace the range and clients
+        // that insert at the cursor end up with the same text.
+        let items = suggestion
+            .map(|s| InlineCompletionItem {
+                insert_text: s.text,
+                filter_text: None,
+                range: Some(Range::new(at, at)),
+                command: None,
+                insert_text_format: Some(InsertTextFormat::PLAIN_TEXT),
+            })
+            .into_iter()
+            .collect();
+        Ok(Some(InlineCompletionResponse::List(InlineCompletionList { items })))
+    }
+
+    pub(super) async fn completion_items(&self, params: CompletionParams) -> Result<Option<CompletionResponse>> {
+        let uri = params.text_document_position.text_document.uri;
+        let at = params.text_document_position.position;
+        let Some(suggestion) = self.suggest(&uri, at).await? else {
+            return Ok(Some(CompletionResponse::List(CompletionList { is_incomplete: true, items: vec![] })));
+        };
+        // The edit starts at the word being typed so the client's filter matches it.
+        let doc = self.documents.get(&uri).map_err(invalid_params)?;
+        let cursor = position::to_char(&doc.rope, at, self.encoding()).map_err(invalid_params)?;
+        let line_start = doc.rope.line_to_char(doc.rope.char_to_line(cursor));
+        let before: Vec<char> = doc.rope.slice(line_start..cursor).chars().collect();
+        let word_len = before.iter().rev().take_while(|c| c.is_alphanumeric() || **c == '_').count();
+        let word: String = before[before.len() - word_len..].iter().collect();
+        let start = position::from_char(&doc.rope, cursor - word_len, self.encoding());
+        let new_text = format!("{word}{}", suggestion.text);
+        let first_line = new_text.lines().find(|l| !l.trim().is_empty()).unwrap_or("").trim();
+        let label: String = first_line.chars().take(LABEL_CHARS).collect();
+        let item = CompletionItem {
+            label,
+            kind: Some(CompletionItemKind::SNIPPET),
+            detail: Some("switchyard (local model)".into()),
+            documentation: Some(Documentation::MarkupContent(MarkupContent {
+                kind: MarkupKind::Markdown,
+                value: format!("```\n{new_text}\n```"),
+            })),
+            filter_text: Some(new_text.clone()),
+            sort_text: Some("0".into()),
+            insert_text_format: Some(InsertTextFormat::PLAIN_TEXT),
+            text_edit: Some(CompletionTextEdit::Edit(TextEdit { range: Range::new(start, at), new_text })),
+            ..Default::default()
+        };
+        // Incomplete: the client asks again as the user types, reaching type-through.
+        Ok(Some(CompletionResponse::List(CompletionList { is_incomplete: true, items: vec![item] })))
+    }
+}

@@ -1,0 +1,10 @@
+//! The language server front end: documents, completion handlers, model loading
+//! with `$/progress`, and configuration from the editor.
+
+pub mod documents;
+mod handlers;
+mod loader;
+pub mod position;
+mod server;
+
+pub use server::{Backend, serve_stdio};

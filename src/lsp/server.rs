@@ -1,0 +1,251 @@
+//! The `LanguageServer` implementation: lifecycle, document sync, configuration.
+
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use dashmap::DashMap;
+use serde_json::Value;
+use tower_lsp_server::jsonrpc::Result;
+use tower_lsp_server::ls_types::*;
+use tower_lsp_server::{Client, LanguageServer, LspService, Server};
+
+use super::documents::DocumentStore;
+use super::position::PositionEncoding;
+use crate::completion::CompletionService;
+use crate::config::{Config, ConfigError, ConfigLayers};
+
+/// Requests the server works on at once. Completion requests wait on the engine,
+/// and notifications queue behind them, so leave plenty of room.
+const CONCURRENCY: usize = 64;
+
+pub struct Backend {
+    pub(super) client: Client,
+    pub(super) documents: DocumentStore,
+    pub(super) completion: Arc<CompletionService>,
+    pub(super) encoding: RwLock<PositionEncoding>,
+    layers: Mutex<ConfigLayers>,
+    config: RwLock<Config>,
+    capabilities: RwLock<ClientCapabilities>,
+    /// Edits per document, so a debounced prewarm can tell whether it is stale.
+    edit_counts: Arc<DashMap<Uri, u64>>,
+}
+
+/// Runs the server on stdin/stdout until the client exits.
+pub async fn serve_stdio(layers: ConfigLayers) {
+    let (service, socket) = LspService::build(|client| Backend::new(client, layers))
+        .custom_method("textDocument/inlineCompletion", Backend::inline_completion)
+        .finish();
+    Server::new(tokio::io::stdin(), tokio::io::stdout(), socket)
+        .concurrency_level(CONCURRENCY)
+        .serve(service)
+        .await;
+}
+
+impl Backend {
+    fn new(client: Client, layers: ConfigLayers) -> Backend {
+        let (config, errors) = layers.resolve();
+        for e in &errors {
+            tracing::warn!("{e}");
+        }
+        Backend {
+            client,
+            documents: DocumentStore::default(),
+            completion: Arc::new(CompletionService::new(config.autocomplete.clone())),
+            encoding: RwLock::new(PositionEncoding::Utf16),
+            layers: Mutex::new(layers),
+            config: RwLock::new(config),
+            capabilities: RwLock::new(ClientCapabilities::default()),
+            edit_counts: Arc::new(DashMap::new()),
+        }
+    }
+
+    pub(super) fn encoding(&self) -> PositionEncoding {
+        *self.encoding.read().expect("encoding lock")
+    }
+
+    pub(super) fn config(&self) -> Config {
+        self.config.read().expect("config lock").clone()
+    }
+
+    fn supports_progress(&self) -> bool {
+        let caps = self.capabilities.read().expect("capabilities lock");
+        caps.window.as_ref().and_then(|w| w.work_done_progress).unwrap_or(false)
+    }
+
+    fn supports_configuration(&self) -> bool {
+        let caps = self.capabilities.read().expect("capabilities lock");
+        caps.workspace.as_ref().and_then(|w| w.configuration).unwrap_or(false)
+    }
+
+    /// Re-resolves the layers after one changed; reports errors, keeps the last good
+    /// config for rejected layers, and reloads the engine when the model settings changed.
+    async fn apply_layers(&self, change: impl FnOnce(&mut ConfigLayers)) {
+        let (config, errors) = {
+            let mut layers = self.layers.lock().expect("layers lock");
+            change(&mut layers);
+            layers.resolve()
+        };
+        self.report_config_errors(&errors).await;
+        let previous = std::mem::replace(&mut *self.config.write().expect("config lock"), config.clone());
+        self.completion.set_config(config.autocomplete.clone());
+        let engine_changed = previous.local != config.local
+            || previous.autocomplete.input_tokens != config.autocomplete.input_tokens
+            || previous.autocomplete.suffix_tokens != config.autocomplete.suffix_tokens
+            || previous.autocomplete.output_tokens != config.autocomplete.output_tokens;
+        if engine_changed {
+            tracing::info!("model settings changed; reloading the local engine");
+            self.start_engine(config);
+        }
+    }
+
+    async fn report_config_errors(&self, errors: &[ConfigError]) {
+        for e in errors {
+            tracing::error!("{e}");
+            let text = format!("switchyard: {e} (keeping the previous value)");
+            self.client.show_message(MessageType::ERROR, text).await;
+        }
+    }
+
+    fn start_engine(&self, config: Config) {
+        let (client, service, progress) = (self.client.clone(), self.completion.clone(), self.supports_progress());
+        tokio::spawn(super::loader::load(client, service, config, progress));
+    }
+
+    async fn fetch_workspace_configuration(&self) {
+        if !self.supports_configuration() {
+            return;
+        }
+        let item = ConfigurationItem { scope_uri: None, section: Some("switchyard".into()) };
+        match self.client.configuration(vec![item]).await {
+            Ok(mut values) => {
+                let value = values.pop().unwrap_or(Value::Null);
+                self.apply_layers(|layers| layers.workspace = Some(value)).await;
+            }
+            Err(e) => tracing::warn!("workspace/configuration failed: {e}"),
+        }
+    }
+
+    /// Prewarms the engine's cache at the edit position once the user pauses.
+    fn schedule_prewarm(&self, uri: Uri) {
+        let count = {
+            let mut entry = self.edit_counts.entry(uri.clone()).or_insert(0);
+            *entry += 1;
+            *entry
+        };
+        let debounce = Duration::from_millis(self.completion.config().prewarm_debounce_ms);
+        let Ok(doc) = self.documents.get(&uri) else { return };
+        let (counts, service) = (self.edit_counts.clone(), self.completion.clone());
+        tokio::spawn(async move {
+            tokio::time::sleep(debounce).await;
+            if counts.get(&uri).is_some_and(|c| *c == count) && doc.unsuitable_for_completion().is_none() {
+                let cursor = doc.last_edit.unwrap_or_else(|| opening_cursor(&doc.rope));
+                service.prewarm(uri.as_str(), &doc.rope, cursor);
+            }
+        });
+    }
+}
+
+/// Where to prewarm a just-opened document: the end of its first window, so the
+/// cache holds the top of the file, which a later window anchored at line 0 shares.
+fn opening_cursor(rope: &ropey::Rope) -> usize {
+    let chars = 1_500.min(rope.len_chars());
+    rope.line_to_char(rope.char_to_line(chars))
+}
+
+fn negotiate_encoding(caps: &ClientCapabilities) -> PositionEncoding {
+    let offered = caps.general.as_ref().and_then(|g| g.position_encodings.as_ref());
+    if offered.is_some_and(|encodings| encodings.contains(&PositionEncodingKind::UTF8)) {
+        PositionEncoding::Utf8
+    } else {
+        PositionEncoding::Utf16
+    }
+}
+
+impl LanguageServer for Backend {
+    async fn initialize(&self, params: InitializeParams) -> Result<InitializeResult> {
+        let encoding = negotiate_encoding(&params.capabilities);
+        *self.encoding.write().expect("encoding lock") = encoding;
+        *self.capabilities.write().expect("capabilities lock") = params.capabilities;
+        {
+            let mut layers = self.layers.lock().expect("layers lock");
+            layers.initialization_options = params.initialization_options;
+            let (config, _) = layers.resolve();
+            self.completion.set_config(config.autocomplete.clone());
+            *self.config.write().expect("config lock") = config;
+        }
+        let position_encoding = match encoding {
+            PositionEncoding::Utf8 => PositionEncodingKind::UTF8,
+            PositionEncoding::Utf16 => PositionEncodingKind::UTF16,
+        };
+        Ok(InitializeResult {
+            server_info: Some(ServerInfo { name: "switchyard".into(), version: Some(env!("CARGO_PKG_VERSION").into()) }),
+            capabilities: ServerCapabilities {
+                position_encoding: Some(position_encoding),
+                text_document_sync: Some(TextDocumentSyncCapability::Options(TextDocumentSyncOptions {
+                    open_close: Some(true),
+                    change: Some(TextDocumentSyncKind::INCREMENTAL),
+                    ..Default::default()
+                })),
+                completion_provider: Some(CompletionOptions::default()),
+                inline_completion_provider: Some(OneOf::Left(true)),
+                ..Default::default()
+            },
+            offset_encoding: None,
+        })
+    }
+
+    async fn initialized(&self, _: InitializedParams) {
+        let errors = self.layers.lock().expect("layers lock").resolve().1;
+        self.report_config_errors(&errors).await;
+        self.fetch_workspace_configuration().await;
+        self.start_engine(self.config());
+    }
+
+    async fn shutdown(&self) -> Result<()> {
+        Ok(())
+    }
+
+    async fn did_open(&self, params: DidOpenTextDocumentParams) {
+        let doc = params.text_document;
+        self.documents.open(doc.uri.clone(), &doc.text, doc.version, doc.language_id);
+        self.schedule_prewarm(doc.uri);
+    }
+
+    async fn did_change(&self, params: DidChangeTextDocumentParams) {
+        // Applied before the first await: edits keep their arrival order (invariant 3).
+        let uri = params.text_document.uri;
+        let applied = self.documents.change(&uri, params.text_document.version, params.content_changes, self.encoding());
+        match applied {
+            Ok(()) => self.schedule_prewarm(uri),
+            Err(e) => {
+                tracing::warn!("{e}");
+                self.client.log_message(MessageType::WARNING, format!("switchyard: {e}")).await;
+            }
+        }
+    }
+
+    async fn did_close(&self, params: DidCloseTextDocumentParams) {
+        let uri = params.text_document.uri;
+        self.documents.close(&uri);
+        self.edit_counts.remove(&uri);
+        self.completion.forget(uri.as_str());
+    }
+
+    async fn did_change_configuration(&self, params: DidChangeConfigurationParams) {
+        // Clients either push the settings or expect us to pull them.
+        let pushed = match params.settings {
+            Value::Object(mut map) if map.contains_key("switchyard") => map.remove("switchyard"),
+            Value::Null => None,
+            Value::Object(map) if map.is_empty() => None,
+            other => Some(other),
+        };
+        match pushed {
+            Some(value) => self.apply_layers(|layers| layers.workspace = Some(value)).await,
+            None => self.fetch_workspace_configuration().await,
+        }
+    }
+
+    async fn completion(&self, params: CompletionParams) -> Result<Option<CompletionResponse>> {
+        self.completion_items(params).await
+    }
+}

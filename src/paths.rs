@@ -1,0 +1,17 @@
+//! Platform directories for config, logs and state.
+
+use std::path::PathBuf;
+
+use directories::ProjectDirs;
+
+pub fn project_dirs() -> Option<ProjectDirs> {
+    ProjectDirs::from("dev", "switchyard", "switchyard")
+}
+
+/// Where logs and other state go: the platform state dir, else the cache dir,
+/// else the system temp dir.
+pub fn state_dir() -> PathBuf {
+    project_dirs()
+        .map(|d| d.state_dir().unwrap_or_else(|| d.cache_dir()).to_path_buf())
+        .unwrap_or_else(|| std::env::temp_dir().join("switchyard"))
+}

@@ -1,0 +1,15 @@
+//! Test support shared by the integration tests: an LSP client that drives the
+//! real `switchyard` binary over stdio, and the test model's location.
+#![allow(dead_code)]
+
+pub mod lsp_client;
+
+use std::path::PathBuf;
+
+/// Where the test model is cached (`models/fetch-test-model.sh` puts it there).
+pub fn model_dir() -> PathBuf {
+    switchyard::models::model_dir()
+}
+
+/// A small Rust file of about 1,000 tokens, used by completion tests.
+pub const SAMPLE_RUST: &str = include_str!("sample.rs");
