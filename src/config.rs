@@ -29,7 +29,11 @@ pub struct LocalConfig {
 
 impl Default for LocalConfig {
     fn default() -> Self {
-        LocalConfig { model: String::new(), threads: 0, auto_pull: true }
+        LocalConfig {
+            model: String::new(),
+            threads: 0,
+            auto_pull: true,
+        }
     }
 }
 
@@ -76,7 +80,9 @@ impl std::fmt::Display for ConfigOrigin {
         match self {
             ConfigOrigin::File(path) => write!(f, "{}", path.display()),
             ConfigOrigin::InitializationOptions => f.write_str("initializationOptions"),
-            ConfigOrigin::WorkspaceConfiguration => f.write_str("workspace/configuration (section \"switchyard\")"),
+            ConfigOrigin::WorkspaceConfiguration => {
+                f.write_str("workspace/configuration (section \"switchyard\")")
+            }
         }
     }
 }
@@ -105,9 +111,15 @@ impl ConfigLayers {
         let mut config = Config::default();
         let mut errors = Vec::new();
         let layers = [
-            self.file.as_ref().map(|(path, v)| (ConfigOrigin::File(path.clone()), v)),
-            self.initialization_options.as_ref().map(|v| (ConfigOrigin::InitializationOptions, v)),
-            self.workspace.as_ref().map(|v| (ConfigOrigin::WorkspaceConfiguration, v)),
+            self.file
+                .as_ref()
+                .map(|(path, v)| (ConfigOrigin::File(path.clone()), v)),
+            self.initialization_options
+                .as_ref()
+                .map(|v| (ConfigOrigin::InitializationOptions, v)),
+            self.workspace
+                .as_ref()
+                .map(|v| (ConfigOrigin::WorkspaceConfiguration, v)),
         ];
         for (origin, layer) in layers.into_iter().flatten() {
             if layer.is_null() {
@@ -120,7 +132,11 @@ impl ConfigLayers {
                     merged = candidate;
                     config = valid;
                 }
-                Err((key, reason)) => errors.push(ConfigError { origin, key, reason }),
+                Err((key, reason)) => errors.push(ConfigError {
+                    origin,
+                    key,
+                    reason,
+                }),
             }
         }
         (config, errors)
@@ -191,8 +207,18 @@ impl Config {
         check("autocomplete.budget_ms", a.budget_ms as usize, 50, 10_000)?;
         check("autocomplete.input_tokens", a.input_tokens, 64, 32_768)?;
         check("autocomplete.output_tokens", a.output_tokens, 1, 4_096)?;
-        check("autocomplete.suffix_tokens", a.suffix_tokens, 0, a.input_tokens / 2)?;
-        check("autocomplete.prewarm_debounce_ms", a.prewarm_debounce_ms as usize, 0, 10_000)?;
+        check(
+            "autocomplete.suffix_tokens",
+            a.suffix_tokens,
+            0,
+            a.input_tokens / 2,
+        )?;
+        check(
+            "autocomplete.prewarm_debounce_ms",
+            a.prewarm_debounce_ms as usize,
+            0,
+            10_000,
+        )?;
         check("local.threads", self.local.threads, 0, 256)?;
         Ok(())
     }
@@ -202,7 +228,10 @@ fn check(key: &str, value: usize, min: usize, max: usize) -> Result<(), (String,
     if (min..=max).contains(&value) {
         Ok(())
     } else {
-        Err((key.into(), format!("must be between {min} and {max}, got {value}")))
+        Err((
+            key.into(),
+            format!("must be between {min} and {max}, got {value}"),
+        ))
     }
 }
 
@@ -214,7 +243,10 @@ mod tests {
     #[test]
     fn later_layers_override_earlier_ones() {
         let layers = ConfigLayers {
-            file: Some(("/etc/sy.toml".into(), json!({"autocomplete": {"budget_ms": 800, "output_tokens": 64}}))),
+            file: Some((
+                "/etc/sy.toml".into(),
+                json!({"autocomplete": {"budget_ms": 800, "output_tokens": 64}}),
+            )),
             initialization_options: Some(json!({"autocomplete": {"budget_ms": 700}})),
             workspace: None,
         };
@@ -228,7 +260,10 @@ mod tests {
     #[test]
     fn invalid_layer_is_reported_with_origin_and_key_and_skipped() {
         let layers = ConfigLayers {
-            file: Some(("/etc/sy.toml".into(), json!({"autocomplete": {"budget_ms": 800}}))),
+            file: Some((
+                "/etc/sy.toml".into(),
+                json!({"autocomplete": {"budget_ms": 800}}),
+            )),
             initialization_options: Some(json!({"autocomplete": {"budget_ms": 5}})),
             workspace: None,
         };
@@ -237,20 +272,37 @@ mod tests {
         assert_eq!(errors.len(), 1);
         assert_eq!(errors[0].origin, ConfigOrigin::InitializationOptions);
         assert_eq!(errors[0].key, "autocomplete.budget_ms");
-        assert!(errors[0].reason.contains("between 50 and 10000"), "{}", errors[0].reason);
+        assert!(
+            errors[0].reason.contains("between 50 and 10000"),
+            "{}",
+            errors[0].reason
+        );
     }
 
     #[test]
     fn unknown_and_mistyped_keys_name_the_key() {
-        let unknown = ConfigLayers { workspace: Some(json!({"autocomplete": {"budjet_ms": 1}})), ..Default::default() };
+        let unknown = ConfigLayers {
+            workspace: Some(json!({"autocomplete": {"budjet_ms": 1}})),
+            ..Default::default()
+        };
         let (_, errors) = unknown.resolve();
         assert_eq!(errors[0].key, "autocomplete.budjet_ms");
-        assert!(errors[0].reason.contains("unknown field"), "{}", errors[0].reason);
+        assert!(
+            errors[0].reason.contains("unknown field"),
+            "{}",
+            errors[0].reason
+        );
 
-        let mistyped = ConfigLayers { workspace: Some(json!({"local": {"threads": "many"}})), ..Default::default() };
+        let mistyped = ConfigLayers {
+            workspace: Some(json!({"local": {"threads": "many"}})),
+            ..Default::default()
+        };
         let (_, errors) = mistyped.resolve();
         assert_eq!(errors[0].key, "local.threads");
-        assert_eq!(errors[0].to_string().split(':').next().unwrap(), "invalid configuration in workspace/configuration (section \"switchyard\")");
+        assert_eq!(
+            errors[0].to_string().split(':').next().unwrap(),
+            "invalid configuration in workspace/configuration (section \"switchyard\")"
+        );
     }
 
     #[test]
@@ -265,6 +317,9 @@ mod tests {
 
     #[test]
     fn missing_file_is_no_layer() {
-        assert_eq!(read_file(Path::new("/nonexistent/switchyard.toml")).unwrap(), None);
+        assert_eq!(
+            read_file(Path::new("/nonexistent/switchyard.toml")).unwrap(),
+            None
+        );
     }
 }

@@ -1,4 +1,12 @@
 //! switchyard: a language server between code editors and the models that write code.
 
 pub mod cancel;
+pub mod completion;
+pub mod config;
+pub mod context;
+pub mod local_setup;
+pub mod logging;
+pub mod lsp;
+pub mod models;
+pub mod paths;
 pub mod providers;

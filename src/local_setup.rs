@@ -18,11 +18,15 @@ pub struct ResolvedModel {
 
 #[derive(Debug, thiserror::Error)]
 pub enum SetupError {
-    #[error("unknown model `{0}` in `local.model`: run `switchyard models list` for the names, or give a path to a .gguf file")]
+    #[error(
+        "unknown model `{0}` in `local.model`: run `switchyard models list` for the names, or give a path to a .gguf file"
+    )]
     UnknownModel(String),
     #[error("model file {0} does not exist (from `local.model`)")]
     MissingFile(PathBuf),
-    #[error("the local model {name} is not downloaded yet: run `switchyard models pull {name}` (or set `local.auto_pull = true`)")]
+    #[error(
+        "the local model {name} is not downloaded yet: run `switchyard models pull {name}` (or set `local.auto_pull = true`)"
+    )]
     NotDownloaded { name: String },
     #[error("downloading {name} failed: {reason}")]
     Pull { name: String, reason: String },
@@ -37,33 +41,58 @@ pub fn resolve(config: &Config) -> Result<ResolvedModel, SetupError> {
     let model = config.local.model.trim();
     if is_path(model) {
         let path = PathBuf::from(model);
-        let name = path.file_stem().map_or_else(|| model.to_owned(), |s| s.to_string_lossy().into_owned());
-        return Ok(ResolvedModel { name, path, entry: None });
+        let name = path
+            .file_stem()
+            .map_or_else(|| model.to_owned(), |s| s.to_string_lossy().into_owned());
+        return Ok(ResolvedModel {
+            name,
+            path,
+            entry: None,
+        });
     }
     let manifest = Manifest::embedded();
     let entry = if model.is_empty() {
         manifest.default_model()
     } else {
-        manifest.get(model).ok_or_else(|| SetupError::UnknownModel(model.to_owned()))?
+        manifest
+            .get(model)
+            .ok_or_else(|| SetupError::UnknownModel(model.to_owned()))?
     };
-    Ok(ResolvedModel { name: entry.name.clone(), path: entry.path_in(&models::model_dir()), entry: Some(entry.clone()) })
+    Ok(ResolvedModel {
+        name: entry.name.clone(),
+        path: entry.path_in(&models::model_dir()),
+        entry: Some(entry.clone()),
+    })
 }
 
 /// Makes sure the model file is there, downloading a manifest model if `pull` allows.
-pub async fn ensure_present(model: &ResolvedModel, pull: bool, progress: &dyn PullProgress) -> Result<PathBuf, SetupError> {
+pub async fn ensure_present(
+    model: &ResolvedModel,
+    pull: bool,
+    progress: &dyn PullProgress,
+) -> Result<PathBuf, SetupError> {
     let Some(entry) = &model.entry else {
-        return if model.path.is_file() { Ok(model.path.clone()) } else { Err(SetupError::MissingFile(model.path.clone())) };
+        return if model.path.is_file() {
+            Ok(model.path.clone())
+        } else {
+            Err(SetupError::MissingFile(model.path.clone()))
+        };
     };
     let dir = models::model_dir();
     if models::is_present(entry, &dir) {
         return Ok(model.path.clone());
     }
     if !pull {
-        return Err(SetupError::NotDownloaded { name: entry.name.clone() });
+        return Err(SetupError::NotDownloaded {
+            name: entry.name.clone(),
+        });
     }
     models::pull(entry, &dir, progress)
         .await
-        .map_err(|e| SetupError::Pull { name: entry.name.clone(), reason: e.to_string() })
+        .map_err(|e| SetupError::Pull {
+            name: entry.name.clone(),
+            reason: e.to_string(),
+        })
 }
 
 pub fn engine_options(model: &ResolvedModel, path: &Path, config: &Config) -> EngineOptions {
@@ -72,7 +101,10 @@ pub fn engine_options(model: &ResolvedModel, path: &Path, config: &Config) -> En
         model_name: model.name.clone(),
         model_path: path.to_owned(),
         threads: config.local.threads,
-        budget: PromptBudget { input: autocomplete.input_tokens, suffix: autocomplete.suffix_tokens },
+        budget: PromptBudget {
+            input: autocomplete.input_tokens,
+            suffix: autocomplete.suffix_tokens,
+        },
         max_output_tokens: autocomplete.output_tokens,
         reuse_cache: true,
     }

@@ -20,10 +20,16 @@ pub fn init(file: &Path, also_stderr: bool) -> std::io::Result<WorkerGuard> {
     if let Some(dir) = file.parent() {
         std::fs::create_dir_all(dir)?;
     }
-    let log = std::fs::OpenOptions::new().create(true).append(true).open(file)?;
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(file)?;
     let (writer, guard) = tracing_appender::non_blocking(log);
-    let filter = EnvFilter::try_from_env("SWITCHYARD_LOG").unwrap_or_else(|_| EnvFilter::new(DEFAULT_FILTER));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_ansi(false);
+    let filter = EnvFilter::try_from_env("SWITCHYARD_LOG")
+        .unwrap_or_else(|_| EnvFilter::new(DEFAULT_FILTER));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(false);
     if also_stderr {
         builder.with_writer(writer.and(std::io::stderr)).init();
     } else {

@@ -8,7 +8,11 @@ use clap::{Parser, Subcommand};
 mod cli;
 
 #[derive(Parser)]
-#[command(name = "switchyard", version, about = "A language server between your editor and the models that write code")]
+#[command(
+    name = "switchyard",
+    version,
+    about = "A language server between your editor and the models that write code"
+)]
 struct Cli {
     /// Configuration file (default: config.toml in the platform config directory, or $SWITCHYARD_CONFIG).
     #[arg(long, global = true)]
@@ -57,22 +61,43 @@ enum ConfigAction {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let log_file = cli.log_file.clone().unwrap_or_else(switchyard::logging::default_log_file);
+    let log_file = cli
+        .log_file
+        .clone()
+        .unwrap_or_else(switchyard::logging::default_log_file);
     let _guard = match switchyard::logging::init(&log_file, cli.log_stderr) {
         Ok(guard) => Some(guard),
         Err(e) => {
-            eprintln!("switchyard: cannot open log file {}: {e}; logging disabled", log_file.display());
+            eprintln!(
+                "switchyard: cannot open log file {}: {e}; logging disabled",
+                log_file.display()
+            );
             None
         }
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
-    let config_file = cli.config.clone().or_else(switchyard::config::default_file_path);
-    runtime.block_on(async move {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let config_file = cli
+        .config
+        .clone()
+        .or_else(switchyard::config::default_file_path);
+    let code = runtime.block_on(async move {
         match cli.command.unwrap_or(Command::Serve) {
             Command::Serve => cli::serve(config_file).await,
-            Command::Complete { location, json, cold } => cli::complete::run(config_file, &location, json, cold).await,
+            Command::Complete {
+                location,
+                json,
+                cold,
+            } => cli::complete::run(config_file, &location, json, cold).await,
             Command::Models { action } => cli::models::run(action).await,
-            Command::Config { action: ConfigAction::Check { file } } => cli::check_config(file.or(config_file)),
+            Command::Config {
+                action: ConfigAction::Check { file },
+            } => cli::check_config(file.or(config_file)),
         }
-    })
+    });
+    // Don't wait on blocked stdin readers: after `exit` the client may keep stdin open.
+    runtime.shutdown_timeout(std::time::Duration::from_millis(200));
+    code
 }

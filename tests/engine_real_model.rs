@@ -1,36 +1,169 @@
+//! The local engine on the real test model: cache reuse, deadlines, cancellation, bad files.
+
+mod support;
+
 use std::time::{Duration, Instant};
+
 use switchyard::cancel::CancelFlag;
+use switchyard::models::Manifest;
 use switchyard::providers::local::*;
 
-fn model_path() -> std::path::PathBuf {
-    std::env::var_os("SWITCHYARD_TEST_MODEL").map(Into::into).unwrap_or_else(|| {
-        dirs_home().join(".cache/switchyard/models/qwen2.5-coder-0.5b-instruct-q8_0.gguf")
-    })
-}
-fn dirs_home() -> std::path::PathBuf { std::env::var_os("HOME").unwrap().into() }
-
-#[tokio::test(flavor = "multi_thread")]
-async fn smoke() {
-    let _ = tracing_subscriber::fmt().with_env_filter("info").with_writer(std::io::stderr).try_init();
-    let engine = LocalEngine::spawn(EngineOptions {
-        model_name: "qwen".into(),
-        model_path: model_path(),
+fn options() -> EngineOptions {
+    let entry = Manifest::embedded()
+        .get("qwen2.5-coder-0.5b-instruct")
+        .unwrap();
+    EngineOptions {
+        model_name: entry.name.clone(),
+        model_path: entry.path_in(&support::model_dir()),
         threads: 0,
-        budget: PromptBudget { input: 2000, suffix: 128 },
+        budget: PromptBudget {
+            input: 2000,
+            suffix: 256,
+        },
         max_output_tokens: 200,
         reuse_cache: true,
-    });
-    let info = engine.wait_ready().await.unwrap();
-    eprintln!("{info:?}");
-    let src = std::fs::read_to_string("src/providers/local/engine.rs").unwrap();
-    let cut = src.find("fn sized_input_budget").unwrap() + 60;
-    for extra in ["", "l", "le", "let"] {
-        let text = FimText { prefix: format!("{}{}", &src[..cut], extra), suffix: src[cut..].to_string() };
-        let t = Instant::now();
-        let g = engine.complete(CompletionJob {
-            text, max_tokens: 64, stop: Box::new(|s: &str| s.contains('\n')),
-            deadline: Instant::now() + Duration::from_secs(20), cancel: CancelFlag::default(),
-        }).await.unwrap();
-        eprintln!("{:?} {:?} in {:?}", g.text, (g.stop, g.tokens_generated, g.tokens_decoded, g.prompt_tokens, g.prompt_ms, g.generate_ms), t.elapsed());
     }
+}
+
+/// The sample split inside `hit_rate`, after `let total = `.
+fn sample_text(typed: &str) -> FimText {
+    let marker = "let total = ";
+    let at = support::SAMPLE_RUST.find(marker).unwrap() + marker.len();
+    FimText {
+        prefix: format!("{}{typed}", &support::SAMPLE_RUST[..at]),
+        suffix: support::SAMPLE_RUST[at..].to_owned(),
+    }
+}
+
+fn job(text: FimText, deadline: Duration) -> CompletionJob {
+    CompletionJob {
+        text,
+        max_tokens: 32,
+        stop: Box::new(|s: &str| s.contains('\n')),
+        deadline: Instant::now() + deadline,
+        cancel: CancelFlag::default(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn typing_re_decodes_only_what_changed() {
+    let engine = LocalEngine::spawn(options());
+    engine.wait_ready().await.unwrap();
+    let cold = engine
+        .complete(job(sample_text(""), Duration::from_secs(120)))
+        .await
+        .unwrap();
+    assert_eq!(
+        cold.tokens_decoded, cold.prompt_tokens,
+        "cold cache decodes everything"
+    );
+    assert!(!cold.text.is_empty());
+
+    let warm = engine
+        .complete(job(sample_text("self"), Duration::from_secs(120)))
+        .await
+        .unwrap();
+
+    assert!(
+        warm.tokens_decoded <= 4,
+        "typed token(s) and the middle marker only, got {}",
+        warm.tokens_decoded
+    );
+    assert!(!warm.text.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missed_prompt_deadline_answers_empty_and_the_cache_keeps_filling() {
+    let engine = LocalEngine::spawn(options());
+    let info = engine.wait_ready().await.unwrap();
+
+    let late = engine
+        .complete(job(sample_text(""), Duration::from_millis(50)))
+        .await
+        .unwrap();
+    assert_eq!(late.stop, StopReason::PromptDeadline);
+    assert!(late.text.is_empty());
+    assert!(late.tokens_decoded < late.prompt_tokens);
+
+    // Give the background fill the time the whole prompt takes on this machine.
+    let fill = Duration::from_secs_f64(2.0 * late.prompt_tokens as f64 / info.prompt_tokens_per_s);
+    tokio::time::sleep(fill).await;
+    let next = engine
+        .complete(job(sample_text(""), Duration::from_secs(120)))
+        .await
+        .unwrap();
+    assert!(
+        next.tokens_decoded <= 2,
+        "the background fill finished the prompt; decoded {}",
+        next.tokens_decoded
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_job_is_answered_and_generation_stops_at_the_deadline() {
+    let engine = LocalEngine::spawn(options());
+    engine.wait_ready().await.unwrap();
+    let cancelled = job(sample_text(""), Duration::from_secs(120));
+    cancelled.cancel.cancel();
+    assert_eq!(
+        engine.complete(cancelled).await.unwrap().stop,
+        StopReason::Cancelled
+    );
+
+    engine
+        .complete(job(sample_text(""), Duration::from_secs(120)))
+        .await
+        .unwrap();
+    let mut long = job(sample_text(""), Duration::from_millis(150));
+    long.stop = Box::new(|_| false);
+    long.max_tokens = 10_000;
+    let cut = engine.complete(long).await.unwrap();
+    assert!(
+        matches!(cut.stop, StopReason::Deadline | StopReason::EndOfText),
+        "{:?}",
+        cut.stop
+    );
+}
+
+#[tokio::test]
+async fn a_missing_or_foreign_model_file_fails_with_a_clear_reason() {
+    let missing = LocalEngine::spawn(EngineOptions {
+        model_path: "/nonexistent/model.gguf".into(),
+        ..options()
+    });
+    let err = missing.wait_ready().await.unwrap_err().to_string();
+    assert!(
+        err.contains("cannot read model file /nonexistent/model.gguf"),
+        "{err}"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let fake = dir.path().join("fake.gguf");
+    std::fs::write(&fake, b"PK\x03\x04 not a model at all").unwrap();
+    let foreign = LocalEngine::spawn(EngineOptions {
+        model_path: fake,
+        ..options()
+    });
+    let err = foreign.wait_ready().await.unwrap_err().to_string();
+    assert!(err.contains("is not a GGUF model file"), "{err}");
+    let refused = foreign
+        .complete(job(sample_text(""), Duration::from_secs(1)))
+        .await;
+    assert!(matches!(refused, Err(EngineError::Failed(_))));
+}
+
+#[tokio::test]
+async fn a_truncated_gguf_is_refused_without_crashing() {
+    let dir = tempfile::tempdir().unwrap();
+    let truncated = dir.path().join("truncated.gguf");
+    let real = std::fs::File::open(options().model_path).unwrap();
+    let mut head = Vec::new();
+    std::io::Read::read_to_end(&mut std::io::Read::take(real, 1 << 20), &mut head).unwrap();
+    std::fs::write(&truncated, head).unwrap();
+    let engine = LocalEngine::spawn(EngineOptions {
+        model_path: truncated,
+        ..options()
+    });
+    let err = engine.wait_ready().await.unwrap_err().to_string();
+    assert!(err.contains("could not load"), "{err}");
 }

@@ -19,20 +19,39 @@ use switchyard::providers::local::LocalEngine;
 fn parse_location(location: &str) -> Result<(PathBuf, usize, usize), String> {
     let mut parts = location.rsplitn(3, ':');
     let (col, line, file) = (parts.next(), parts.next(), parts.next());
-    match (file, line.and_then(|l| l.parse().ok()), col.and_then(|c| c.parse().ok())) {
-        (Some(file), Some(line), Some(col)) if line >= 1 && col >= 1 => Ok((PathBuf::from(file), line, col)),
-        _ => Err(format!("expected FILE:LINE:COL with 1-based LINE and COL, got `{location}`")),
+    match (
+        file,
+        line.and_then(|l| l.parse().ok()),
+        col.and_then(|c| c.parse().ok()),
+    ) {
+        (Some(file), Some(line), Some(col)) if line >= 1 && col >= 1 => {
+            Ok((PathBuf::from(file), line, col))
+        }
+        _ => Err(format!(
+            "expected FILE:LINE:COL with 1-based LINE and COL, got `{location}`"
+        )),
     }
 }
 
 fn cursor_in(rope: &Rope, path: &Path, line: usize, col: usize) -> Result<usize, String> {
     if line > rope.len_lines() {
-        return Err(format!("{}: line {line} is past the end ({} lines)", path.display(), rope.len_lines()));
+        return Err(format!(
+            "{}: line {line} is past the end ({} lines)",
+            path.display(),
+            rope.len_lines()
+        ));
     }
     let start = rope.line_to_char(line - 1);
-    let line_len = rope.line(line - 1).chars().take_while(|c| *c != '\n' && *c != '\r').count();
+    let line_len = rope
+        .line(line - 1)
+        .chars()
+        .take_while(|c| *c != '\n' && *c != '\r')
+        .count();
     if col - 1 > line_len {
-        return Err(format!("{}:{line}: column {col} is past the end of the line ({line_len} chars)", path.display()));
+        return Err(format!(
+            "{}:{line}: column {col} is past the end of the line ({line_len} chars)",
+            path.display()
+        ));
     }
     Ok(start + col - 1)
 }
@@ -47,9 +66,15 @@ pub async fn run(config_file: Option<PathBuf>, location: &str, json: bool, cold:
     }
 }
 
-async fn complete(config_file: Option<PathBuf>, location: &str, json: bool, cold: bool) -> Result<ExitCode, String> {
+async fn complete(
+    config_file: Option<PathBuf>,
+    location: &str,
+    json: bool,
+    cold: bool,
+) -> Result<ExitCode, String> {
     let (path, line, col) = parse_location(location)?;
-    let text = std::fs::read_to_string(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let text = std::fs::read_to_string(&path)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     let rope = Rope::from_str(&text);
     let cursor = cursor_in(&rope, &path, line, col)?;
 
@@ -58,7 +83,9 @@ async fn complete(config_file: Option<PathBuf>, location: &str, json: bool, cold
         eprintln!("switchyard: {e}");
     }
     let model = local_setup::resolve(&config).map_err(|e| e.to_string())?;
-    let model_path = local_setup::ensure_present(&model, true, &TerminalProgress).await.map_err(|e| e.to_string())?;
+    let model_path = local_setup::ensure_present(&model, true, &TerminalProgress)
+        .await
+        .map_err(|e| e.to_string())?;
     let engine = LocalEngine::spawn(local_setup::engine_options(&model, &model_path, &config));
     let info = engine.wait_ready().await.map_err(|e| e.to_string())?;
     let service = CompletionService::new(config.autocomplete.clone());
@@ -69,7 +96,10 @@ async fn complete(config_file: Option<PathBuf>, location: &str, json: bool, cold
     let warm_ms = match cold {
         true => None,
         false => {
-            service.warm(&doc, &rope, cursor).await.map_err(|e| e.to_string())?;
+            service
+                .warm(&doc, &rope, cursor)
+                .await
+                .map_err(|e| e.to_string())?;
             Some(warm_started.elapsed().as_secs_f64() * 1e3)
         }
     };
@@ -110,10 +140,20 @@ async fn complete(config_file: Option<PathBuf>, location: &str, json: bool, cold
             Err(reason) => println!("(no suggestion: {reason})"),
         }
         let detail = generation.map_or(String::new(), |g| {
-            format!(", prompt {} tokens of which {} decoded, {} generated", g.prompt_tokens, g.tokens_decoded, g.tokens_generated)
+            format!(
+                ", prompt {} tokens of which {} decoded, {} generated",
+                g.prompt_tokens, g.tokens_decoded, g.tokens_generated
+            )
         });
-        let warm = warm_ms.map_or("no warm-up (--cold)".to_owned(), |ms| format!("cache warm-up {ms:.0} ms before the request"));
-        println!("--- model {} | latency {latency_ms:.0} ms (budget {} ms){detail} | {warm} | model load {} ms", info.name, budget.as_millis(), info.load_ms);
+        let warm = warm_ms.map_or("no warm-up (--cold)".to_owned(), |ms| {
+            format!("cache warm-up {ms:.0} ms before the request")
+        });
+        println!(
+            "--- model {} | latency {latency_ms:.0} ms (budget {} ms){detail} | {warm} | model load {} ms",
+            info.name,
+            budget.as_millis(),
+            info.load_ms
+        );
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -124,7 +164,10 @@ mod tests {
 
     #[test]
     fn location_allows_colons_in_the_path() {
-        assert_eq!(parse_location("C:/src/a.rs:3:7").unwrap(), (PathBuf::from("C:/src/a.rs"), 3, 7));
+        assert_eq!(
+            parse_location("C:/src/a.rs:3:7").unwrap(),
+            (PathBuf::from("C:/src/a.rs"), 3, 7)
+        );
         assert!(parse_location("a.rs:0:1").is_err());
         assert!(parse_location("a.rs:3").is_err());
     }

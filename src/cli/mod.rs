@@ -18,11 +18,17 @@ pub fn file_layers(file: Option<PathBuf>) -> ConfigLayers {
             None
         }
     });
-    ConfigLayers { file, ..Default::default() }
+    ConfigLayers {
+        file,
+        ..Default::default()
+    }
 }
 
 pub async fn serve(config_file: Option<PathBuf>) -> ExitCode {
-    tracing::info!(version = env!("CARGO_PKG_VERSION"), "switchyard language server starting");
+    tracing::info!(
+        version = env!("CARGO_PKG_VERSION"),
+        "switchyard language server starting"
+    );
     switchyard::lsp::serve_stdio(file_layers(config_file)).await;
     ExitCode::SUCCESS
 }
@@ -44,7 +50,11 @@ pub fn check_config(file: Option<PathBuf>) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let (effective, errors) = ConfigLayers { file: Some(layer), ..Default::default() }.resolve();
+    let (effective, errors) = ConfigLayers {
+        file: Some(layer),
+        ..Default::default()
+    }
+    .resolve();
     if !errors.is_empty() {
         for e in errors {
             eprintln!("{e}");
@@ -52,6 +62,9 @@ pub fn check_config(file: Option<PathBuf>) -> ExitCode {
         return ExitCode::from(2);
     }
     println!("# {} is valid; effective configuration:", path.display());
-    print!("{}", toml::to_string_pretty(&effective).expect("config serializes"));
+    print!(
+        "{}",
+        toml::to_string_pretty(&effective).expect("config serializes")
+    );
     ExitCode::SUCCESS
 }

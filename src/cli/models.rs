@@ -20,9 +20,9 @@ fn entry(name: Option<&str>) -> Result<&'static ModelEntry, String> {
     let manifest = Manifest::embedded();
     match name {
         None => Ok(manifest.default_model()),
-        Some(name) => manifest
-            .get(name)
-            .ok_or_else(|| format!("unknown model `{name}`: run `switchyard models list` for the names")),
+        Some(name) => manifest.get(name).ok_or_else(|| {
+            format!("unknown model `{name}`: run `switchyard models list` for the names")
+        }),
     }
 }
 
@@ -33,10 +33,25 @@ pub async fn run(action: ModelsAction) -> ExitCode {
             let manifest = Manifest::embedded();
             let default = &manifest.default_model().name;
             for m in &manifest.models {
-                let state = if models::is_present(m, &dir) { "downloaded" } else { "not downloaded" };
-                let size = m.size.map_or("size unknown".to_owned(), |s| format!("{:.0} MB", s as f64 / 1e6));
-                let mark = if &m.name == default { " (default here)" } else { "" };
-                println!("{}{mark}\n    {} | {size} | {state}\n    {}", m.name, m.description, m.path_in(&dir).display());
+                let state = if models::is_present(m, &dir) {
+                    "downloaded"
+                } else {
+                    "not downloaded"
+                };
+                let size = m.size.map_or("size unknown".to_owned(), |s| {
+                    format!("{:.0} MB", s as f64 / 1e6)
+                });
+                let mark = if &m.name == default {
+                    " (default here)"
+                } else {
+                    ""
+                };
+                println!(
+                    "{}{mark}\n    {} | {size} | {state}\n    {}",
+                    m.name,
+                    m.description,
+                    m.path_in(&dir).display()
+                );
             }
             Ok(())
         }

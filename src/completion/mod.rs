@@ -21,7 +21,8 @@ use crate::cancel::CancelFlag;
 use crate::config::AutocompleteConfig;
 use crate::context::fim::{self, WindowBudget};
 use crate::providers::local::{
-    CompletionJob, EngineError, EngineStatus, FimText, Generation, LocalEngine, ModelInfo, StopReason,
+    CompletionJob, EngineError, EngineStatus, FimText, Generation, LocalEngine, ModelInfo,
+    StopReason,
 };
 use postprocess::Situation;
 use typethrough::{Spot, TypeThrough};
@@ -145,12 +146,22 @@ impl CompletionService {
 
     fn engine(&self) -> Result<(Arc<dyn FimEngine>, ModelInfo), NoSuggestion> {
         let engine = self.engine.read().expect("engine lock").clone();
-        let engine = engine.ok_or_else(|| NoSuggestion::NotReady("no model is configured or downloaded".into()))?;
-        let info = engine.model().map_err(|e| NoSuggestion::NotReady(e.to_string()))?;
+        let engine = engine
+            .ok_or_else(|| NoSuggestion::NotReady("no model is configured or downloaded".into()))?;
+        let info = engine
+            .model()
+            .map_err(|e| NoSuggestion::NotReady(e.to_string()))?;
         Ok((engine, info))
     }
 
-    fn window(&self, doc: &str, rope: &Rope, cursor: usize, info: &ModelInfo, config: &AutocompleteConfig) -> FimText {
+    fn window(
+        &self,
+        doc: &str,
+        rope: &Rope,
+        cursor: usize,
+        info: &ModelInfo,
+        config: &AutocompleteConfig,
+    ) -> FimText {
         let input = config.input_tokens.min(info.input_budget);
         let budget = WindowBudget {
             prefix_tokens: input.saturating_sub(config.suffix_tokens + SPECIAL_TOKENS),
@@ -172,7 +183,12 @@ impl CompletionService {
 
     /// Fills the engine's cache for this position and waits until it is done: what an
     /// editor's prewarm after opening a file achieves, for one-shot callers.
-    pub async fn warm(&self, doc: &str, rope: &Rope, cursor: usize) -> Result<Generation, NoSuggestion> {
+    pub async fn warm(
+        &self,
+        doc: &str,
+        rope: &Rope,
+        cursor: usize,
+    ) -> Result<Generation, NoSuggestion> {
         let config = self.config();
         let (engine, info) = self.engine()?;
         let job = CompletionJob {
@@ -182,7 +198,10 @@ impl CompletionService {
             deadline: (Instant::now() + WARM_LIMIT).into_std(),
             cancel: CancelFlag::default(),
         };
-        engine.complete(job).await.map_err(|e| NoSuggestion::EngineFailed(e.to_string()))
+        engine
+            .complete(job)
+            .await
+            .map_err(|e| NoSuggestion::EngineFailed(e.to_string()))
     }
 
     /// Drops what is cached for a closed document.
@@ -197,10 +216,17 @@ impl CompletionService {
     pub async fn complete(&self, request: CompletionRequest) -> Outcome {
         let started = Instant::now();
         let (result, model) = self.suggest(&request).await;
-        Outcome { result, model, elapsed: started.elapsed() }
+        Outcome {
+            result,
+            model,
+            elapsed: started.elapsed(),
+        }
     }
 
-    async fn suggest(&self, request: &CompletionRequest) -> (Result<Suggestion, NoSuggestion>, Option<String>) {
+    async fn suggest(
+        &self,
+        request: &CompletionRequest,
+    ) -> (Result<Suggestion, NoSuggestion>, Option<String>) {
         let config = self.config();
         if !config.enabled {
             return (Err(NoSuggestion::Disabled), None);
@@ -209,14 +235,27 @@ impl CompletionService {
         let cursor = request.cursor.min(rope.len_chars());
         let line = rope.char_to_line(cursor);
         let line_before = rope.slice(rope.line_to_char(line)..cursor).to_string();
-        let lookahead = rope.slice(cursor..(cursor + 2_000).min(rope.len_chars())).to_string();
+        let lookahead = rope
+            .slice(cursor..(cursor + 2_000).min(rope.len_chars()))
+            .to_string();
         let situation = Situation::new(&line_before, &lookahead);
         if let Some(reason) = situation.skip_reason() {
             return (Err(NoSuggestion::Skipped(reason)), None);
         }
-        let spot = Spot { line, line_count: rope.len_lines(), line_before: &line_before, line_after: &situation.line_after };
+        let spot = Spot {
+            line,
+            line_count: rope.len_lines(),
+            line_before: &line_before,
+            line_after: &situation.line_after,
+        };
         if let Some(rest) = self.type_through.lookup(&request.doc, spot) {
-            return (Ok(Suggestion { text: rest, origin: Origin::TypeThrough }), None);
+            return (
+                Ok(Suggestion {
+                    text: rest,
+                    origin: Origin::TypeThrough,
+                }),
+                None,
+            );
         }
         let (engine, info) = match self.engine() {
             Ok(ready) => ready,
@@ -224,7 +263,10 @@ impl CompletionService {
         };
         let model = Some(info.name.clone());
         let text = self.window(&request.doc, rope, cursor, &info, &config);
-        if let Some(previous) = self.inflight.insert(request.doc.clone(), request.cancel.clone()) {
+        if let Some(previous) = self
+            .inflight
+            .insert(request.doc.clone(), request.cancel.clone())
+        {
             previous.cancel();
         }
         let rule = situation.clone();
@@ -232,17 +274,29 @@ impl CompletionService {
             text: text.clone(),
             max_tokens: config.output_tokens,
             stop: Box::new(move |generated| rule.boundary(generated).is_some()),
-            deadline: request.deadline.checked_sub(ENGINE_MARGIN).unwrap_or(request.deadline).into_std(),
+            deadline: request
+                .deadline
+                .checked_sub(ENGINE_MARGIN)
+                .unwrap_or(request.deadline)
+                .into_std(),
             cancel: request.cancel.clone(),
         };
         let answer = tokio::time::timeout_at(request.deadline, engine.complete(job)).await;
-        self.inflight.remove_if(&request.doc, |_, flag| flag.is_same(&request.cancel));
+        self.inflight
+            .remove_if(&request.doc, |_, flag| flag.is_same(&request.cancel));
         let generation = match answer {
             Err(_elapsed) => {
                 request.cancel.cancel();
                 return (Err(NoSuggestion::DeadlineMissed), model);
             }
-            Ok(Err(EngineError::Loading)) => return (Err(NoSuggestion::NotReady("the local model is still loading".into())), model),
+            Ok(Err(EngineError::Loading)) => {
+                return (
+                    Err(NoSuggestion::NotReady(
+                        "the local model is still loading".into(),
+                    )),
+                    model,
+                );
+            }
             Ok(Err(e)) => return (Err(NoSuggestion::EngineFailed(e.to_string())), model),
             Ok(Ok(generation)) => generation,
         };
@@ -253,13 +307,23 @@ impl CompletionService {
             StopReason::EndOfText | StopReason::Rule => false,
         };
         let Some(suggestion) = situation.finish(&generation.text, truncated) else {
+            tracing::debug!(raw = ?generation.text, stop = ?generation.stop, "nothing useful in the generation");
             return (Err(NoSuggestion::Empty), model);
         };
         self.type_through.remember(&request.doc, spot, &suggestion);
         if config.precompute_next {
-            engine.prewarm(FimText { prefix: format!("{}{suggestion}", text.prefix), suffix: text.suffix });
+            engine.prewarm(FimText {
+                prefix: format!("{}{suggestion}", text.prefix),
+                suffix: text.suffix,
+            });
         }
-        (Ok(Suggestion { text: suggestion, origin: Origin::Model(generation) }), model)
+        (
+            Ok(Suggestion {
+                text: suggestion,
+                origin: Origin::Model(generation),
+            }),
+            model,
+        )
     }
 }
 
@@ -276,7 +340,10 @@ mod tests {
     }
 
     impl FimEngine for StalledEngine {
-        fn complete(&self, job: CompletionJob) -> BoxFuture<'static, Result<Generation, EngineError>> {
+        fn complete(
+            &self,
+            job: CompletionJob,
+        ) -> BoxFuture<'static, Result<Generation, EngineError>> {
             self.jobs.lock().unwrap().push(job.cancel.clone());
             Box::pin(futures::future::pending())
         }
@@ -302,7 +369,13 @@ mod tests {
     fn request(doc: &str, text: &str, deadline: Instant) -> CompletionRequest {
         let rope = Rope::from_str(text);
         let cursor = rope.len_chars();
-        CompletionRequest { doc: doc.into(), rope, cursor, deadline, cancel: CancelFlag::default() }
+        CompletionRequest {
+            doc: doc.into(),
+            rope,
+            cursor,
+            deadline,
+            cancel: CancelFlag::default(),
+        }
     }
 
     #[tokio::test(start_paused = true)]
@@ -310,10 +383,19 @@ mod tests {
         let engine = Arc::new(StalledEngine::default());
         let service = service_with(engine.clone());
         let started = Instant::now();
-        let outcome = service.complete(request("a.rs", "fn main() {\n    let x = ", started + Duration::from_millis(1000))).await;
+        let outcome = service
+            .complete(request(
+                "a.rs",
+                "fn main() {\n    let x = ",
+                started + Duration::from_millis(1000),
+            ))
+            .await;
         assert_eq!(outcome.result.unwrap_err(), NoSuggestion::DeadlineMissed);
         assert_eq!(started.elapsed(), Duration::from_millis(1000));
-        assert!(engine.jobs.lock().unwrap()[0].is_cancelled(), "engine work is cancelled");
+        assert!(
+            engine.jobs.lock().unwrap()[0].is_cancelled(),
+            "engine work is cancelled"
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -323,7 +405,11 @@ mod tests {
         let deadline = Instant::now() + Duration::from_millis(1000);
         let first = tokio::spawn({
             let service = service.clone();
-            async move { service.complete(request("a.rs", "let x = ", deadline)).await }
+            async move {
+                service
+                    .complete(request("a.rs", "let x = ", deadline))
+                    .await
+            }
         });
         tokio::task::yield_now().await;
         let second = service.complete(request("a.rs", "let x = 1", deadline));
@@ -332,14 +418,23 @@ mod tests {
         first.await.unwrap();
         let jobs = engine.jobs.lock().unwrap();
         assert_eq!(jobs.len(), 3);
-        assert!(jobs[0].is_cancelled(), "superseded by the newer a.rs request");
+        assert!(
+            jobs[0].is_cancelled(),
+            "superseded by the newer a.rs request"
+        );
     }
 
     #[tokio::test(start_paused = true)]
     async fn no_engine_answers_at_once() {
         let service = CompletionService::new(AutocompleteConfig::default());
         let started = Instant::now();
-        let outcome = service.complete(request("a.rs", "let x = ", started + Duration::from_secs(1))).await;
+        let outcome = service
+            .complete(request(
+                "a.rs",
+                "let x = ",
+                started + Duration::from_secs(1),
+            ))
+            .await;
         assert!(matches!(outcome.result, Err(NoSuggestion::NotReady(_))));
         assert_eq!(started.elapsed(), Duration::ZERO);
     }
@@ -349,8 +444,17 @@ mod tests {
         let engine = Arc::new(StalledEngine::default());
         let service = service_with(engine.clone());
         let rope = Rope::from_str("let value = 1;");
-        let req = CompletionRequest { doc: "a.rs".into(), rope, cursor: 7, deadline: Instant::now() + Duration::from_secs(1), cancel: CancelFlag::default() };
-        assert!(matches!(service.complete(req).await.result, Err(NoSuggestion::Skipped(_))));
+        let req = CompletionRequest {
+            doc: "a.rs".into(),
+            rope,
+            cursor: 7,
+            deadline: Instant::now() + Duration::from_secs(1),
+            cancel: CancelFlag::default(),
+        };
+        assert!(matches!(
+            service.complete(req).await.result,
+            Err(NoSuggestion::Skipped(_))
+        ));
         assert!(engine.jobs.lock().unwrap().is_empty());
     }
 }

@@ -18,7 +18,10 @@ fn is_word_char(c: char) -> bool {
 }
 
 fn indent_width(line: &str) -> usize {
-    line.chars().take_while(|c| *c == ' ' || *c == '\t').map(|c| if c == '\t' { 4 } else { 1 }).sum()
+    line.chars()
+        .take_while(|c| *c == ' ' || *c == '\t')
+        .map(|c| if c == '\t' { 4 } else { 1 })
+        .sum()
 }
 
 const OPENERS: [char; 4] = ['{', '(', '[', ':'];
@@ -29,10 +32,19 @@ impl Situation {
     pub fn new(line_before: &str, suffix: &str) -> Situation {
         let mut rest = suffix.split('\n');
         let line_after = rest.next().unwrap_or("").trim_end_matches('\r').to_owned();
-        let next_line = rest.map(|l| l.trim_end_matches('\r')).find(|l| !l.trim().is_empty()).map(str::to_owned);
+        let next_line = rest
+            .map(|l| l.trim_end_matches('\r'))
+            .find(|l| !l.trim().is_empty())
+            .map(str::to_owned);
         let before = line_before.trim_end();
-        let single_line = !line_after.trim().is_empty() || !(before.is_empty() || before.ends_with(OPENERS));
-        Situation { line_before: line_before.to_owned(), line_after, next_line, single_line }
+        let single_line =
+            !line_after.trim().is_empty() || !(before.is_empty() || before.ends_with(OPENERS));
+        Situation {
+            line_before: line_before.to_owned(),
+            line_after,
+            next_line,
+            single_line,
+        }
     }
 
     /// Why no completion should be offered here, if so.
@@ -59,7 +71,11 @@ impl Situation {
             let content = line.trim_end();
             let is_first = i == 0;
             if !is_first && !content.trim().is_empty() {
-                if self.next_line.as_deref().is_some_and(|next| next.trim() == content.trim()) {
+                if self
+                    .next_line
+                    .as_deref()
+                    .is_some_and(|next| next.trim() == content.trim())
+                {
                     return Some(offset);
                 }
                 if indent_width(content) < base_indent {
@@ -84,7 +100,9 @@ impl Situation {
             return Some(indent_width(&self.line_before) + indent_width(first));
         }
         // The first line continues the cursor's line; the scope shows on the next one.
-        lines.find(|l| l.ends_with('\n') && !l.trim().is_empty()).map(indent_width)
+        lines
+            .find(|l| l.ends_with('\n') && !l.trim().is_empty())
+            .map(indent_width)
     }
 
     /// The suggestion to show, or `None` when nothing useful remains.
@@ -93,13 +111,17 @@ impl Situation {
     pub fn finish(&self, text: &str, truncated: bool) -> Option<String> {
         let mut text = match self.boundary(text) {
             Some(end) => &text[..end],
-            None if truncated && !self.single_line => text.rfind('\n').map_or(text, |end| &text[..end]),
+            None if truncated && !self.single_line => {
+                text.rfind('\n').map_or(text, |end| &text[..end])
+            }
             None => text,
         };
         if self.single_line {
             text = text.split('\n').next().unwrap_or("");
             text = strip_suffix_overlap(text, self.line_after.trim_end());
-        } else if let (Some(next), Some(last_start)) = (&self.next_line, text.trim_end().rfind('\n')) {
+        } else if let (Some(next), Some(last_start)) =
+            (&self.next_line, text.trim_end().rfind('\n'))
+        {
             // The closing line the document already has.
             if text[last_start..].trim() == next.trim() {
                 text = &text[..last_start];
@@ -133,7 +155,11 @@ mod tests {
 
     #[test]
     fn mid_word_with_text_to_the_right_is_skipped() {
-        assert!(Situation::new("    let val", "ue = 1;\n").skip_reason().is_some());
+        assert!(
+            Situation::new("    let val", "ue = 1;\n")
+                .skip_reason()
+                .is_some()
+        );
         assert!(Situation::new("    let val", "\n").skip_reason().is_none());
         assert!(Situation::new("    foo(", "bar)\n").skip_reason().is_none());
     }
@@ -158,7 +184,10 @@ mod tests {
     fn multi_line_stops_when_leaving_the_indentation_scope() {
         let s = Situation::new("fn main() {", "\n");
         let text = "\n    let x = 1;\n    x + 1\n}\n\nfn other() {\n";
-        assert_eq!(s.finish(text, false).as_deref(), Some("\n    let x = 1;\n    x + 1\n}"));
+        assert_eq!(
+            s.finish(text, false).as_deref(),
+            Some("\n    let x = 1;\n    x + 1\n}")
+        );
     }
 
     #[test]
@@ -171,7 +200,10 @@ mod tests {
     #[test]
     fn truncated_multi_line_keeps_only_complete_lines() {
         let s = Situation::new("    ", "\n");
-        assert_eq!(s.finish("let a = 1;\n    let b = fo", true).as_deref(), Some("let a = 1;"));
+        assert_eq!(
+            s.finish("let a = 1;\n    let b = fo", true).as_deref(),
+            Some("let a = 1;")
+        );
     }
 
     #[test]

@@ -46,7 +46,10 @@ impl TypeThrough {
     /// and nothing else in the document around it changed.
     pub fn lookup(&self, doc: &str, spot: Spot) -> Option<String> {
         let shown = self.shown.get(doc)?;
-        if shown.line != spot.line || shown.line_count != spot.line_count || shown.line_after != spot.line_after {
+        if shown.line != spot.line
+            || shown.line_count != spot.line_count
+            || shown.line_after != spot.line_after
+        {
             return None;
         }
         let typed = spot.line_before.strip_prefix(shown.line_before.as_str())?;
@@ -60,14 +63,22 @@ mod tests {
     use super::*;
 
     fn spot(before: &str) -> Spot<'_> {
-        Spot { line: 3, line_count: 10, line_before: before, line_after: "" }
+        Spot {
+            line: 3,
+            line_count: 10,
+            line_before: before,
+            line_after: "",
+        }
     }
 
     #[test]
     fn typing_the_suggestion_answers_with_its_rest() {
         let cache = TypeThrough::default();
         cache.remember("a.rs", spot("let x = "), "compute(1, 2);");
-        assert_eq!(cache.lookup("a.rs", spot("let x = comp")).as_deref(), Some("ute(1, 2);"));
+        assert_eq!(
+            cache.lookup("a.rs", spot("let x = comp")).as_deref(),
+            Some("ute(1, 2);")
+        );
     }
 
     #[test]
@@ -76,7 +87,10 @@ mod tests {
         cache.remember("a.rs", spot("let x = "), "compute(1, 2);");
         assert_eq!(cache.lookup("a.rs", spot("let x = cx")), None);
         assert_eq!(cache.lookup("a.rs", spot("let x")), None);
-        let other_line = Spot { line: 4, ..spot("let x = c") };
+        let other_line = Spot {
+            line: 4,
+            ..spot("let x = c")
+        };
         assert_eq!(cache.lookup("a.rs", other_line), None);
         assert_eq!(cache.lookup("b.rs", spot("let x = c")), None);
     }

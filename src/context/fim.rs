@@ -31,7 +31,12 @@ pub struct Window {
 
 /// The window around `cursor` (a char index). `previous_anchor` is the anchor this
 /// document used last time; it is kept while the prefix from it still fits.
-pub fn window(rope: &Rope, cursor: usize, budget: WindowBudget, previous_anchor: Option<usize>) -> Window {
+pub fn window(
+    rope: &Rope,
+    cursor: usize,
+    budget: WindowBudget,
+    previous_anchor: Option<usize>,
+) -> Window {
     let cursor = cursor.min(rope.len_chars());
     let max_prefix = budget.prefix_tokens * CHARS_PER_TOKEN;
     let cursor_line = rope.char_to_line(cursor);
@@ -49,7 +54,9 @@ pub fn window(rope: &Rope, cursor: usize, budget: WindowBudget, previous_anchor:
         }
     };
     // A single line longer than the budget: cut inside it.
-    let prefix_start = rope.line_to_char(anchor_line).max(cursor.saturating_sub(max_prefix));
+    let prefix_start = rope
+        .line_to_char(anchor_line)
+        .max(cursor.saturating_sub(max_prefix));
     let suffix_end = (cursor + budget.suffix_tokens * CHARS_PER_TOKEN).min(rope.len_chars());
     Window {
         text: FimText {
@@ -68,7 +75,10 @@ mod tests {
         (0..n).map(|i| format!("line {i:04}\n")).collect()
     }
 
-    const BUDGET: WindowBudget = WindowBudget { prefix_tokens: 100, suffix_tokens: 10 };
+    const BUDGET: WindowBudget = WindowBudget {
+        prefix_tokens: 100,
+        suffix_tokens: 10,
+    };
 
     #[test]
     fn window_starts_at_a_line_and_fits_the_budget() {
@@ -77,7 +87,11 @@ mod tests {
         let w = window(&rope, cursor, BUDGET, None);
         assert!(w.text.prefix.starts_with("line "));
         assert!(w.text.prefix.len() <= 300);
-        assert!(w.text.prefix.len() >= 200, "uses most of the budget: {}", w.text.prefix.len());
+        assert!(
+            w.text.prefix.len() >= 200,
+            "uses most of the budget: {}",
+            w.text.prefix.len()
+        );
         assert_eq!(w.text.suffix, "line 0150\nline 0151\nline 0152\n");
     }
 
@@ -85,9 +99,19 @@ mod tests {
     fn anchor_stays_while_typing_and_moves_when_the_prefix_outgrows_it() {
         let rope = Rope::from_str(&numbered_lines(200));
         let first = window(&rope, rope.line_to_char(150), BUDGET, None);
-        let next = window(&rope, rope.line_to_char(152), BUDGET, Some(first.anchor_line));
+        let next = window(
+            &rope,
+            rope.line_to_char(152),
+            BUDGET,
+            Some(first.anchor_line),
+        );
         assert_eq!(next.anchor_line, first.anchor_line);
-        let far = window(&rope, rope.line_to_char(190), BUDGET, Some(first.anchor_line));
+        let far = window(
+            &rope,
+            rope.line_to_char(190),
+            BUDGET,
+            Some(first.anchor_line),
+        );
         assert!(far.anchor_line > first.anchor_line);
     }
 

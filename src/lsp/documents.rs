@@ -53,7 +53,12 @@ pub struct DocumentStore {
 
 impl DocumentStore {
     pub fn open(&self, uri: Uri, text: &str, version: i32, language_id: String) {
-        let document = Document { rope: Rope::from_str(text), version, language_id, last_edit: None };
+        let document = Document {
+            rope: Rope::from_str(text),
+            version,
+            language_id,
+            last_edit: None,
+        };
         self.docs.insert(uri, document);
     }
 
@@ -63,7 +68,10 @@ impl DocumentStore {
 
     /// A cheap copy (ropes share structure) that later edits won't disturb.
     pub fn get(&self, uri: &Uri) -> Result<Document, DocumentError> {
-        self.docs.get(uri).map(|d| d.clone()).ok_or_else(|| DocumentError::Unknown(uri.as_str().to_owned()))
+        self.docs
+            .get(uri)
+            .map(|d| d.clone())
+            .ok_or_else(|| DocumentError::Unknown(uri.as_str().to_owned()))
     }
 
     /// Applies one `didChange`. All edits or none: a bad range leaves the document as it was.
@@ -74,17 +82,28 @@ impl DocumentStore {
         changes: Vec<TextDocumentContentChangeEvent>,
         encoding: PositionEncoding,
     ) -> Result<(), DocumentError> {
-        let mut doc = self.docs.get_mut(uri).ok_or_else(|| DocumentError::Unknown(uri.as_str().to_owned()))?;
+        let mut doc = self
+            .docs
+            .get_mut(uri)
+            .ok_or_else(|| DocumentError::Unknown(uri.as_str().to_owned()))?;
         if version <= doc.version {
-            return Err(DocumentError::StaleVersion { uri: uri.as_str().to_owned(), got: version, have: doc.version });
+            return Err(DocumentError::StaleVersion {
+                uri: uri.as_str().to_owned(),
+                got: version,
+                have: doc.version,
+            });
         }
         let mut rope = doc.rope.clone();
         let mut last_edit = doc.last_edit;
         for change in changes {
             match change.range {
                 Some(range) => {
-                    let range_error = |source| DocumentError::Range { uri: uri.as_str().to_owned(), source };
-                    let start = position::to_char(&rope, range.start, encoding).map_err(range_error)?;
+                    let range_error = |source| DocumentError::Range {
+                        uri: uri.as_str().to_owned(),
+                        source,
+                    };
+                    let start =
+                        position::to_char(&rope, range.start, encoding).map_err(range_error)?;
                     let end = position::to_char(&rope, range.end, encoding).map_err(range_error)?;
                     let (start, end) = (start.min(end), start.max(end));
                     rope.remove(start..end);
@@ -125,7 +144,14 @@ mod tests {
     fn incremental_edits_apply_in_order_and_track_the_edit_position() {
         let store = DocumentStore::default();
         store.open(uri(), "fn main() {\n}\n", 1, "rust".into());
-        store.change(&uri(), 2, vec![edit(0, 11, 0, 11, "\n    let"), edit(1, 7, 1, 7, " x")], PositionEncoding::Utf16).unwrap();
+        store
+            .change(
+                &uri(),
+                2,
+                vec![edit(0, 11, 0, 11, "\n    let"), edit(1, 7, 1, 7, " x")],
+                PositionEncoding::Utf16,
+            )
+            .unwrap();
         let doc = store.get(&uri()).unwrap();
         assert_eq!(doc.rope.to_string(), "fn main() {\n    let x\n}\n");
         assert_eq!(doc.version, 2);
@@ -136,8 +162,22 @@ mod tests {
     fn stale_version_changes_nothing() {
         let store = DocumentStore::default();
         store.open(uri(), "abc", 5, "rust".into());
-        let err = store.change(&uri(), 5, vec![edit(0, 0, 0, 0, "x")], PositionEncoding::Utf16).unwrap_err();
-        assert!(matches!(err, DocumentError::StaleVersion { got: 5, have: 5, .. }));
+        let err = store
+            .change(
+                &uri(),
+                5,
+                vec![edit(0, 0, 0, 0, "x")],
+                PositionEncoding::Utf16,
+            )
+            .unwrap_err();
+        assert!(matches!(
+            err,
+            DocumentError::StaleVersion {
+                got: 5,
+                have: 5,
+                ..
+            }
+        ));
         assert_eq!(store.get(&uri()).unwrap().rope.to_string(), "abc");
     }
 
@@ -146,7 +186,12 @@ mod tests {
         let store = DocumentStore::default();
         store.open(uri(), "abc", 1, "rust".into());
         let err = store
-            .change(&uri(), 2, vec![edit(0, 0, 0, 0, "x"), edit(9, 0, 9, 0, "y")], PositionEncoding::Utf16)
+            .change(
+                &uri(),
+                2,
+                vec![edit(0, 0, 0, 0, "x"), edit(9, 0, 9, 0, "y")],
+                PositionEncoding::Utf16,
+            )
             .unwrap_err();
         assert!(err.to_string().contains("past the end"), "{err}");
         let doc = store.get(&uri()).unwrap();
@@ -156,6 +201,12 @@ mod tests {
     #[test]
     fn unknown_document_is_a_clear_error() {
         let store = DocumentStore::default();
-        assert!(store.get(&uri()).unwrap_err().to_string().contains("never opened"));
+        assert!(
+            store
+                .get(&uri())
+                .unwrap_err()
+                .to_string()
+                .contains("never opened")
+        );
     }
 }

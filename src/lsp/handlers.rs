@@ -45,19 +45,30 @@ impl Backend {
         let outcome = self.completion.complete(request).await;
         let elapsed_ms = outcome.elapsed.as_secs_f64() * 1e3;
         match &outcome.result {
-            Ok(Suggestion { origin: Origin::Model(g), text }) => tracing::debug!(
+            Ok(Suggestion {
+                origin: Origin::Model(g),
+                text,
+            }) => tracing::debug!(
                 elapsed_ms, prompt = g.prompt_tokens, decoded = g.tokens_decoded, generated = g.tokens_generated,
                 stop = ?g.stop, chars = text.len(), "completion"
             ),
-            Ok(Suggestion { origin: Origin::TypeThrough, .. }) => tracing::debug!(elapsed_ms, "completion from type-through"),
+            Ok(Suggestion {
+                origin: Origin::TypeThrough,
+                ..
+            }) => tracing::debug!(elapsed_ms, "completion from type-through"),
             Err(reason) => tracing::debug!(elapsed_ms, "no completion: {reason}"),
         }
         Ok(outcome.result.ok())
     }
 
-    pub async fn inline_completion(&self, params: InlineCompletionParams) -> Result<Option<InlineCompletionResponse>> {
+    pub async fn inline_completion(
+        &self,
+        params: InlineCompletionParams,
+    ) -> Result<Option<InlineCompletionResponse>> {
         let at = params.text_document_position.position;
-        let suggestion = self.suggest(&params.text_document_position.text_document.uri, at).await?;
+        let suggestion = self
+            .suggest(&params.text_document_position.text_document.uri, at)
+            .await?;
         // An empty range at the cursor: clients that replace the range and clients
         // that insert at the cursor end up with the same text.
         let items = suggestion
@@ -70,25 +81,41 @@ impl Backend {
             })
             .into_iter()
             .collect();
-        Ok(Some(InlineCompletionResponse::List(InlineCompletionList { items })))
+        Ok(Some(InlineCompletionResponse::List(InlineCompletionList {
+            items,
+        })))
     }
 
-    pub(super) async fn completion_items(&self, params: CompletionParams) -> Result<Option<CompletionResponse>> {
+    pub(super) async fn completion_items(
+        &self,
+        params: CompletionParams,
+    ) -> Result<Option<CompletionResponse>> {
         let uri = params.text_document_position.text_document.uri;
         let at = params.text_document_position.position;
         let Some(suggestion) = self.suggest(&uri, at).await? else {
-            return Ok(Some(CompletionResponse::List(CompletionList { is_incomplete: true, items: vec![] })));
+            return Ok(Some(CompletionResponse::List(CompletionList {
+                is_incomplete: true,
+                items: vec![],
+            })));
         };
         // The edit starts at the word being typed so the client's filter matches it.
         let doc = self.documents.get(&uri).map_err(invalid_params)?;
         let cursor = position::to_char(&doc.rope, at, self.encoding()).map_err(invalid_params)?;
         let line_start = doc.rope.line_to_char(doc.rope.char_to_line(cursor));
         let before: Vec<char> = doc.rope.slice(line_start..cursor).chars().collect();
-        let word_len = before.iter().rev().take_while(|c| c.is_alphanumeric() || **c == '_').count();
+        let word_len = before
+            .iter()
+            .rev()
+            .take_while(|c| c.is_alphanumeric() || **c == '_')
+            .count();
         let word: String = before[before.len() - word_len..].iter().collect();
         let start = position::from_char(&doc.rope, cursor - word_len, self.encoding());
         let new_text = format!("{word}{}", suggestion.text);
-        let first_line = new_text.lines().find(|l| !l.trim().is_empty()).unwrap_or("").trim();
+        let first_line = new_text
+            .lines()
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or("")
+            .trim();
         let label: String = first_line.chars().take(LABEL_CHARS).collect();
         let item = CompletionItem {
             label,
@@ -101,10 +128,16 @@ impl Backend {
             filter_text: Some(new_text.clone()),
             sort_text: Some("0".into()),
             insert_text_format: Some(InsertTextFormat::PLAIN_TEXT),
-            text_edit: Some(CompletionTextEdit::Edit(TextEdit { range: Range::new(start, at), new_text })),
+            text_edit: Some(CompletionTextEdit::Edit(TextEdit {
+                range: Range::new(start, at),
+                new_text,
+            })),
             ..Default::default()
         };
         // Incomplete: the client asks again as the user types, reaching type-through.
-        Ok(Some(CompletionResponse::List(CompletionList { is_incomplete: true, items: vec![item] })))
+        Ok(Some(CompletionResponse::List(CompletionList {
+            is_incomplete: true,
+            items: vec![item],
+        })))
     }
 }

@@ -23,7 +23,8 @@ pub async fn load(client: Client, service: Arc<CompletionService>, config: Confi
     };
     let (events, rx) = mpsc::unbounded_channel();
     let reporter = tokio::spawn(drive_download_progress(client.clone(), rx, progress));
-    let present = local_setup::ensure_present(&model, config.local.auto_pull, &ChannelProgress(events)).await;
+    let present =
+        local_setup::ensure_present(&model, config.local.auto_pull, &ChannelProgress(events)).await;
     let _ = reporter.await;
     let path = match present {
         Ok(path) => path,
@@ -34,7 +35,12 @@ pub async fn load(client: Client, service: Arc<CompletionService>, config: Confi
     service.set_engine(Some(Arc::new(engine.clone())));
     let title = format!("switchyard: loading {}", model.name);
     let ongoing = match progress && create_token(&client, "switchyard/model-load").await {
-        true => Some(client.progress(token("switchyard/model-load"), title).begin().await),
+        true => Some(
+            client
+                .progress(token("switchyard/model-load"), title)
+                .begin()
+                .await,
+        ),
         false => None,
     };
     let ready = engine.wait_ready().await;
@@ -91,7 +97,11 @@ impl PullProgress for ChannelProgress {
 }
 
 /// Shows a download as one `$/progress` with a percentage, reported only when it changes.
-async fn drive_download_progress(client: Client, mut rx: mpsc::UnboundedReceiver<Event>, progress: bool) {
+async fn drive_download_progress(
+    client: Client,
+    mut rx: mpsc::UnboundedReceiver<Event>,
+    progress: bool,
+) {
     let mut ongoing = None;
     let (mut total, mut done, mut shown) = (None, 0u64, u32::MAX);
     while let Some(event) = rx.recv().await {
@@ -100,14 +110,24 @@ async fn drive_download_progress(client: Client, mut rx: mpsc::UnboundedReceiver
                 total = size;
                 done = 0;
                 tracing::info!("downloading {what}");
-                if progress && ongoing.is_none() && create_token(&client, "switchyard/download").await {
+                if progress
+                    && ongoing.is_none()
+                    && create_token(&client, "switchyard/download").await
+                {
                     let title = format!("switchyard: downloading {what}");
-                    ongoing = Some(client.progress(token("switchyard/download"), title).with_percentage(0).begin().await);
+                    ongoing = Some(
+                        client
+                            .progress(token("switchyard/download"), title)
+                            .with_percentage(0)
+                            .begin()
+                            .await,
+                    );
                 }
             }
             Event::Advance(bytes) => {
                 done += bytes;
-                let percent = total.map_or(0, |t| (done.saturating_mul(100) / t.max(1)).min(100) as u32);
+                let percent =
+                    total.map_or(0, |t| (done.saturating_mul(100) / t.max(1)).min(100) as u32);
                 if let (Some(ongoing), true) = (&ongoing, percent != shown) {
                     ongoing.report(percent).await;
                     shown = percent;

@@ -2,6 +2,7 @@
 //! with `$/progress`, and configuration from the editor.
 
 pub mod documents;
+mod framing;
 mod handlers;
 mod loader;
 pub mod position;

@@ -22,10 +22,18 @@ pub struct PositionError {
 }
 
 /// Char index of `pos` in `rope`.
-pub fn to_char(rope: &Rope, pos: Position, encoding: PositionEncoding) -> Result<usize, PositionError> {
+pub fn to_char(
+    rope: &Rope,
+    pos: Position,
+    encoding: PositionEncoding,
+) -> Result<usize, PositionError> {
     let line_index = pos.line as usize;
     if line_index >= rope.len_lines() {
-        return Err(PositionError { line: pos.line, character: pos.character, lines: rope.len_lines() });
+        return Err(PositionError {
+            line: pos.line,
+            character: pos.character,
+            lines: rope.len_lines(),
+        });
     }
     let line_start = rope.line_to_char(line_index);
     let line = rope.line(line_index);
@@ -68,16 +76,31 @@ mod tests {
     fn utf16_counts_surrogate_pairs_and_utf8_counts_bytes() {
         let rope = Rope::from_str("a😀b\nx");
         // 😀 is 2 UTF-16 units and 4 UTF-8 bytes; 'b' follows it.
-        assert_eq!(to_char(&rope, Position::new(0, 3), PositionEncoding::Utf16).unwrap(), 2);
-        assert_eq!(to_char(&rope, Position::new(0, 5), PositionEncoding::Utf8).unwrap(), 2);
-        assert_eq!(from_char(&rope, 2, PositionEncoding::Utf16), Position::new(0, 3));
-        assert_eq!(from_char(&rope, 2, PositionEncoding::Utf8), Position::new(0, 5));
+        assert_eq!(
+            to_char(&rope, Position::new(0, 3), PositionEncoding::Utf16).unwrap(),
+            2
+        );
+        assert_eq!(
+            to_char(&rope, Position::new(0, 5), PositionEncoding::Utf8).unwrap(),
+            2
+        );
+        assert_eq!(
+            from_char(&rope, 2, PositionEncoding::Utf16),
+            Position::new(0, 3)
+        );
+        assert_eq!(
+            from_char(&rope, 2, PositionEncoding::Utf8),
+            Position::new(0, 5)
+        );
     }
 
     #[test]
     fn character_past_line_end_clamps_to_the_line_end() {
         let rope = Rope::from_str("ab\ncd");
-        assert_eq!(to_char(&rope, Position::new(0, 99), PositionEncoding::Utf16).unwrap(), 2);
+        assert_eq!(
+            to_char(&rope, Position::new(0, 99), PositionEncoding::Utf16).unwrap(),
+            2
+        );
     }
 
     #[test]

@@ -35,10 +35,21 @@ pub async fn serve_stdio(layers: ConfigLayers) {
     let (service, socket) = LspService::build(|client| Backend::new(client, layers))
         .custom_method("textDocument/inlineCompletion", Backend::inline_completion)
         .finish();
-    Server::new(tokio::io::stdin(), tokio::io::stdout(), socket)
-        .concurrency_level(CONCURRENCY)
-        .serve(service)
-        .await;
+    let (server_in, client_side_in) = tokio::io::duplex(1 << 16);
+    let (client_side_out, server_out) = tokio::io::duplex(1 << 16);
+    let relay = super::framing::relay(
+        tokio::io::stdin(),
+        tokio::io::stdout(),
+        client_side_in,
+        client_side_out,
+    );
+    let server = async move {
+        Server::new(server_in, server_out, socket)
+            .concurrency_level(CONCURRENCY)
+            .serve(service)
+            .await;
+    };
+    tokio::join!(relay, server);
 }
 
 impl Backend {
@@ -69,12 +80,18 @@ impl Backend {
 
     fn supports_progress(&self) -> bool {
         let caps = self.capabilities.read().expect("capabilities lock");
-        caps.window.as_ref().and_then(|w| w.work_done_progress).unwrap_or(false)
+        caps.window
+            .as_ref()
+            .and_then(|w| w.work_done_progress)
+            .unwrap_or(false)
     }
 
     fn supports_configuration(&self) -> bool {
         let caps = self.capabilities.read().expect("capabilities lock");
-        caps.workspace.as_ref().and_then(|w| w.configuration).unwrap_or(false)
+        caps.workspace
+            .as_ref()
+            .and_then(|w| w.configuration)
+            .unwrap_or(false)
     }
 
     /// Re-resolves the layers after one changed; reports errors, keeps the last good
@@ -86,7 +103,10 @@ impl Backend {
             layers.resolve()
         };
         self.report_config_errors(&errors).await;
-        let previous = std::mem::replace(&mut *self.config.write().expect("config lock"), config.clone());
+        let previous = std::mem::replace(
+            &mut *self.config.write().expect("config lock"),
+            config.clone(),
+        );
         self.completion.set_config(config.autocomplete.clone());
         let engine_changed = previous.local != config.local
             || previous.autocomplete.input_tokens != config.autocomplete.input_tokens
@@ -107,7 +127,11 @@ impl Backend {
     }
 
     fn start_engine(&self, config: Config) {
-        let (client, service, progress) = (self.client.clone(), self.completion.clone(), self.supports_progress());
+        let (client, service, progress) = (
+            self.client.clone(),
+            self.completion.clone(),
+            self.supports_progress(),
+        );
         tokio::spawn(super::loader::load(client, service, config, progress));
     }
 
@@ -115,11 +139,15 @@ impl Backend {
         if !self.supports_configuration() {
             return;
         }
-        let item = ConfigurationItem { scope_uri: None, section: Some("switchyard".into()) };
+        let item = ConfigurationItem {
+            scope_uri: None,
+            section: Some("switchyard".into()),
+        };
         match self.client.configuration(vec![item]).await {
             Ok(mut values) => {
                 let value = values.pop().unwrap_or(Value::Null);
-                self.apply_layers(|layers| layers.workspace = Some(value)).await;
+                self.apply_layers(|layers| layers.workspace = Some(value))
+                    .await;
             }
             Err(e) => tracing::warn!("workspace/configuration failed: {e}"),
         }
@@ -133,11 +161,15 @@ impl Backend {
             *entry
         };
         let debounce = Duration::from_millis(self.completion.config().prewarm_debounce_ms);
-        let Ok(doc) = self.documents.get(&uri) else { return };
+        let Ok(doc) = self.documents.get(&uri) else {
+            return;
+        };
         let (counts, service) = (self.edit_counts.clone(), self.completion.clone());
         tokio::spawn(async move {
             tokio::time::sleep(debounce).await;
-            if counts.get(&uri).is_some_and(|c| *c == count) && doc.unsuitable_for_completion().is_none() {
+            if counts.get(&uri).is_some_and(|c| *c == count)
+                && doc.unsuitable_for_completion().is_none()
+            {
                 let cursor = doc.last_edit.unwrap_or_else(|| opening_cursor(&doc.rope));
                 service.prewarm(uri.as_str(), &doc.rope, cursor);
             }
@@ -153,7 +185,10 @@ fn opening_cursor(rope: &ropey::Rope) -> usize {
 }
 
 fn negotiate_encoding(caps: &ClientCapabilities) -> PositionEncoding {
-    let offered = caps.general.as_ref().and_then(|g| g.position_encodings.as_ref());
+    let offered = caps
+        .general
+        .as_ref()
+        .and_then(|g| g.position_encodings.as_ref());
     if offered.is_some_and(|encodings| encodings.contains(&PositionEncodingKind::UTF8)) {
         PositionEncoding::Utf8
     } else {
@@ -178,14 +213,19 @@ impl LanguageServer for Backend {
             PositionEncoding::Utf16 => PositionEncodingKind::UTF16,
         };
         Ok(InitializeResult {
-            server_info: Some(ServerInfo { name: "switchyard".into(), version: Some(env!("CARGO_PKG_VERSION").into()) }),
+            server_info: Some(ServerInfo {
+                name: "switchyard".into(),
+                version: Some(env!("CARGO_PKG_VERSION").into()),
+            }),
             capabilities: ServerCapabilities {
                 position_encoding: Some(position_encoding),
-                text_document_sync: Some(TextDocumentSyncCapability::Options(TextDocumentSyncOptions {
-                    open_close: Some(true),
-                    change: Some(TextDocumentSyncKind::INCREMENTAL),
-                    ..Default::default()
-                })),
+                text_document_sync: Some(TextDocumentSyncCapability::Options(
+                    TextDocumentSyncOptions {
+                        open_close: Some(true),
+                        change: Some(TextDocumentSyncKind::INCREMENTAL),
+                        ..Default::default()
+                    },
+                )),
                 completion_provider: Some(CompletionOptions::default()),
                 inline_completion_provider: Some(OneOf::Left(true)),
                 ..Default::default()
@@ -207,19 +247,27 @@ impl LanguageServer for Backend {
 
     async fn did_open(&self, params: DidOpenTextDocumentParams) {
         let doc = params.text_document;
-        self.documents.open(doc.uri.clone(), &doc.text, doc.version, doc.language_id);
+        self.documents
+            .open(doc.uri.clone(), &doc.text, doc.version, doc.language_id);
         self.schedule_prewarm(doc.uri);
     }
 
     async fn did_change(&self, params: DidChangeTextDocumentParams) {
         // Applied before the first await: edits keep their arrival order (invariant 3).
         let uri = params.text_document.uri;
-        let applied = self.documents.change(&uri, params.text_document.version, params.content_changes, self.encoding());
+        let applied = self.documents.change(
+            &uri,
+            params.text_document.version,
+            params.content_changes,
+            self.encoding(),
+        );
         match applied {
             Ok(()) => self.schedule_prewarm(uri),
             Err(e) => {
                 tracing::warn!("{e}");
-                self.client.log_message(MessageType::WARNING, format!("switchyard: {e}")).await;
+                self.client
+                    .log_message(MessageType::WARNING, format!("switchyard: {e}"))
+                    .await;
             }
         }
     }
@@ -240,7 +288,10 @@ impl LanguageServer for Backend {
             other => Some(other),
         };
         match pushed {
-            Some(value) => self.apply_layers(|layers| layers.workspace = Some(value)).await,
+            Some(value) => {
+                self.apply_layers(|layers| layers.workspace = Some(value))
+                    .await
+            }
             None => self.fetch_workspace_configuration().await,
         }
     }

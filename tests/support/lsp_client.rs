@@ -99,14 +99,16 @@ impl LspClient {
     }
 
     pub async fn notify(&mut self, method: &str, params: Value) {
-        self.send(json!({"jsonrpc": "2.0", "method": method, "params": params})).await;
+        self.send(json!({"jsonrpc": "2.0", "method": method, "params": params}))
+            .await;
     }
 
     /// Sends a request without waiting; returns its id.
     pub async fn send_request(&mut self, method: &str, params: Value) -> i64 {
         let id = self.next_id;
         self.next_id += 1;
-        self.send(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})).await;
+        self.send(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
+            .await;
         id
     }
 
@@ -119,23 +121,37 @@ impl LspClient {
     /// The `result` of a request that must succeed.
     pub async fn call(&mut self, method: &str, params: Value) -> Value {
         let response = self.request(method, params).await;
-        assert!(response.get("error").is_none(), "{method} failed: {response}");
+        assert!(
+            response.get("error").is_none(),
+            "{method} failed: {response}"
+        );
         response["result"].clone()
     }
 
     /// Waits for the response to request `id`.
     pub async fn response(&mut self, id: i64) -> Value {
-        self.next_matching(|m| m.get("id") == Some(&json!(id)) && m.get("method").is_none()).await
+        self.next_matching(|m| m.get("id") == Some(&json!(id)) && m.get("method").is_none())
+            .await
     }
 
     /// Waits for a notification with this method satisfying `filter`.
     pub async fn notification(&mut self, method: &str, filter: impl Fn(&Value) -> bool) -> Value {
-        self.next_matching(|m| m["method"] == method && m.get("id").is_none() && filter(&m["params"])).await
+        self.next_matching(|m| {
+            m["method"] == method && m.get("id").is_none() && filter(&m["params"])
+        })
+        .await
     }
 
     /// Like [`Self::notification`], but `None` if none arrives within `wait`.
-    pub async fn maybe_notification(&mut self, method: &str, wait: Duration, filter: impl Fn(&Value) -> bool) -> Option<Value> {
-        tokio::time::timeout(wait, self.notification(method, filter)).await.ok()
+    pub async fn maybe_notification(
+        &mut self,
+        method: &str,
+        wait: Duration,
+        filter: impl Fn(&Value) -> bool,
+    ) -> Option<Value> {
+        tokio::time::timeout(wait, self.notification(method, filter))
+            .await
+            .ok()
     }
 
     async fn next_matching(&mut self, matches: impl Fn(&Value) -> bool) -> Value {
@@ -169,7 +185,8 @@ impl LspClient {
             }
             _ => Value::Null,
         };
-        self.send(json!({"jsonrpc": "2.0", "id": request["id"], "result": result})).await;
+        self.send(json!({"jsonrpc": "2.0", "id": request["id"], "result": result}))
+            .await;
     }
 
     /// `initialize` + `initialized`; returns the initialize result.
@@ -183,7 +200,8 @@ impl LspClient {
 
     pub async fn open(&mut self, uri: &str, text: &str) {
         let doc = json!({"uri": uri, "languageId": "rust", "version": 1, "text": text});
-        self.notify("textDocument/didOpen", json!({"textDocument": doc})).await;
+        self.notify("textDocument/didOpen", json!({"textDocument": doc}))
+            .await;
     }
 
     /// Waits until the local model is loaded (the loader logs it; with progress
@@ -195,7 +213,10 @@ impl LspClient {
             if log.contains("local model ready") {
                 return;
             }
-            assert!(!log.contains("local model unavailable"), "model failed to load:\n{log}");
+            assert!(
+                !log.contains("local model unavailable"),
+                "model failed to load:\n{log}"
+            );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         panic!("model did not load");
@@ -211,11 +232,19 @@ impl LspClient {
 
     /// Asks for inline completions until one has an item (the first requests on a
     /// cold cache are answered empty on time while the cache fills).
-    pub async fn inline_completion_eventually(&mut self, uri: &str, line: u32, character: u32) -> Value {
+    pub async fn inline_completion_eventually(
+        &mut self,
+        uri: &str,
+        line: u32,
+        character: u32,
+    ) -> Value {
         for _ in 0..60 {
             let response = self.inline_completion(uri, line, character).await;
             assert!(response.get("error").is_none(), "{response}");
-            if response["result"]["items"].as_array().is_some_and(|items| !items.is_empty()) {
+            if response["result"]["items"]
+                .as_array()
+                .is_some_and(|items| !items.is_empty())
+            {
                 return response["result"]["items"][0].clone();
             }
             tokio::time::sleep(Duration::from_millis(500)).await;
@@ -226,7 +255,10 @@ impl LspClient {
     pub async fn shutdown(mut self) -> std::process::ExitStatus {
         self.call("shutdown", Value::Null).await;
         self.notify("exit", Value::Null).await;
-        tokio::time::timeout(WAIT, self.child.wait()).await.expect("server did not exit").unwrap()
+        tokio::time::timeout(WAIT, self.child.wait())
+            .await
+            .expect("server did not exit")
+            .unwrap()
     }
 
     pub fn log(&self) -> String {
@@ -239,7 +271,10 @@ impl LspClient {
 }
 
 /// Parses `Content-Length` frames; anything else on stdout fails the test.
-async fn read_frames(mut stdout: BufReader<tokio::process::ChildStdout>, tx: mpsc::UnboundedSender<Value>) {
+async fn read_frames(
+    mut stdout: BufReader<tokio::process::ChildStdout>,
+    tx: mpsc::UnboundedSender<Value>,
+) {
     loop {
         let mut length = None;
         loop {
@@ -250,7 +285,10 @@ async fn read_frames(mut stdout: BufReader<tokio::process::ChildStdout>, tx: mps
             if header == "\r\n" {
                 break;
             }
-            let (name, value) = header.trim_end().split_once(": ").unwrap_or_else(|| panic!("non-protocol output on stdout: {header:?}"));
+            let (name, value) = header
+                .trim_end()
+                .split_once(": ")
+                .unwrap_or_else(|| panic!("non-protocol output on stdout: {header:?}"));
             if name.eq_ignore_ascii_case("Content-Length") {
                 length = Some(value.parse::<usize>().expect("Content-Length value"));
             }
@@ -262,5 +300,13 @@ async fn read_frames(mut stdout: BufReader<tokio::process::ChildStdout>, tx: mps
         if tx.send(message).is_err() {
             return;
         }
+    }
+}
+
+impl LspClient {
+    /// Waits for an error response with a null id (a message the server could not parse).
+    pub async fn next_error(&mut self) -> Value {
+        self.next_matching(|m| m.get("error").is_some() && m["id"].is_null())
+            .await
     }
 }

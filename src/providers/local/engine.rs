@@ -57,7 +57,8 @@ fn backend() -> Result<&'static LlamaBackend, String> {
 
 pub(super) fn run(options: EngineOptions, rx: Receiver<Job>, status: watch::Sender<EngineStatus>) {
     let started = Instant::now();
-    let loaded = backend().and_then(|backend| load_model(backend, &options.model_path).map(|m| (backend, m)));
+    let loaded = backend()
+        .and_then(|backend| load_model(backend, &options.model_path).map(|m| (backend, m)));
     let (backend, model) = match loaded {
         Ok(loaded) => loaded,
         Err(reason) => return fail(&status, rx, reason),
@@ -97,7 +98,10 @@ pub(super) fn run(options: EngineOptions, rx: Receiver<Job>, status: watch::Send
         context_tokens,
         threads,
         fim,
-        budget: PromptBudget { input: input_budget, suffix: options.budget.suffix },
+        budget: PromptBudget {
+            input: input_budget,
+            suffix: options.budget.suffix,
+        },
         reuse_cache: options.reuse_cache,
         cached: Vec::new(),
         cached_suffix: None,
@@ -142,9 +146,13 @@ fn fim_tokens(model: &LlamaModel) -> Result<FimTokens, String> {
     let vocab = model.vocab();
     let (prefix, suffix, middle) = (vocab.fim_pre().0, vocab.fim_suf().0, vocab.fim_mid().0);
     if prefix < 0 || suffix < 0 || middle < 0 {
-        return Err("the model has no fill-in-the-middle tokens; choose a coder model with FIM support".into());
+        return Err(
+            "the model has no fill-in-the-middle tokens; choose a coder model with FIM support"
+                .into(),
+        );
     }
-    let prefix_text = String::from_utf8_lossy(&vocab.token_to_piece(LlamaToken(prefix), true, None)).into_owned();
+    let prefix_text =
+        String::from_utf8_lossy(&vocab.token_to_piece(LlamaToken(prefix), true, None)).into_owned();
     Ok(FimTokens {
         prefix,
         suffix,
@@ -167,7 +175,11 @@ fn context_params(n_ctx: u32, threads: usize) -> LlamaContextParams {
 }
 
 /// Prompt tokens per second on this machine, from decoding a few chunks in a scratch context.
-fn measure_prompt_speed(backend: &LlamaBackend, model: &LlamaModel, threads: usize) -> Result<f64, String> {
+fn measure_prompt_speed(
+    backend: &LlamaBackend,
+    model: &LlamaModel,
+    threads: usize,
+) -> Result<f64, String> {
     let mut ctx = model
         .new_context(backend, context_params(4 * CHUNK as u32, threads))
         .map_err(|e| format!("creating a llama.cpp context: {e}"))?;
@@ -183,9 +195,12 @@ fn measure_prompt_speed(backend: &LlamaBackend, model: &LlamaModel, threads: usi
         }
         batch.clear();
         for (j, &t) in chunk.iter().enumerate() {
-            batch.add(t, (i * CHUNK + j) as i32, &[0], j + 1 == chunk.len()).map_err(|e| e.to_string())?;
+            batch
+                .add(t, (i * CHUNK + j) as i32, &[0], j + 1 == chunk.len())
+                .map_err(|e| e.to_string())?;
         }
-        ctx.decode(&mut batch).map_err(|e| format!("llama.cpp decode failed: {e}"))?;
+        ctx.decode(&mut batch)
+            .map_err(|e| format!("llama.cpp decode failed: {e}"))?;
     }
     let seconds = timed.map_or(1.0, |t| t.elapsed().as_secs_f64()).max(1e-6);
     Ok((tokens.len() - CHUNK.min(tokens.len())) as f64 / seconds)
@@ -238,7 +253,11 @@ impl Engine<'_> {
                     // A newer job makes this prewarm moot.
                     if self.pending.is_empty() {
                         let prompt = self.build_prompt(&text);
-                        let background = Interrupt { cancel: None, deadline: None, preemptible: true };
+                        let background = Interrupt {
+                            cancel: None,
+                            deadline: None,
+                            preemptible: true,
+                        };
                         if let Err(e) = self.sync_prompt(&prompt, &background) {
                             tracing::debug!("prewarm stopped: {e}");
                         }
@@ -277,7 +296,11 @@ impl Engine<'_> {
         }
     }
 
-    fn complete(&mut self, mut job: CompletionJob, reply: oneshot::Sender<Result<Generation, EngineError>>) {
+    fn complete(
+        &mut self,
+        mut job: CompletionJob,
+        reply: oneshot::Sender<Result<Generation, EngineError>>,
+    ) {
         let started = Instant::now();
         let mut answer = Generation {
             text: String::new(),
@@ -294,7 +317,11 @@ impl Engine<'_> {
         }
         let prompt = self.build_prompt(&job.text);
         answer.prompt_tokens = prompt.tokens.len();
-        let foreground = Interrupt { cancel: Some(&job.cancel), deadline: Some(job.deadline), preemptible: false };
+        let foreground = Interrupt {
+            cancel: Some(&job.cancel),
+            deadline: Some(job.deadline),
+            preemptible: false,
+        };
         let synced = self.sync_prompt(&prompt, &foreground);
         answer.prompt_ms = started.elapsed().as_secs_f64() * 1e3;
         match synced {
@@ -304,7 +331,11 @@ impl Engine<'_> {
                 answer.stop = StopReason::PromptDeadline;
                 let _ = reply.send(Ok(answer));
                 // Keep filling so the next keystroke finds a warm cache.
-                let background = Interrupt { cancel: None, deadline: None, preemptible: true };
+                let background = Interrupt {
+                    cancel: None,
+                    deadline: None,
+                    preemptible: true,
+                };
                 let _ = self.sync_prompt(&prompt, &background);
                 return;
             }
@@ -327,28 +358,54 @@ impl Engine<'_> {
     fn build_prompt(&self, text: &FimText) -> FimPrompt {
         let vocab = self.model.vocab();
         let to_ids = |s: &str| -> Vec<i32> {
-            vocab.tokenize(s.as_bytes(), false, false).into_iter().map(|t| t.0).collect()
+            vocab
+                .tokenize(s.as_bytes(), false, false)
+                .into_iter()
+                .map(|t| t.0)
+                .collect()
         };
-        prompt::assemble(&self.fim, &to_ids(&text.prefix), &to_ids(&text.suffix), self.budget)
+        prompt::assemble(
+            &self.fim,
+            &to_ids(&text.prefix),
+            &to_ids(&text.suffix),
+            self.budget,
+        )
     }
 
     /// Brings the KV cache to `prompt`, decoding only what the cache lacks.
     /// Returns how many tokens were decoded.
-    fn sync_prompt(&mut self, prompt: &FimPrompt, interrupt: &Interrupt) -> Result<usize, SyncError> {
+    fn sync_prompt(
+        &mut self,
+        prompt: &FimPrompt,
+        interrupt: &Interrupt,
+    ) -> Result<usize, SyncError> {
         if !self.reuse_cache {
             self.fresh_context()?;
         }
-        let plan = reuse::plan(&self.cached, self.cached_suffix, &prompt.tokens, prompt.suffix_span);
-        let mem = |e: llama_cpp_2::context::kv_cache::KvCacheConversionError| SyncError::Decode(e.to_string());
+        let plan = reuse::plan(
+            &self.cached,
+            self.cached_suffix,
+            &prompt.tokens,
+            prompt.suffix_span,
+        );
+        let mem = |e: llama_cpp_2::context::kv_cache::KvCacheConversionError| {
+            SyncError::Decode(e.to_string())
+        };
         if let Some((old, new_start)) = plan.shifted_suffix {
             // llama.cpp requires each sequence's positions to stay consecutive, so the
             // suffix waits in the parking sequence, moved to its new positions, while
             // the gap before it is decoded into the main sequence.
             let delta = new_start as i32 - old.start as i32;
-            self.ctx.copy_kv_cache_seq(MAIN, PARKED, Some(old.start as u32), Some(old.end as u32)).map_err(mem)?;
-            self.ctx.kv_cache_seq_add(PARKED, Some(old.start as u32), Some(old.end as u32), delta).map_err(mem)?;
+            self.ctx
+                .copy_kv_cache_seq(MAIN, PARKED, Some(old.start as u32), Some(old.end as u32))
+                .map_err(mem)?;
+            self.ctx
+                .kv_cache_seq_add(PARKED, Some(old.start as u32), Some(old.end as u32), delta)
+                .map_err(mem)?;
         }
-        self.ctx.kv_cache_seq_rm(MAIN, Some(plan.keep as u32), None).map_err(mem)?;
+        self.ctx
+            .kv_cache_seq_rm(MAIN, Some(plan.keep as u32), None)
+            .map_err(mem)?;
         self.cached.truncate(plan.keep);
         self.cached_suffix = None;
 
@@ -360,8 +417,11 @@ impl Engine<'_> {
             let gap = self.decode_into_cache(&prompt.tokens[..new_start], interrupt, &mut decoded);
             if gap.is_ok() {
                 let end = (new_start + shifted_len) as u32;
-                self.ctx.copy_kv_cache_seq(PARKED, MAIN, Some(new_start as u32), Some(end)).map_err(mem)?;
-                self.cached.extend_from_slice(&prompt.tokens[new_start..new_start + shifted_len]);
+                self.ctx
+                    .copy_kv_cache_seq(PARKED, MAIN, Some(new_start as u32), Some(end))
+                    .map_err(mem)?;
+                self.cached
+                    .extend_from_slice(&prompt.tokens[new_start..new_start + shifted_len]);
             }
             self.ctx.kv_cache_seq_rm(PARKED, None, None).map_err(mem)?;
             gap.map_err(|stopped| SyncError::Stopped(stopped, decoded))?;
@@ -373,7 +433,12 @@ impl Engine<'_> {
     }
 
     /// Decodes `target[self.cached.len()..]` in chunks; the last token gets logits.
-    fn decode_into_cache(&mut self, target: &[i32], interrupt: &Interrupt, decoded: &mut usize) -> Result<(), Stopped> {
+    fn decode_into_cache(
+        &mut self,
+        target: &[i32],
+        interrupt: &Interrupt,
+        decoded: &mut usize,
+    ) -> Result<(), Stopped> {
         while self.cached.len() < target.len() {
             if let Some(stopped) = self.check(interrupt) {
                 return Err(stopped);
@@ -398,13 +463,21 @@ impl Engine<'_> {
         Ok(())
     }
 
-    fn generate(&mut self, job: &mut CompletionJob, answer: &mut Generation) -> Result<(), EngineError> {
+    fn generate(
+        &mut self,
+        job: &mut CompletionJob,
+        answer: &mut Generation,
+    ) -> Result<(), EngineError> {
         let vocab = self.model.vocab();
         let mut sampler = LlamaSampler::greedy();
         let mut bytes = Vec::new();
         let room = (self.context_tokens as usize).saturating_sub(self.cached.len());
         let max_tokens = job.max_tokens.min(room);
-        let interrupt = Interrupt { cancel: Some(&job.cancel), deadline: Some(job.deadline), preemptible: false };
+        let interrupt = Interrupt {
+            cancel: Some(&job.cancel),
+            deadline: Some(job.deadline),
+            preemptible: false,
+        };
         loop {
             if answer.tokens_generated >= max_tokens {
                 answer.stop = StopReason::MaxTokens;
@@ -422,7 +495,10 @@ impl Engine<'_> {
                 None => {}
             }
             let token = sampler.sample(&self.ctx, self.logits_index);
-            if vocab.is_eog(token) || vocab.is_control(token) || [self.fim.prefix, self.fim.suffix, self.fim.middle].contains(&token.0) {
+            if vocab.is_eog(token)
+                || vocab.is_control(token)
+                || [self.fim.prefix, self.fim.suffix, self.fim.middle].contains(&token.0)
+            {
                 answer.stop = StopReason::EndOfText;
                 break;
             }
@@ -434,7 +510,9 @@ impl Engine<'_> {
                 break;
             }
             self.batch.clear();
-            let _ = self.batch.add(token, self.cached.len() as i32, &[MAIN], true);
+            let _ = self
+                .batch
+                .add(token, self.cached.len() as i32, &[MAIN], true);
             if let Err(e) = self.ctx.decode(&mut self.batch) {
                 self.reset_cache();
                 return Err(EngineError::Failed(format!("llama.cpp decode failed: {e}")));
@@ -455,7 +533,10 @@ impl Engine<'_> {
     fn fresh_context(&mut self) -> Result<(), SyncError> {
         self.ctx = self
             .model
-            .new_context(self.backend, context_params(self.context_tokens, self.threads))
+            .new_context(
+                self.backend,
+                context_params(self.context_tokens, self.threads),
+            )
             .map_err(|e| SyncError::Decode(format!("creating a llama.cpp context: {e}")))?;
         self.cached.clear();
         self.cached_suffix = None;

@@ -107,7 +107,10 @@ pub enum EngineError {
 }
 
 pub(crate) enum Job {
-    Complete(CompletionJob, oneshot::Sender<Result<Generation, EngineError>>),
+    Complete(
+        CompletionJob,
+        oneshot::Sender<Result<Generation, EngineError>>,
+    ),
     /// Decode this prompt into the cache without generating, while the user pauses.
     Prewarm(FimText),
 }

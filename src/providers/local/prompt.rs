@@ -61,7 +61,12 @@ pub struct FimPrompt {
 
 /// Assembles a prompt from tokenized prefix and suffix, keeping the prefix's end and
 /// the suffix's start (nearest the cursor) when the budget forces a cut.
-pub fn assemble(fim: &FimTokens, prefix: &[i32], suffix: &[i32], budget: PromptBudget) -> FimPrompt {
+pub fn assemble(
+    fim: &FimTokens,
+    prefix: &[i32],
+    suffix: &[i32],
+    budget: PromptBudget,
+) -> FimPrompt {
     let specials = 3 + usize::from(fim.bos.is_some());
     let room = budget.input.saturating_sub(specials);
     let suffix_len = suffix.len().min(budget.suffix).min(room / 2);
@@ -113,15 +118,34 @@ mod tests {
 
     #[test]
     fn prefix_suffix_middle_layout() {
-        let p = assemble(&QWEN, &[1, 2], &[3], PromptBudget { input: 100, suffix: 10 });
+        let p = assemble(
+            &QWEN,
+            &[1, 2],
+            &[3],
+            PromptBudget {
+                input: 100,
+                suffix: 10,
+            },
+        );
         assert_eq!(p.tokens, vec![100, 1, 2, 101, 3, 102]);
         assert_eq!(p.suffix_span, Some(SuffixSpan { start: 3, end: 5 }));
     }
 
     #[test]
     fn suffix_first_layout_for_codestral_tokens() {
-        let fim = FimTokens { order: FimOrder::from_prefix_token_text("[PREFIX]"), ..QWEN };
-        let p = assemble(&fim, &[1, 2], &[3], PromptBudget { input: 100, suffix: 10 });
+        let fim = FimTokens {
+            order: FimOrder::from_prefix_token_text("[PREFIX]"),
+            ..QWEN
+        };
+        let p = assemble(
+            &fim,
+            &[1, 2],
+            &[3],
+            PromptBudget {
+                input: 100,
+                suffix: 10,
+            },
+        );
         assert_eq!(p.tokens, vec![101, 3, 100, 1, 2, 102]);
         assert_eq!(p.suffix_span, None);
     }
@@ -130,18 +154,41 @@ mod tests {
     fn over_budget_keeps_the_text_nearest_the_cursor() {
         let prefix: Vec<i32> = (0..50).collect();
         let suffix: Vec<i32> = (50..80).collect();
-        let p = assemble(&QWEN, &prefix, &suffix, PromptBudget { input: 23, suffix: 5 });
+        let p = assemble(
+            &QWEN,
+            &prefix,
+            &suffix,
+            PromptBudget {
+                input: 23,
+                suffix: 5,
+            },
+        );
         assert_eq!(p.tokens.len(), 23);
         assert_eq!(p.tokens[1], 35, "prefix keeps its last 15 tokens");
-        assert_eq!(&p.tokens[17..22], &[50, 51, 52, 53, 54], "suffix keeps its first 5");
+        assert_eq!(
+            &p.tokens[17..22],
+            &[50, 51, 52, 53, 54],
+            "suffix keeps its first 5"
+        );
         assert_eq!((p.prefix_trimmed, p.suffix_trimmed), (35, 25));
     }
 
     #[test]
     fn bos_is_counted_in_the_budget() {
-        let fim = FimTokens { bos: Some(7), ..QWEN };
+        let fim = FimTokens {
+            bos: Some(7),
+            ..QWEN
+        };
         let prefix: Vec<i32> = (0..50).collect();
-        let p = assemble(&fim, &prefix, &[], PromptBudget { input: 10, suffix: 5 });
+        let p = assemble(
+            &fim,
+            &prefix,
+            &[],
+            PromptBudget {
+                input: 10,
+                suffix: 5,
+            },
+        );
         assert_eq!(p.tokens.len(), 10);
         assert_eq!(p.tokens[0], 7);
     }

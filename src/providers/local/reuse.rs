@@ -28,7 +28,9 @@ pub const MIN_SHIFTED_SPAN: usize = 8;
 impl ReusePlan {
     /// Tokens of the new prompt that must be decoded under this plan.
     pub fn tokens_to_decode(&self, prompt_len: usize) -> usize {
-        let shifted = self.shifted_suffix.map_or(0, |(span, _)| span.end - span.start);
+        let shifted = self
+            .shifted_suffix
+            .map_or(0, |(span, _)| span.end - span.start);
         prompt_len - self.keep - shifted
     }
 }
@@ -42,7 +44,11 @@ pub fn plan(
     prompt: &[i32],
     prompt_suffix: Option<SuffixSpan>,
 ) -> ReusePlan {
-    let common = cached.iter().zip(prompt).take_while(|(a, b)| a == b).count();
+    let common = cached
+        .iter()
+        .zip(prompt)
+        .take_while(|(a, b)| a == b)
+        .count();
     let keep = common.min(prompt.len().saturating_sub(1));
     let shifted_suffix = match (cached_suffix, prompt_suffix) {
         (Some(old), Some(new))
@@ -57,7 +63,10 @@ pub fn plan(
         }
         _ => None,
     };
-    ReusePlan { keep, shifted_suffix }
+    ReusePlan {
+        keep,
+        shifted_suffix,
+    }
 }
 
 #[cfg(test)]
@@ -83,7 +92,10 @@ mod tests {
         let new: Vec<i32> = [1, 2, 3, 4, 90, 5, 6, 7, 8, 9, 10, 11, 12, 91].to_vec();
         let plan = plan(&old, span(3, 12), &new, span(4, 13));
         assert_eq!(plan.keep, 3);
-        assert_eq!(plan.shifted_suffix, Some((SuffixSpan { start: 3, end: 12 }, 4)));
+        assert_eq!(
+            plan.shifted_suffix,
+            Some((SuffixSpan { start: 3, end: 12 }, 4))
+        );
         // the typed token and the middle marker
         assert_eq!(plan.tokens_to_decode(new.len()), 2);
     }
@@ -101,7 +113,10 @@ mod tests {
     fn short_suffix_is_not_worth_shifting() {
         let old = [1, 2, 90, 5, 91];
         let new = [1, 3, 90, 5, 91];
-        assert_eq!(plan(&old, span(2, 4), &new, span(2, 4)).shifted_suffix, None);
+        assert_eq!(
+            plan(&old, span(2, 4), &new, span(2, 4)).shifted_suffix,
+            None
+        );
     }
 
     #[test]

@@ -1,0 +1,166 @@
+//! Inline and classic completion through the real binary on the real test model.
+
+mod support;
+
+use serde_json::{Value, json};
+use support::lsp_client::{LspClient, ServerOptions};
+
+const URI: &str = "file:///work/store.rs";
+
+fn vscode_like_capabilities() -> Value {
+    json!({
+        "general": {"positionEncodings": ["utf-16"]},
+        "window": {"workDoneProgress": true},
+        "textDocument": {"inlineCompletion": {"dynamicRegistration": false}}
+    })
+}
+
+fn helix_like_capabilities() -> Value {
+    json!({
+        "general": {"positionEncodings": ["utf-8", "utf-32", "utf-16"]},
+        "textDocument": {"completion": {"completionItem": {"snippetSupport": true}}}
+    })
+}
+
+/// The sample with an empty line opened inside `purge_expired`, ready for a body.
+fn sample_with_gap() -> (String, u32, u32) {
+    let text = support::SAMPLE_RUST.replace(
+        "        let before = self.entries.len();\n",
+        "        let before = self.entries.len();\n        \n",
+    );
+    let line = text.lines().position(|l| l == "        ").unwrap() as u32;
+    (text, line, 8)
+}
+
+async fn started(capabilities: Value) -> LspClient {
+    let mut client = LspClient::spawn(ServerOptions::default()).await;
+    client
+        .initialize(capabilities, json!({"local": {"auto_pull": false}}))
+        .await;
+    client.wait_for_model().await;
+    client
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inline_completion_on_the_real_model_returns_ghost_text_at_the_cursor() {
+    let mut client = started(vscode_like_capabilities()).await;
+    let (text, line, character) = sample_with_gap();
+    client.open(URI, &text).await;
+
+    let item = client
+        .inline_completion_eventually(URI, line, character)
+        .await;
+
+    let insert = item["insertText"].as_str().unwrap();
+    assert!(!insert.trim().is_empty());
+    assert!(
+        !insert.contains("<|"),
+        "special tokens are stripped: {insert:?}"
+    );
+    let at = json!({"line": line, "character": character});
+    assert_eq!(
+        item["range"],
+        json!({"start": at, "end": at}),
+        "empty range at the cursor"
+    );
+    client.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn helix_style_completion_items_carry_the_text_edit() {
+    let mut client = started(helix_like_capabilities()).await;
+    let init_encoding = client.seen.len();
+    let _ = init_encoding;
+    let (text, line, character) = sample_with_gap();
+    client.open(URI, &text).await;
+    // Warm the cache the way typing would, then ask as Helix does.
+    client
+        .inline_completion_eventually(URI, line, character)
+        .await;
+
+    let result = client
+        .call("textDocument/completion", json!({"textDocument": {"uri": URI}, "position": {"line": line, "character": character}}))
+        .await;
+
+    assert_eq!(result["isIncomplete"], true);
+    let item = &result["items"][0];
+    let edit = &item["textEdit"];
+    assert!(!edit["newText"].as_str().unwrap().trim().is_empty());
+    assert_eq!(
+        edit["range"]["end"],
+        json!({"line": line, "character": character})
+    );
+    assert!(!item["label"].as_str().unwrap().is_empty());
+    client.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn utf8_is_negotiated_when_offered_and_utf16_otherwise() {
+    let mut utf8 = LspClient::spawn(ServerOptions::default()).await;
+    let result = utf8
+        .initialize(
+            helix_like_capabilities(),
+            json!({"local": {"auto_pull": false}}),
+        )
+        .await;
+    assert_eq!(result["capabilities"]["positionEncoding"], "utf-8");
+    assert_eq!(result["capabilities"]["inlineCompletionProvider"], true);
+    assert_eq!(
+        result["capabilities"]["textDocumentSync"]["change"], 2,
+        "incremental sync"
+    );
+    utf8.shutdown().await;
+
+    let mut utf16 = LspClient::spawn(ServerOptions::default()).await;
+    let result = utf16
+        .initialize(json!({}), json!({"local": {"auto_pull": false}}))
+        .await;
+    assert_eq!(result["capabilities"]["positionEncoding"], "utf-16");
+    utf16.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_superseded_request_is_still_answered_once() {
+    let mut client = started(vscode_like_capabilities()).await;
+    let (text, line, character) = sample_with_gap();
+    client.open(URI, &text).await;
+
+    // Cold cache: the first request is still filling when the second replaces it.
+    let first = client
+        .send_request("textDocument/inlineCompletion", json!({"textDocument": {"uri": URI}, "position": {"line": line, "character": character}, "context": {"triggerKind": 2}}))
+        .await;
+    let second = client
+        .send_request("textDocument/inlineCompletion", json!({"textDocument": {"uri": URI}, "position": {"line": line, "character": character}, "context": {"triggerKind": 2}}))
+        .await;
+
+    let first = client.response(first).await;
+    let second = client.response(second).await;
+    assert_eq!(
+        first["result"]["items"],
+        json!([]),
+        "superseded: answered empty"
+    );
+    assert!(second.get("result").is_some(), "{second}");
+    client.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_request_is_answered_with_request_cancelled() {
+    let mut client = started(vscode_like_capabilities()).await;
+    let (text, line, character) = sample_with_gap();
+    client.open(URI, &text).await;
+
+    let id = client
+        .send_request("textDocument/inlineCompletion", json!({"textDocument": {"uri": URI}, "position": {"line": line, "character": character}, "context": {"triggerKind": 2}}))
+        .await;
+    client.notify("$/cancelRequest", json!({"id": id})).await;
+
+    let response = client.response(id).await;
+    // Either the cancellation won (-32800) or the answer was already on its way.
+    let cancelled = response["error"]["code"] == -32800;
+    let answered = response["result"].is_object();
+    assert!(cancelled || answered, "{response}");
+    // The server is still serving.
+    client.inline_completion(URI, line, character).await;
+    client.shutdown().await;
+}
