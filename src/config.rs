@@ -3,16 +3,96 @@
 //! `workspace/configuration`. Each layer is validated on its own so an error names
 //! the layer (file, key, reason); a rejected layer leaves the last good config in force.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+
+use crate::task::{TaskProfile, TaskProfiles, Tier};
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
     pub local: LocalConfig,
     pub autocomplete: AutocompleteConfig,
+    /// Remote providers by name; chains refer to them as `name/model`.
+    pub providers: BTreeMap<String, ProviderConfig>,
+    pub tiers: TierChains,
+    pub tasks: TaskProfiles,
+    /// Only the local engine serves (toggled by `switchyard.toggleLocalOnly`).
+    pub local_only: bool,
+    /// The client handles `switchyard/status` notifications (editor integrations opt in).
+    pub status_notifications: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProviderKind {
+    /// The Anthropic Messages API.
+    Anthropic,
+    /// Any OpenAI-compatible chat completions API (OpenAI, OpenRouter, Ollama, llama.cpp server, vLLM).
+    Openai,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProviderConfig {
+    pub kind: ProviderKind,
+    pub base_url: String,
+    /// Environment variable holding the API key (the key itself never goes in config).
+    #[serde(default)]
+    pub api_key_env: Option<String>,
+    /// Extra request headers (OpenRouter's `HTTP-Referer`, `X-Title`).
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+}
+
+/// Ordered `provider/model` entries per tier; `local` is the local engine.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TierChains {
+    pub large: Vec<String>,
+    pub medium: Vec<String>,
+    pub small: Vec<String>,
+}
+
+impl Default for TierChains {
+    fn default() -> Self {
+        let entries = |list: &[&str]| list.iter().map(|s| s.to_string()).collect();
+        TierChains {
+            large: entries(&["anthropic/claude-sonnet-4-5", "openrouter/anthropic/claude-sonnet-4.5", "openai/gpt-5"]),
+            medium: entries(&["anthropic/claude-haiku-4-5", "openrouter/anthropic/claude-haiku-4.5", "openai/gpt-5-mini"]),
+            small: entries(&["local"]),
+        }
+    }
+}
+
+impl TierChains {
+    pub fn get(&self, tier: Tier) -> &[String] {
+        match tier {
+            Tier::Large => &self.large,
+            Tier::Medium => &self.medium,
+            Tier::Small => &self.small,
+        }
+    }
+}
+
+/// The well-known providers, usable as soon as their key is in the environment.
+pub fn default_providers() -> BTreeMap<String, ProviderConfig> {
+    let provider = |kind, base_url: &str, key: &str| ProviderConfig {
+        kind,
+        base_url: base_url.into(),
+        api_key_env: Some(key.into()),
+        headers: BTreeMap::new(),
+    };
+    let mut openrouter = provider(ProviderKind::Openai, "https://openrouter.ai/api/v1", "OPENROUTER_API_KEY");
+    openrouter.headers.insert("X-Title".into(), "switchyard".into());
+    BTreeMap::from([
+        ("anthropic".to_owned(), provider(ProviderKind::Anthropic, "https://api.anthropic.com", "ANTHROPIC_API_KEY")),
+        ("openai".to_owned(), provider(ProviderKind::Openai, "https://api.openai.com/v1", "OPENAI_API_KEY")),
+        ("openrouter".to_owned(), openrouter),
+    ])
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -60,7 +140,7 @@ impl Default for AutocompleteConfig {
             budget_ms: 1000,
             input_tokens: 2000,
             output_tokens: 200,
-            suffix_tokens: 256,
+            suffix_tokens: 128,
             prewarm_debounce_ms: 150,
             precompute_next: true,
         }
@@ -126,7 +206,7 @@ impl ConfigLayers {
                 continue;
             }
             let mut candidate = merged.clone();
-            merge(&mut candidate, layer);
+            merge(&mut candidate, &editor_spelling(layer));
             match parse(&candidate).and_then(|c| c.validate().map(|()| c)) {
                 Ok(valid) => {
                     merged = candidate;
@@ -182,11 +262,43 @@ pub fn read_file(path: &Path) -> Result<Option<(PathBuf, Value)>, ConfigError> {
     Ok(Some((path.to_owned(), json)))
 }
 
+/// Records local-only mode in the config file, keeping the rest of the file
+/// (comments, order) as it was. Written to a temp file and renamed into place.
+pub fn persist_local_only(path: &Path, on: bool) -> std::io::Result<()> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(e) => return Err(e),
+    };
+    let mut doc: toml_edit::DocumentMut = text.parse().map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, format!("{}: {e}", path.display())))?;
+    doc["local_only"] = toml_edit::value(on);
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let temp = path.with_extension("toml.tmp");
+    std::fs::write(&temp, doc.to_string())?;
+    std::fs::rename(&temp, path)
+}
+
 fn parse(value: &Value) -> Result<Config, (String, String)> {
     serde_path_to_error::deserialize(value).map_err(|e| {
         let key = e.path().to_string();
         (key, e.into_inner().to_string())
     })
+}
+
+/// Editors spell initialization options in camelCase (`statusNotifications`,
+/// as the LSP spec does); the config file uses snake_case. Accept both.
+fn editor_spelling(layer: &Value) -> Value {
+    let mut layer = layer.clone();
+    if let Value::Object(map) = &mut layer {
+        for (camel, snake) in [("statusNotifications", "status_notifications"), ("localOnly", "local_only")] {
+            if let Some(value) = map.remove(camel) {
+                map.insert(snake.to_owned(), value);
+            }
+        }
+    }
+    layer
 }
 
 /// Deep-merges `overlay` into `base`: objects merge key by key, anything else replaces.
@@ -202,7 +314,37 @@ fn merge(base: &mut Value, overlay: &Value) {
 }
 
 impl Config {
+    /// Configured providers over the well-known defaults.
+    pub fn all_providers(&self) -> BTreeMap<String, ProviderConfig> {
+        let mut all = default_providers();
+        all.extend(self.providers.clone());
+        all
+    }
+
     fn validate(&self) -> Result<(), (String, String)> {
+        let providers = self.all_providers();
+        for tier in [Tier::Large, Tier::Medium, Tier::Small] {
+            for (i, entry) in self.tiers.get(tier).iter().enumerate() {
+                let key = format!("tiers.{tier}[{i}]");
+                if entry == crate::providers::local::chat::LOCAL {
+                    continue;
+                }
+                let Some((provider, model)) = entry.split_once('/') else {
+                    return Err((key, format!("`{entry}` is not `provider/model` or `local`")));
+                };
+                if !providers.contains_key(provider) || model.is_empty() {
+                    return Err((key, format!("`{entry}` names no configured provider (known: {})", providers.keys().cloned().collect::<Vec<_>>().join(", "))));
+                }
+            }
+        }
+        for (name, provider) in &self.providers {
+            if !(provider.base_url.starts_with("http://") || provider.base_url.starts_with("https://")) {
+                return Err((format!("providers.{name}.base_url"), format!("`{}` is not an http(s) URL", provider.base_url)));
+            }
+        }
+        for (kind, profile) in [("explain", &self.tasks.explain), ("refactor", &self.tasks.refactor)] {
+            check_profile(kind, profile)?;
+        }
         let a = &self.autocomplete;
         check("autocomplete.budget_ms", a.budget_ms as usize, 50, 10_000)?;
         check("autocomplete.input_tokens", a.input_tokens, 64, 32_768)?;
@@ -222,6 +364,13 @@ impl Config {
         check("local.threads", self.local.threads, 0, 256)?;
         Ok(())
     }
+}
+
+fn check_profile(kind: &str, p: &TaskProfile) -> Result<(), (String, String)> {
+    check(&format!("tasks.{kind}.input_tokens"), p.input_tokens, 64, 1_000_000)?;
+    check(&format!("tasks.{kind}.output_tokens"), p.output_tokens, 1, 128_000)?;
+    check(&format!("tasks.{kind}.first_token_ms"), p.first_token_ms as usize, 100, 3_600_000)?;
+    check(&format!("tasks.{kind}.total_ms"), p.total_ms as usize, p.first_token_ms as usize, 3_600_000)
 }
 
 fn check(key: &str, value: usize, min: usize, max: usize) -> Result<(), (String, String)> {
@@ -313,6 +462,35 @@ mod tests {
         let err = read_file(&path).unwrap_err();
         assert_eq!(err.origin, ConfigOrigin::File(path.clone()));
         assert_eq!(err.key, "line 2");
+    }
+
+    #[test]
+    fn a_chain_entry_must_name_a_provider() {
+        let layers = ConfigLayers { workspace: Some(json!({"tiers": {"large": ["nowhere/model-x"]}})), ..Default::default() };
+        let (_, errors) = layers.resolve();
+        assert_eq!(errors[0].key, "tiers.large[0]");
+        assert!(errors[0].reason.contains("names no configured provider"), "{}", errors[0].reason);
+    }
+
+    #[test]
+    fn status_notifications_accepts_the_camel_case_option() {
+        let layers = ConfigLayers { initialization_options: Some(json!({"statusNotifications": true})), ..Default::default() };
+        let (config, errors) = layers.resolve();
+        assert!(errors.is_empty(), "{errors:?}");
+        assert!(config.status_notifications);
+    }
+
+    #[test]
+    fn local_only_is_persisted_without_losing_the_rest_of_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config.toml");
+        std::fs::write(&path, "# my settings\n[autocomplete]\nbudget_ms = 800 # fast\n").unwrap();
+        persist_local_only(&path, true).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(text.contains("# my settings") && text.contains("budget_ms = 800 # fast"), "{text}");
+        let (_, layer) = read_file(&path).unwrap().unwrap();
+        let (config, errors) = ConfigLayers { file: Some((path, layer)), ..Default::default() }.resolve();
+        assert!(errors.is_empty() && config.local_only);
     }
 
     #[test]

@@ -10,3 +10,5 @@ pub mod lsp;
 pub mod models;
 pub mod paths;
 pub mod providers;
+pub mod router;
+pub mod task;

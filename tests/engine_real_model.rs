@@ -167,3 +167,22 @@ async fn a_truncated_gguf_is_refused_without_crashing() {
     let err = engine.wait_ready().await.unwrap_err().to_string();
     assert!(err.contains("could not load"), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_warm_cache_answers_like_a_fresh_context_while_typing() {
+    let warm = LocalEngine::spawn(options());
+    warm.wait_ready().await.unwrap();
+    let mut warm_answers = Vec::new();
+    for typed in ["s", "se", "sel", "self", "self.", "self.h"] {
+        warm_answers.push(warm.complete(job(sample_text(typed), Duration::from_secs(120))).await.unwrap());
+    }
+    assert!(warm_answers[1..].iter().all(|g| g.tokens_decoded < g.prompt_tokens / 2), "typing reuses the cache");
+    drop(warm);
+
+    let fresh = LocalEngine::spawn(EngineOptions { reuse_cache: false, ..options() });
+    fresh.wait_ready().await.unwrap();
+    for (typed, warm_answer) in ["s", "se", "sel", "self", "self.", "self.h"].into_iter().zip(&warm_answers) {
+        let fresh_answer = fresh.complete(job(sample_text(typed), Duration::from_secs(120))).await.unwrap();
+        assert_eq!(warm_answer.text, fresh_answer.text, "after typing {typed:?}");
+    }
+}

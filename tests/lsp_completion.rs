@@ -69,8 +69,6 @@ async fn inline_completion_on_the_real_model_returns_ghost_text_at_the_cursor() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn helix_style_completion_items_carry_the_text_edit() {
     let mut client = started(helix_like_capabilities()).await;
-    let init_encoding = client.seen.len();
-    let _ = init_encoding;
     let (text, line, character) = sample_with_gap();
     client.open(URI, &text).await;
     // Warm the cache the way typing would, then ask as Helix does.
@@ -162,5 +160,18 @@ async fn cancel_request_is_answered_with_request_cancelled() {
     assert!(cancelled || answered, "{response}");
     // The server is still serving.
     client.inline_completion(URI, line, character).await;
+    client.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn model_loading_is_shown_as_work_done_progress() {
+    let mut client = LspClient::spawn(ServerOptions::default()).await;
+    client.initialize(vscode_like_capabilities(), json!({"local": {"auto_pull": false}})).await;
+    let begin = client.notification("$/progress", |p| p["value"]["kind"] == "begin").await;
+    assert_eq!(begin["params"]["token"], "switchyard/model-load");
+    assert!(begin["params"]["value"]["title"].as_str().unwrap().contains("loading qwen2.5-coder-0.5b-instruct"));
+    let end = client.notification("$/progress", |p| p["value"]["kind"] == "end").await;
+    assert!(end["params"]["value"]["message"].as_str().unwrap().contains("ready in"), "{end}");
+    assert!(client.seen.iter().any(|m| m["method"] == "window/workDoneProgress/create"));
     client.shutdown().await;
 }

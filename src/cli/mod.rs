@@ -29,7 +29,7 @@ pub async fn serve(config_file: Option<PathBuf>) -> ExitCode {
         version = env!("CARGO_PKG_VERSION"),
         "switchyard language server starting"
     );
-    switchyard::lsp::serve_stdio(file_layers(config_file)).await;
+    switchyard::lsp::serve_stdio(file_layers(config_file.clone()), config_file).await;
     ExitCode::SUCCESS
 }
 

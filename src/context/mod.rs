@@ -1,3 +1,4 @@
 //! Building prompts from documents.
 
+pub mod chat;
 pub mod fim;

@@ -12,11 +12,13 @@ use crate::config::Config;
 use crate::local_setup;
 use crate::models::PullProgress;
 use crate::providers::local::LocalEngine;
+use crate::providers::local::chat::EngineSlot;
 
 /// Loads the configured model and hands the engine to the completion service.
 /// Until then completions answer empty (the service reports "not ready").
-pub async fn load(client: Client, service: Arc<CompletionService>, config: Config, progress: bool) {
+pub async fn load(client: Client, service: Arc<CompletionService>, slot: EngineSlot, config: Config, progress: bool) {
     service.set_engine(None);
+    slot.set(None);
     let model = match local_setup::resolve(&config) {
         Ok(model) => model,
         Err(e) => return report_failure(&client, e.to_string()).await,
@@ -33,6 +35,7 @@ pub async fn load(client: Client, service: Arc<CompletionService>, config: Confi
 
     let engine = LocalEngine::spawn(local_setup::engine_options(&model, &path, &config));
     service.set_engine(Some(Arc::new(engine.clone())));
+    slot.set(Some(engine.clone()));
     let title = format!("switchyard: loading {}", model.name);
     let ongoing = match progress && create_token(&client, "switchyard/model-load").await {
         true => Some(

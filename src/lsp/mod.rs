@@ -1,7 +1,9 @@
 //! The language server front end: documents, completion handlers, model loading
 //! with `$/progress`, and configuration from the editor.
 
+mod actions;
 pub mod documents;
+mod edits;
 mod framing;
 mod handlers;
 mod loader;

@@ -1,5 +1,6 @@
 //! The `LanguageServer` implementation: lifecycle, document sync, configuration.
 
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
@@ -9,10 +10,18 @@ use tower_lsp_server::jsonrpc::Result;
 use tower_lsp_server::ls_types::*;
 use tower_lsp_server::{Client, LanguageServer, LspService, Server};
 
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use super::actions;
 use super::documents::DocumentStore;
 use super::position::PositionEncoding;
 use crate::completion::CompletionService;
 use crate::config::{Config, ConfigError, ConfigLayers};
+use crate::providers::local::chat::EngineSlot;
+use crate::router::Router;
+use crate::router::beacon::Beacons;
+use crate::router::status::{StatusNotification, StatusReport};
 
 /// Requests the server works on at once. Completion requests wait on the engine,
 /// and notifications queue behind them, so leave plenty of room.
@@ -28,12 +37,22 @@ pub struct Backend {
     capabilities: RwLock<ClientCapabilities>,
     /// Edits per document, so a debounced prewarm can tell whether it is stale.
     edit_counts: Arc<DashMap<Uri, u64>>,
+    /// Where `switchyard.toggleLocalOnly` persists the mode.
+    config_path: Option<PathBuf>,
+    local_engine: EngineSlot,
+    /// Health knowledge outlives routers rebuilt on configuration changes.
+    beacons: Arc<Beacons>,
+    status: watch::Sender<StatusReport>,
+    router: RwLock<Arc<Router>>,
+    /// Cancel buttons of running actions, by progress token.
+    pub(super) progress_cancels: DashMap<NumberOrString, CancellationToken>,
 }
 
 /// Runs the server on stdin/stdout until the client exits.
-pub async fn serve_stdio(layers: ConfigLayers) {
-    let (service, socket) = LspService::build(|client| Backend::new(client, layers))
+pub async fn serve_stdio(layers: ConfigLayers, config_path: Option<PathBuf>) {
+    let (service, socket) = LspService::build(|client| Backend::new(client, layers, config_path))
         .custom_method("textDocument/inlineCompletion", Backend::inline_completion)
+        .custom_method("window/workDoneProgress/cancel", Backend::cancel_progress)
         .finish();
     let (server_in, client_side_in) = tokio::io::duplex(1 << 16);
     let (client_side_out, server_out) = tokio::io::duplex(1 << 16);
@@ -53,11 +72,14 @@ pub async fn serve_stdio(layers: ConfigLayers) {
 }
 
 impl Backend {
-    fn new(client: Client, layers: ConfigLayers) -> Backend {
+    fn new(client: Client, layers: ConfigLayers, config_path: Option<PathBuf>) -> Backend {
         let (config, errors) = layers.resolve();
         for e in &errors {
             tracing::warn!("{e}");
         }
+        let (local_engine, beacons) = (EngineSlot::default(), Arc::new(Beacons::default()));
+        let status = watch::channel(StatusReport::default()).0;
+        let router = Router::new(&config, local_engine.clone(), beacons.clone(), status.clone());
         Backend {
             client,
             documents: DocumentStore::default(),
@@ -67,7 +89,68 @@ impl Backend {
             config: RwLock::new(config),
             capabilities: RwLock::new(ClientCapabilities::default()),
             edit_counts: Arc::new(DashMap::new()),
+            config_path,
+            local_engine,
+            beacons,
+            status,
+            router: RwLock::new(Arc::new(router)),
+            progress_cancels: DashMap::new(),
         }
+    }
+
+    pub(super) fn router(&self) -> Arc<Router> {
+        self.router.read().expect("router lock").clone()
+    }
+
+    fn rebuild_router(&self, config: &Config) {
+        let router = Router::new(config, self.local_engine.clone(), self.beacons.clone(), self.status.clone());
+        *self.router.write().expect("router lock") = Arc::new(router);
+    }
+
+    pub(super) fn config_path(&self) -> Option<&PathBuf> {
+        self.config_path.as_ref()
+    }
+
+    /// Keeps a toggled local-only mode when the configuration is re-resolved later.
+    pub(super) fn remember_local_only(&self, on: bool) {
+        let mut layers = self.layers.lock().expect("layers lock");
+        match (&mut layers.file, &self.config_path) {
+            (Some((_, Value::Object(file))), _) => {
+                file.insert("local_only".into(), Value::Bool(on));
+            }
+            (None, Some(path)) => layers.file = Some((path.clone(), serde_json::json!({"local_only": on}))),
+            _ => {}
+        }
+        self.config.write().expect("config lock").local_only = on;
+    }
+
+    async fn cancel_progress(&self, params: WorkDoneProgressCancelParams) {
+        if let Some((_, cancel)) = self.progress_cancels.remove(&params.token) {
+            cancel.cancel();
+        }
+    }
+
+    /// Tells the editor about status changes: `switchyard/status` to clients that
+    /// opted in, otherwise `window/showMessage` on meaningful changes only.
+    fn watch_status(&self) {
+        let (client, mut rx) = (self.client.clone(), self.status.subscribe());
+        let notify = self.config().status_notifications;
+        tokio::spawn(async move {
+            let mut before = rx.borrow_and_update().clone();
+            if notify {
+                client.send_notification::<StatusNotification>(before.clone()).await;
+            }
+            while rx.changed().await.is_ok() {
+                let now = rx.borrow_and_update().clone();
+                if notify {
+                    client.send_notification::<StatusNotification>(now.clone()).await;
+                } else if let Some(message) = now.change_message(&before) {
+                    let kind = if now.downshifted_from.is_some() { MessageType::WARNING } else { MessageType::INFO };
+                    client.show_message(kind, message).await;
+                }
+                before = now;
+            }
+        });
     }
 
     pub(super) fn encoding(&self) -> PositionEncoding {
@@ -78,7 +161,7 @@ impl Backend {
         self.config.read().expect("config lock").clone()
     }
 
-    fn supports_progress(&self) -> bool {
+    pub(super) fn supports_progress(&self) -> bool {
         let caps = self.capabilities.read().expect("capabilities lock");
         caps.window
             .as_ref()
@@ -112,6 +195,9 @@ impl Backend {
             || previous.autocomplete.input_tokens != config.autocomplete.input_tokens
             || previous.autocomplete.suffix_tokens != config.autocomplete.suffix_tokens
             || previous.autocomplete.output_tokens != config.autocomplete.output_tokens;
+        if (previous.providers, previous.tiers, previous.tasks, previous.local_only) != (config.providers.clone(), config.tiers.clone(), config.tasks.clone(), config.local_only) {
+            self.rebuild_router(&config);
+        }
         if engine_changed {
             tracing::info!("model settings changed; reloading the local engine");
             self.start_engine(config);
@@ -127,12 +213,8 @@ impl Backend {
     }
 
     fn start_engine(&self, config: Config) {
-        let (client, service, progress) = (
-            self.client.clone(),
-            self.completion.clone(),
-            self.supports_progress(),
-        );
-        tokio::spawn(super::loader::load(client, service, config, progress));
+        let (client, service, slot) = (self.client.clone(), self.completion.clone(), self.local_engine.clone());
+        tokio::spawn(super::loader::load(client, service, slot, config, self.supports_progress()));
     }
 
     async fn fetch_workspace_configuration(&self) {
@@ -206,6 +288,7 @@ impl LanguageServer for Backend {
             layers.initialization_options = params.initialization_options;
             let (config, _) = layers.resolve();
             self.completion.set_config(config.autocomplete.clone());
+            self.rebuild_router(&config);
             *self.config.write().expect("config lock") = config;
         }
         let position_encoding = match encoding {
@@ -227,6 +310,11 @@ impl LanguageServer for Backend {
                     },
                 )),
                 completion_provider: Some(CompletionOptions::default()),
+                code_action_provider: Some(CodeActionProviderCapability::Simple(true)),
+                execute_command_provider: Some(ExecuteCommandOptions {
+                    commands: actions::COMMANDS.iter().map(|c| c.to_string()).collect(),
+                    ..Default::default()
+                }),
                 inline_completion_provider: Some(OneOf::Left(true)),
                 ..Default::default()
             },
@@ -238,6 +326,7 @@ impl LanguageServer for Backend {
         let errors = self.layers.lock().expect("layers lock").resolve().1;
         self.report_config_errors(&errors).await;
         self.fetch_workspace_configuration().await;
+        self.watch_status();
         self.start_engine(self.config());
     }
 
@@ -298,5 +387,13 @@ impl LanguageServer for Backend {
 
     async fn completion(&self, params: CompletionParams) -> Result<Option<CompletionResponse>> {
         self.completion_items(params).await
+    }
+
+    async fn code_action(&self, params: CodeActionParams) -> Result<Option<CodeActionResponse>> {
+        Ok(Some(self.code_actions(params)))
+    }
+
+    async fn execute_command(&self, params: ExecuteCommandParams) -> Result<Option<Value>> {
+        self.run_command(params).await
     }
 }

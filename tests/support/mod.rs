@@ -2,6 +2,7 @@
 //! real `switchyard` binary over stdio, and the test model's location.
 #![allow(dead_code)]
 
+pub mod fake_provider;
 pub mod lsp_client;
 
 use std::path::PathBuf;

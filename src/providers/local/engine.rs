@@ -13,13 +13,13 @@ use std::num::NonZeroU32;
 use std::path::Path;
 use std::sync::OnceLock;
 use std::sync::mpsc::{Receiver, TryRecvError};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::context::params::LlamaContextParams;
 use llama_cpp_2::llama_backend::LlamaBackend;
 use llama_cpp_2::llama_batch::LlamaBatch;
-use llama_cpp_2::model::LlamaModel;
+use llama_cpp_2::model::{LlamaChatMessage, LlamaModel};
 use llama_cpp_2::model::params::LlamaModelParams;
 use llama_cpp_2::sampling::LlamaSampler;
 use llama_cpp_2::token::LlamaToken;
@@ -28,13 +28,13 @@ use tokio::sync::{oneshot, watch};
 use super::prompt::{self, FimOrder, FimPrompt, FimTokens, PromptBudget};
 use super::reuse::{self, SuffixSpan};
 use super::{
-    CompletionJob, EngineError, EngineOptions, EngineStatus, FimText, Generation, Job, ModelInfo,
+    ChatJob, CompletionJob, EngineError, EngineOptions, EngineStatus, FimText, Generation, Job, ModelInfo,
     StopReason,
 };
 use crate::cancel::CancelFlag;
 
 /// Tokens per decode call: the cancel flag and deadline are checked between chunks.
-const CHUNK: usize = 128;
+const CHUNK: usize = 32;
 /// A cold prompt should fill in the background within this long; the input budget
 /// shrinks on machines too slow for that.
 const COLD_FILL_SECONDS: f64 = 4.0;
@@ -76,7 +76,8 @@ pub(super) fn run(options: EngineOptions, rx: Receiver<Job>, status: watch::Send
         Err(reason) => return fail(&status, rx, reason),
     };
     let input_budget = sized_input_budget(options.budget.input, speed);
-    let context_tokens = (input_budget + options.max_output_tokens + CHUNK) as u32;
+    // Room for a completion or a chat answer (explain downshifted to local) after the prompt.
+    let context_tokens = (input_budget + options.max_output_tokens.max(super::CHAT_OUTPUT_TOKENS) + CHUNK) as u32;
     let params = context_params(context_tokens, threads);
     let ctx = match model.new_context(backend, params) {
         Ok(ctx) => ctx,
@@ -107,6 +108,8 @@ pub(super) fn run(options: EngineOptions, rx: Receiver<Job>, status: watch::Send
         cached_suffix: None,
         batch: LlamaBatch::new(CHUNK, 1),
         logits_index: 0,
+        chunk_cost: Duration::from_secs_f64(CHUNK as f64 / speed),
+        token_cost: Duration::from_secs_f64(4.0 / speed),
         rx,
         pending: VecDeque::new(),
     };
@@ -119,7 +122,7 @@ fn fail(status: &watch::Sender<EngineStatus>, rx: Receiver<Job>, reason: String)
     tracing::error!(%reason, "local engine unavailable");
     let _ = status.send(EngineStatus::Failed(reason.clone()));
     for job in rx {
-        if let Job::Complete(_, reply) = job {
+        if let Job::Complete(_, reply) | Job::Chat(_, reply) = job {
             let _ = reply.send(Err(EngineError::Failed(reason.clone())));
         }
     }
@@ -240,6 +243,9 @@ struct Engine<'m> {
     batch: LlamaBatch<'static>,
     /// Batch index of the last decoded token, whose logits start generation.
     logits_index: i32,
+    /// Expected time to decode a full prompt chunk, and one generated token (a running average).
+    chunk_cost: Duration,
+    token_cost: Duration,
     rx: Receiver<Job>,
     pending: VecDeque<Job>,
 }
@@ -249,6 +255,7 @@ impl Engine<'_> {
         while let Some(job) = self.next_job() {
             match job {
                 Job::Complete(job, reply) => self.complete(job, reply),
+                Job::Chat(job, reply) => self.chat(job, reply),
                 Job::Prewarm(text) => {
                     // A newer job makes this prewarm moot.
                     if self.pending.is_empty() {
@@ -284,10 +291,12 @@ impl Engine<'_> {
         }
     }
 
-    fn check(&mut self, interrupt: &Interrupt) -> Option<Stopped> {
+    /// Whether to stop before a step expected to take `next_cost`: a step that
+    /// would end past the deadline is not started, so answers arrive on time.
+    fn check(&mut self, interrupt: &Interrupt, next_cost: Duration) -> Option<Stopped> {
         if interrupt.cancel.is_some_and(CancelFlag::is_cancelled) {
             Some(Stopped::Cancelled)
-        } else if interrupt.deadline.is_some_and(|d| Instant::now() >= d) {
+        } else if interrupt.deadline.is_some_and(|d| Instant::now() + next_cost >= d) {
             Some(Stopped::Deadline)
         } else if interrupt.preemptible && self.job_arrived() {
             Some(Stopped::Preempted)
@@ -301,28 +310,70 @@ impl Engine<'_> {
         mut job: CompletionJob,
         reply: oneshot::Sender<Result<Generation, EngineError>>,
     ) {
-        let started = Instant::now();
-        let mut answer = Generation {
-            text: String::new(),
-            stop: StopReason::Cancelled,
-            tokens_generated: 0,
-            tokens_decoded: 0,
-            prompt_tokens: 0,
-            prompt_ms: 0.0,
-            generate_ms: 0.0,
-        };
         if job.cancel.is_cancelled() {
-            let _ = reply.send(Ok(answer));
+            let _ = reply.send(Ok(Generation::cancelled()));
             return;
         }
         let prompt = self.build_prompt(&job.text);
+        self.answer(&prompt, &mut job, reply);
+    }
+
+    fn chat(&mut self, job: ChatJob, reply: oneshot::Sender<Result<Generation, EngineError>>) {
+        let prompt = match self.chat_prompt(&job) {
+            Ok(prompt) => prompt,
+            Err(reason) => {
+                let _ = reply.send(Err(EngineError::Failed(reason)));
+                return;
+            }
+        };
+        let mut controls = CompletionJob {
+            text: FimText::default(),
+            max_tokens: job.max_tokens,
+            stop: Box::new(|_| false),
+            deadline: job.deadline,
+            cancel: job.cancel,
+        };
+        self.answer(&prompt, &mut controls, reply);
+    }
+
+    /// The chat prompt in the model's own template, refused when it cannot fit.
+    fn chat_prompt(&self, job: &ChatJob) -> Result<FimPrompt, String> {
+        let template = self.model.chat_template(None).map_err(|e| format!("the local model has no chat template: {e}"))?;
+        let messages = job
+            .messages
+            .iter()
+            .map(|(role, content)| LlamaChatMessage::new(role.clone(), content.clone()))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| format!("invalid chat message: {e}"))?;
+        let text = self.model.apply_chat_template(&template, &messages, true).map_err(|e| format!("applying the chat template: {e}"))?;
+        let tokens: Vec<i32> = self.model.vocab().tokenize(text.as_bytes(), false, true).into_iter().map(|t| t.0).collect();
+        if tokens.len() + job.max_tokens > self.context_tokens as usize {
+            return Err(format!(
+                "the prompt ({} tokens) and answer ({} tokens) exceed the local model's context of {} tokens",
+                tokens.len(),
+                job.max_tokens,
+                self.context_tokens
+            ));
+        }
+        Ok(FimPrompt { tokens, suffix_span: None, prefix_trimmed: 0, suffix_trimmed: 0 })
+    }
+
+    /// Processes `prompt` and generates under `job`'s controls (its FIM text is unused here).
+    fn answer(
+        &mut self,
+        prompt: &FimPrompt,
+        job: &mut CompletionJob,
+        reply: oneshot::Sender<Result<Generation, EngineError>>,
+    ) {
+        let started = Instant::now();
+        let mut answer = Generation::cancelled();
         answer.prompt_tokens = prompt.tokens.len();
         let foreground = Interrupt {
             cancel: Some(&job.cancel),
             deadline: Some(job.deadline),
             preemptible: false,
         };
-        let synced = self.sync_prompt(&prompt, &foreground);
+        let synced = self.sync_prompt(prompt, &foreground);
         answer.prompt_ms = started.elapsed().as_secs_f64() * 1e3;
         match synced {
             Ok(decoded) => answer.tokens_decoded = decoded,
@@ -336,7 +387,7 @@ impl Engine<'_> {
                     deadline: None,
                     preemptible: true,
                 };
-                let _ = self.sync_prompt(&prompt, &background);
+                let _ = self.sync_prompt(prompt, &background);
                 return;
             }
             Err(SyncError::Stopped(_, decoded)) => {
@@ -350,7 +401,7 @@ impl Engine<'_> {
             }
         }
         let generated = Instant::now();
-        let result = self.generate(&mut job, &mut answer);
+        let result = self.generate(job, &mut answer);
         answer.generate_ms = generated.elapsed().as_secs_f64() * 1e3;
         let _ = reply.send(result.map(|()| answer));
     }
@@ -426,9 +477,13 @@ impl Engine<'_> {
             self.ctx.kv_cache_seq_rm(PARKED, None, None).map_err(mem)?;
             gap.map_err(|stopped| SyncError::Stopped(stopped, decoded))?;
         }
-        self.decode_into_cache(&prompt.tokens, interrupt, &mut decoded)
-            .map_err(|stopped| SyncError::Stopped(stopped, decoded))?;
-        self.cached_suffix = prompt.suffix_span;
+        let filled = self.decode_into_cache(&prompt.tokens, interrupt, &mut decoded);
+        // A partly decoded suffix is still worth shifting next time.
+        self.cached_suffix = prompt
+            .suffix_span
+            .map(|span| SuffixSpan { start: span.start, end: span.end.min(self.cached.len()) })
+            .filter(|span| span.end > span.start);
+        filled.map_err(|stopped| SyncError::Stopped(stopped, decoded))?;
         Ok(decoded)
     }
 
@@ -440,11 +495,11 @@ impl Engine<'_> {
         decoded: &mut usize,
     ) -> Result<(), Stopped> {
         while self.cached.len() < target.len() {
-            if let Some(stopped) = self.check(interrupt) {
-                return Err(stopped);
-            }
             let start = self.cached.len();
             let end = (start + CHUNK).min(target.len());
+            if let Some(stopped) = self.check(interrupt, self.chunk_cost.mul_f64((end - start) as f64 / CHUNK as f64)) {
+                return Err(stopped);
+            }
             self.batch.clear();
             for (pos, &token) in (start..end).zip(&target[start..end]) {
                 let last = pos + 1 == target.len();
@@ -483,7 +538,7 @@ impl Engine<'_> {
                 answer.stop = StopReason::MaxTokens;
                 break;
             }
-            match self.check(&interrupt) {
+            match self.check(&interrupt, self.token_cost) {
                 Some(Stopped::Deadline) => {
                     answer.stop = StopReason::Deadline;
                     break;
@@ -513,7 +568,10 @@ impl Engine<'_> {
             let _ = self
                 .batch
                 .add(token, self.cached.len() as i32, &[MAIN], true);
-            if let Err(e) = self.ctx.decode(&mut self.batch) {
+            let decode_started = Instant::now();
+            let decoded = self.ctx.decode(&mut self.batch);
+            self.token_cost = (self.token_cost + decode_started.elapsed()) / 2;
+            if let Err(e) = decoded {
                 self.reset_cache();
                 return Err(EngineError::Failed(format!("llama.cpp decode failed: {e}")));
             }

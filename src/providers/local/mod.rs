@@ -3,6 +3,7 @@
 //! [`LocalEngine`] is a cheap handle; the model and its context live on one
 //! inference thread (`engine.rs`) that receives jobs over a channel (invariant 4).
 
+pub mod chat;
 mod engine;
 pub mod prompt;
 pub mod reuse;
@@ -106,11 +107,35 @@ pub enum EngineError {
     Stopped,
 }
 
+/// Most tokens a local chat answer may have; the context keeps room for them.
+pub const CHAT_OUTPUT_TOKENS: usize = 800;
+
+/// A chat answer from the local model (explain downshifted to the local engine).
+pub struct ChatJob {
+    /// (role, content) pairs: `system`, `user`, `assistant`.
+    pub messages: Vec<(String, String)>,
+    pub max_tokens: usize,
+    pub deadline: Instant,
+    pub cancel: CancelFlag,
+}
+
+impl Generation {
+    pub(crate) fn cancelled() -> Generation {
+        Generation {
+            text: String::new(),
+            stop: StopReason::Cancelled,
+            tokens_generated: 0,
+            tokens_decoded: 0,
+            prompt_tokens: 0,
+            prompt_ms: 0.0,
+            generate_ms: 0.0,
+        }
+    }
+}
+
 pub(crate) enum Job {
-    Complete(
-        CompletionJob,
-        oneshot::Sender<Result<Generation, EngineError>>,
-    ),
+    Complete(CompletionJob, oneshot::Sender<Result<Generation, EngineError>>),
+    Chat(ChatJob, oneshot::Sender<Result<Generation, EngineError>>),
     /// Decode this prompt into the cache without generating, while the user pauses.
     Prewarm(FimText),
 }
@@ -168,6 +193,18 @@ impl LocalEngine {
         self.jobs
             .send(Job::Complete(job, reply))
             .map_err(|_| EngineError::Stopped)?;
+        answer.await.map_err(|_| EngineError::Stopped)?
+    }
+
+    /// Answers a chat in the model's own template.
+    pub async fn chat(&self, job: ChatJob) -> Result<Generation, EngineError> {
+        match self.status() {
+            EngineStatus::Loading => return Err(EngineError::Loading),
+            EngineStatus::Failed(reason) => return Err(EngineError::Failed(reason)),
+            EngineStatus::Ready(_) => {}
+        }
+        let (reply, answer) = oneshot::channel();
+        self.jobs.send(Job::Chat(job, reply)).map_err(|_| EngineError::Stopped)?;
         answer.await.map_err(|_| EngineError::Stopped)?
     }
 

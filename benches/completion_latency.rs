@@ -1,0 +1,305 @@
+//! Completion latency on the test model: a scripted typing session over a
+//! ~1,000-token Rust file, for switchyard's engine and for a naive engine that
+//! builds a fresh context per request, in one run. Also cold first completion,
+//! model load time, and the idle RSS of a server without a model.
+//!
+//! Run: `cargo bench --bench completion_latency` (fetch the model first with
+//! `models/fetch-test-model.sh`). `NAIVE_EVERY=N` samples every Nth request for
+//! the naive engine (default 5), whose requests take seconds each.
+
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ropey::Rope;
+use switchyard::cancel::CancelFlag;
+use switchyard::completion::{CompletionRequest, CompletionService, NoSuggestion, Origin};
+use switchyard::config::Config;
+use switchyard::local_setup;
+use switchyard::providers::local::{LocalEngine, ModelInfo};
+
+const SAMPLE: &str = include_str!("../tests/support/sample.rs");
+const DOC: &str = "file:///bench/store.rs";
+
+/// One step of the typing script.
+enum Step {
+    /// Move the cursor to the start of this line's text, deleting the rest of the line.
+    ClearLineFrom { line_text: &'static str },
+    /// Type these characters one at a time, asking for a completion after each.
+    Type(&'static str),
+    /// The user pauses: the editor's debounced prewarm runs.
+    Pause,
+}
+
+/// Retypes lines at the end (keystrokes at the end of a line), opens new lines,
+/// and edits in the middle of the file.
+fn script() -> Vec<Step> {
+    use Step::*;
+    vec![
+        ClearLineFrom { line_text: "        self.hits as f64 / total as f64" },
+        Type("self.hits as f64"),
+        Pause,
+        Type(" / total as f64"),
+        Pause,
+        ClearLineFrom { line_text: "        before - self.entries.len()" },
+        Type("before - self"),
+        Pause,
+        Type(".entries.len()\n"),
+        Pause,
+        Type("    }\n\n    pub fn clear(&mut self) {\n        self.entries"),
+        Pause,
+        ClearLineFrom { line_text: "        validate_key(key)?;" },
+        Type("validate_key(key)?;"),
+        Pause,
+        ClearLineFrom { line_text: "            Some(deadline) => now >= deadline," },
+        Type("Some(deadline) => now"),
+        Pause,
+    ]
+}
+
+struct Sample {
+    latency_ms: f64,
+    decoded: Option<usize>,
+    prompt: Option<usize>,
+    shown: bool,
+    from_type_through: bool,
+    missed: bool,
+}
+
+struct Session {
+    rope: Rope,
+    cursor: usize,
+}
+
+impl Session {
+    fn new() -> Session {
+        Session { rope: Rope::from_str(SAMPLE), cursor: 0 }
+    }
+
+    fn clear_line_from(&mut self, line_text: &str) {
+        let text = self.rope.to_string();
+        let at = text.find(line_text).expect("script line in sample");
+        let indent = line_text.len() - line_text.trim_start().len();
+        let start_byte = at + indent;
+        let end_byte = at + line_text.len();
+        let (start, end) = (self.rope.byte_to_char(start_byte), self.rope.byte_to_char(end_byte));
+        self.rope.remove(start..end);
+        self.cursor = start;
+    }
+
+    fn type_char(&mut self, c: char) {
+        self.rope.insert_char(self.cursor, c);
+        self.cursor += 1;
+    }
+}
+
+async fn run_script(service: &CompletionService, budget: Duration, every: usize) -> Vec<Sample> {
+    let mut session = Session::new();
+    service.warm(DOC, &session.rope, session.rope.len_chars() / 2).await.ok();
+    let mut samples = Vec::new();
+    let mut keystroke = 0usize;
+    for step in script() {
+        match step {
+            Step::ClearLineFrom { line_text } => session.clear_line_from(line_text),
+            Step::Pause => {
+                service.prewarm(DOC, &session.rope, session.cursor);
+                tokio::time::sleep(Duration::from_millis(400)).await;
+            }
+            Step::Type(text) => {
+                for c in text.chars() {
+                    session.type_char(c);
+                    keystroke += 1;
+                    if keystroke % every != 0 {
+                        continue;
+                    }
+                    let request = CompletionRequest {
+                        doc: DOC.into(),
+                        rope: session.rope.clone(),
+                        cursor: session.cursor,
+                        deadline: tokio::time::Instant::now() + budget,
+                        cancel: CancelFlag::default(),
+                    };
+                    let outcome = service.complete(request).await;
+                    let generation = match &outcome.result {
+                        Ok(s) => match &s.origin {
+                            Origin::Model(g) => Some(g.clone()),
+                            Origin::TypeThrough => None,
+                        },
+                        Err(_) => None,
+                    };
+                    if std::env::var_os("BENCH_VERBOSE").is_some() {
+                        let line = session.rope.line(session.rope.char_to_line(session.cursor)).to_string();
+                        eprintln!(
+                            "{:>6.0} ms decoded {:>4?} of {:>4?} {:?} | {}",
+                            outcome.elapsed.as_secs_f64() * 1e3,
+                            generation.as_ref().map(|g| g.tokens_decoded),
+                            generation.as_ref().map(|g| g.prompt_tokens),
+                            outcome.result.as_ref().map(|s| s.text.chars().take(30).collect::<String>()),
+                            line.trim_end()
+                        );
+                    }
+                    samples.push(Sample {
+                        latency_ms: outcome.elapsed.as_secs_f64() * 1e3,
+                        decoded: generation.as_ref().map(|g| g.tokens_decoded),
+                        prompt: generation.as_ref().map(|g| g.prompt_tokens),
+                        shown: outcome.result.is_ok(),
+                        from_type_through: matches!(&outcome.result, Ok(s) if matches!(s.origin, Origin::TypeThrough)),
+                        missed: matches!(outcome.result, Err(NoSuggestion::DeadlineMissed | NoSuggestion::PromptStillFilling)),
+                    });
+                    // Typing speed: a keystroke every 60 ms after the answer.
+                    tokio::time::sleep(Duration::from_millis(60)).await;
+                }
+            }
+        }
+    }
+    samples
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let rank = (p / 100.0 * (sorted.len() - 1) as f64).round() as usize;
+    sorted[rank.min(sorted.len() - 1)]
+}
+
+struct Summary {
+    n: usize,
+    p50: f64,
+    p95: f64,
+    min: f64,
+    max: f64,
+    decoded_p50: f64,
+    prompt_p50: f64,
+    shown: usize,
+    type_through: usize,
+    missed: usize,
+}
+
+fn summarize(samples: &[Sample]) -> Summary {
+    let mut latencies: Vec<f64> = samples.iter().map(|s| s.latency_ms).collect();
+    latencies.sort_by(f64::total_cmp);
+    let mut decoded: Vec<f64> = samples.iter().filter_map(|s| s.decoded.map(|d| d as f64)).collect();
+    decoded.sort_by(f64::total_cmp);
+    let mut prompt: Vec<f64> = samples.iter().filter_map(|s| s.prompt.map(|d| d as f64)).collect();
+    prompt.sort_by(f64::total_cmp);
+    Summary {
+        n: samples.len(),
+        p50: percentile(&latencies, 50.0),
+        p95: percentile(&latencies, 95.0),
+        min: latencies.first().copied().unwrap_or(f64::NAN),
+        max: latencies.last().copied().unwrap_or(f64::NAN),
+        decoded_p50: percentile(&decoded, 50.0),
+        prompt_p50: percentile(&prompt, 50.0),
+        shown: samples.iter().filter(|s| s.shown).count(),
+        type_through: samples.iter().filter(|s| s.from_type_through).count(),
+        missed: samples.iter().filter(|s| s.missed).count(),
+    }
+}
+
+async fn engine_service(config: &Config, reuse_cache: bool) -> (CompletionService, ModelInfo, Duration) {
+    let model = local_setup::resolve(config).expect("model resolves");
+    let path = local_setup::ensure_present(&model, false, &switchyard::models::NoProgress)
+        .await
+        .expect("test model present: run models/fetch-test-model.sh");
+    let mut options = local_setup::engine_options(&model, &path, config);
+    options.reuse_cache = reuse_cache;
+    let started = Instant::now();
+    let engine = LocalEngine::spawn(options);
+    let info = engine.wait_ready().await.expect("model loads");
+    let load = started.elapsed();
+    let service = CompletionService::new(config.autocomplete.clone());
+    service.set_engine(Some(Arc::new(engine)));
+    (service, info, load)
+}
+
+/// First completion on a freshly loaded engine and a just-opened document, no prewarm.
+async fn cold_first_completion(service: &CompletionService) -> f64 {
+    let rope = Rope::from_str(SAMPLE);
+    let marker = "        let total = self.hits + self.misses;\n";
+    let cursor = rope.byte_to_char(SAMPLE.find(marker).unwrap() + marker.len());
+    let started = Instant::now();
+    loop {
+        let request = CompletionRequest {
+            doc: "file:///bench/cold.rs".into(),
+            rope: rope.clone(),
+            cursor,
+            deadline: tokio::time::Instant::now() + Duration::from_secs(1),
+            cancel: CancelFlag::default(),
+        };
+        let outcome = service.complete(request).await;
+        if outcome.result.is_ok() || matches!(outcome.result, Err(NoSuggestion::Empty)) {
+            return started.elapsed().as_secs_f64() * 1e3;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// RSS of `switchyard serve` after initialize, with no model to load.
+fn idle_server_rss_kib() -> Option<u64> {
+    let empty = tempfile::tempdir().ok()?;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_switchyard"))
+        .args(["--log-file", empty.path().join("log").to_str()?])
+        .env("SWITCHYARD_MODEL_DIR", empty.path())
+        .env("SWITCHYARD_CONFIG", empty.path().join("none.toml"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .ok()?;
+    let body = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"capabilities":{},"initializationOptions":{"local":{"auto_pull":false}}}}"#;
+    let init = format!("Content-Length: {}\r\n\r\n{body}", body.len());
+    let note = r#"{"jsonrpc":"2.0","method":"initialized","params":{}}"#;
+    let initialized = format!("Content-Length: {}\r\n\r\n{note}", note.len());
+    use std::io::Write;
+    let stdin = child.stdin.as_mut()?;
+    stdin.write_all(init.as_bytes()).ok()?;
+    stdin.write_all(initialized.as_bytes()).ok()?;
+    stdin.flush().ok()?;
+    std::thread::sleep(Duration::from_secs(2));
+    let status = std::fs::read_to_string(format!("/proc/{}/status", child.id())).ok()?;
+    let _ = child.kill();
+    status.lines().find(|l| l.starts_with("VmRSS:"))?.split_whitespace().nth(1)?.parse().ok()
+}
+
+fn row(name: &str, s: &Summary) -> String {
+    format!(
+        "| {name} | {} | {:.0} | {:.0} | {:.0}–{:.0} | {:.0} of {:.0} | {} ({} type-through) | {} |",
+        s.n, s.p50, s.p95, s.min, s.max, s.decoded_p50, s.prompt_p50, s.shown, s.type_through, s.missed
+    )
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let every: usize = std::env::var("NAIVE_EVERY").ok().and_then(|v| v.parse().ok()).unwrap_or(5);
+    let config = Config::default();
+    let budget = Duration::from_millis(config.autocomplete.budget_ms);
+
+    let (service, info, load) = engine_service(&config, true).await;
+    let cold_ms = cold_first_completion(&service).await;
+    let ours = summarize(&run_script(&service, budget, 1).await);
+    drop(service);
+
+    // The naive engine gets all the time it needs: its latency, not the budget, is measured.
+    let mut naive_config = config.clone();
+    naive_config.autocomplete.precompute_next = false;
+    if std::env::var_os("BENCH_ONLY_SWITCHYARD").is_some() {
+        println!("switchyard p50 {:.0} ms, p95 {:.0} ms, missed {} of {}", ours.p50, ours.p95, ours.missed, ours.n);
+        return;
+    }
+    let (naive_service, _, _) = engine_service(&naive_config, false).await;
+    let naive = summarize(&run_script(&naive_service, Duration::from_secs(120), every).await);
+    drop(naive_service);
+
+    let rss = idle_server_rss_kib();
+    println!("model: {} ({}), load {:.0} ms, prompt processing {:.0} tokens/s, input budget {} tokens", info.name, info.path.display(), load.as_secs_f64() * 1e3, info.prompt_tokens_per_s, info.input_budget);
+    println!("cold first completion (just-opened document, no prewarm): {cold_ms:.0} ms");
+    println!("idle RSS of `switchyard serve` without a model: {} KiB", rss.map_or("n/a".into(), |r| r.to_string()));
+    println!();
+    println!("| engine | requests | p50 ms | p95 ms | min–max ms | tokens decoded p50 (of prompt) | suggestions | missed budget |");
+    println!("|---|---|---|---|---|---|---|---|");
+    println!("{}", row("switchyard (KV reuse, 1 s budget)", &ours));
+    println!("{}", row(&format!("naive (fresh context, every {every}th keystroke, no budget)"), &naive));
+    println!();
+    println!("p50 ratio naive/switchyard: {:.1}x", naive.p50 / ours.p50);
+}

@@ -1,0 +1,189 @@
+//! Health beacons: how each (provider, model) did over the last minute, from
+//! real requests. A beacon judges health against a task's ceilings, so the same
+//! provider can be fine for a refactor and too slow for an explanation.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::task::TaskProfile;
+
+pub const WINDOW: Duration = Duration::from_secs(60);
+/// Fewer samples than this say nothing: an unknown entry counts as healthy.
+pub const MIN_SAMPLES: usize = 3;
+/// Share of failed (or degraded) answers at which an entry is unhealthy.
+pub const MAX_BAD_SHARE: f64 = 0.5;
+
+/// A sign that an answer came back worse than asked, though with status 200.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Degradation {
+    /// Stopped by `max_tokens` without the task having asked for a short answer.
+    Truncated,
+    Refused,
+    Empty,
+    /// The provider reported fewer input tokens than were sent.
+    InputCut,
+}
+
+impl Degradation {
+    pub fn describe(self) -> &'static str {
+        match self {
+            Degradation::Truncated => "truncated",
+            Degradation::Refused => "refused",
+            Degradation::Empty => "empty",
+            Degradation::InputCut => "input silently cut",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    Ok,
+    Degraded(Degradation),
+    Failed,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct Sample {
+    pub at: Instant,
+    pub first_token: Option<Duration>,
+    pub total: Duration,
+    pub outcome: Outcome,
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Summary {
+    pub samples: usize,
+    pub p95_first_token: Option<Duration>,
+    pub p95_total: Option<Duration>,
+    pub error_rate: f64,
+    pub degraded_rate: f64,
+}
+
+impl Summary {
+    /// `None` when healthy for this task, else why not.
+    pub fn unhealthy_reason(&self, profile: &TaskProfile) -> Option<String> {
+        if self.samples < MIN_SAMPLES {
+            return None;
+        }
+        if self.error_rate >= MAX_BAD_SHARE {
+            return Some(format!("{:.0}% of the last {} requests failed", self.error_rate * 100.0, self.samples));
+        }
+        if self.degraded_rate >= MAX_BAD_SHARE {
+            return Some(format!("{:.0}% of the last {} answers were degraded (truncated, refused or empty)", self.degraded_rate * 100.0, self.samples));
+        }
+        if let Some(p95) = self.p95_first_token.filter(|p| *p > profile.first_token_ceiling()) {
+            return Some(format!("time to first token p95 {:.1} s is over the {:.1} s ceiling", p95.as_secs_f64(), profile.first_token_ceiling().as_secs_f64()));
+        }
+        if let Some(p95) = self.p95_total.filter(|p| *p > profile.total_ceiling()) {
+            return Some(format!("latency p95 {:.1} s is over the {:.1} s ceiling", p95.as_secs_f64(), profile.total_ceiling().as_secs_f64()));
+        }
+        None
+    }
+}
+
+fn p95(mut values: Vec<Duration>) -> Option<Duration> {
+    if values.is_empty() {
+        return None;
+    }
+    values.sort();
+    let rank = ((values.len() as f64) * 0.95).ceil() as usize;
+    Some(values[rank.clamp(1, values.len()) - 1])
+}
+
+/// The beacons of every (provider, model).
+#[derive(Debug, Default)]
+pub struct Beacons {
+    samples: Mutex<HashMap<(String, String), VecDeque<Sample>>>,
+}
+
+impl Beacons {
+    pub fn record(&self, provider: &str, model: &str, sample: Sample) {
+        let mut map = self.samples.lock().expect("beacons lock");
+        let window = map.entry((provider.to_owned(), model.to_owned())).or_default();
+        window.push_back(sample);
+        prune(window, sample.at);
+    }
+
+    pub fn summary(&self, provider: &str, model: &str) -> Summary {
+        let mut map = self.samples.lock().expect("beacons lock");
+        let Some(window) = map.get_mut(&(provider.to_owned(), model.to_owned())) else {
+            return Summary::default();
+        };
+        prune(window, Instant::now());
+        let n = window.len();
+        let count = |f: &dyn Fn(&Sample) -> bool| window.iter().filter(|s| f(s)).count() as f64 / n.max(1) as f64;
+        Summary {
+            samples: n,
+            p95_first_token: p95(window.iter().filter_map(|s| s.first_token).collect()),
+            p95_total: p95(window.iter().filter(|s| s.outcome != Outcome::Failed).map(|s| s.total).collect()),
+            error_rate: count(&|s| s.outcome == Outcome::Failed),
+            degraded_rate: count(&|s| matches!(s.outcome, Outcome::Degraded(_))),
+        }
+    }
+}
+
+fn prune(window: &mut VecDeque<Sample>, now: Instant) {
+    while window.front().is_some_and(|s| now.duration_since(s.at) > WINDOW) {
+        window.pop_front();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::task::{TaskKind, TaskProfile};
+
+    fn sample(first_token_ms: u64, outcome: Outcome) -> Sample {
+        Sample {
+            at: Instant::now(),
+            first_token: Some(Duration::from_millis(first_token_ms)),
+            total: Duration::from_millis(first_token_ms + 500),
+            outcome,
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn unknown_entries_count_as_healthy() {
+        let beacons = Beacons::default();
+        beacons.record("a", "m", sample(90_000, Outcome::Failed));
+        beacons.record("a", "m", sample(90_000, Outcome::Failed));
+        let explain = TaskProfile::default_for(TaskKind::Explain);
+        assert_eq!(beacons.summary("a", "m").unhealthy_reason(&explain), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn slow_first_tokens_breach_the_task_ceiling_not_a_provider_one() {
+        let beacons = Beacons::default();
+        for _ in 0..4 {
+            beacons.record("a", "m", sample(15_000, Outcome::Ok));
+        }
+        let summary = beacons.summary("a", "m");
+        let explain = TaskProfile::default_for(TaskKind::Explain);
+        let refactor = TaskProfile::default_for(TaskKind::Refactor);
+        assert!(summary.unhealthy_reason(&explain).unwrap().contains("time to first token"));
+        assert_eq!(summary.unhealthy_reason(&refactor), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn truncated_answers_with_status_200_are_degradation() {
+        let beacons = Beacons::default();
+        for _ in 0..3 {
+            beacons.record("a", "m", sample(100, Outcome::Degraded(Degradation::Truncated)));
+        }
+        let explain = TaskProfile::default_for(TaskKind::Explain);
+        assert!(beacons.summary("a", "m").unhealthy_reason(&explain).unwrap().contains("degraded"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn samples_older_than_the_window_are_forgotten() {
+        let beacons = Beacons::default();
+        for _ in 0..5 {
+            beacons.record("a", "m", sample(100, Outcome::Failed));
+        }
+        tokio::time::advance(WINDOW + Duration::from_secs(1)).await;
+        assert_eq!(beacons.summary("a", "m").samples, 0);
+    }
+}

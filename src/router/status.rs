@@ -1,0 +1,149 @@
+//! The status report the editor shows: which provider, model and tier serve each
+//! task kind, any downshift and why, local-only mode, and each entry's health.
+
+use serde::{Deserialize, Serialize};
+
+use super::Router;
+use super::beacon::MIN_SAMPLES;
+use crate::providers::local::chat::LOCAL;
+use crate::task::{TaskKind, Tier};
+
+/// Where a task kind was last served (or would be served next).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Route {
+    pub provider: String,
+    pub model: String,
+    pub tier: Tier,
+    pub downshifted_from: Option<Tier>,
+    /// Why the task downshifted.
+    pub reason: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TaskStatus {
+    pub kind: TaskKind,
+    #[serde(flatten)]
+    pub route: Option<Route>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum HealthState {
+    Healthy,
+    /// Fewer samples than a verdict needs: counted as healthy.
+    Unknown,
+    Unhealthy,
+    NoKey,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EntryHealth {
+    pub provider: String,
+    pub model: String,
+    pub tier: Tier,
+    pub state: HealthState,
+    pub reason: Option<String>,
+    pub samples: usize,
+    pub p95_first_token_ms: Option<u64>,
+    pub error_rate: f64,
+}
+
+/// The `switchyard/status` payload. The top-level route is the latest served task's.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StatusReport {
+    pub provider: Option<String>,
+    pub model: Option<String>,
+    pub tier: Option<Tier>,
+    pub downshifted_from: Option<Tier>,
+    pub reason: Option<String>,
+    pub local_only: bool,
+    pub tasks: Vec<TaskStatus>,
+    pub health: Vec<EntryHealth>,
+}
+
+impl StatusReport {
+    /// Same routes, mode and health states (latency figures may differ).
+    pub fn same_state(&self, other: &StatusReport) -> bool {
+        let states = |r: &StatusReport| r.health.iter().map(|h| (h.provider.clone(), h.model.clone(), h.state)).collect::<Vec<_>>();
+        self.tasks == other.tasks && self.local_only == other.local_only && states(self) == states(other)
+    }
+
+    /// One line for `window/showMessage` describing what changed, if it is worth telling.
+    pub fn change_message(&self, before: &StatusReport) -> Option<String> {
+        if self.local_only != before.local_only {
+            return Some(format!("switchyard: local-only mode {}", if self.local_only { "on: only the local model serves" } else { "off" }));
+        }
+        for task in &self.tasks {
+            let Some(now) = &task.route else { continue };
+            let was = before.tasks.iter().find(|t| t.kind == task.kind).and_then(|t| t.route.clone());
+            match was {
+                Some(was) if was.provider == now.provider && was.model == now.model && was.tier == now.tier => continue,
+                _ => {}
+            }
+            let kind = task.kind.as_str();
+            return Some(match (&now.downshifted_from, now.reason.as_deref()) {
+                (Some(from), reason) => format!("switchyard: {kind} downshifted from {from} to {} ({}/{}): {}", now.tier, now.provider, now.model, reason.unwrap_or("no healthy entry")),
+                (None, _) => format!("switchyard: {kind} now served by {}/{} ({} tier)", now.provider, now.model, now.tier),
+            });
+        }
+        None
+    }
+}
+
+pub(super) fn report(router: &Router) -> StatusReport {
+    let active = router.active_routes();
+    let local_only = router.local_only();
+    let tasks: Vec<TaskStatus> = [TaskKind::Explain, TaskKind::Refactor]
+        .into_iter()
+        .map(|kind| TaskStatus { kind, route: active.get(&kind).cloned() })
+        .collect();
+    let mut health = Vec::new();
+    for tier in [Tier::Large, Tier::Medium, Tier::Small] {
+        for (provider, model) in router.chain(tier, TaskKind::Explain) {
+            if health.iter().any(|h: &EntryHealth| h.provider == provider && h.model == model) {
+                continue;
+            }
+            let summary = router.beacons().summary(&provider, &model);
+            let profile = router.config().tasks.get(TaskKind::Explain);
+            let (state, reason) = match (router.missing_keys().get(&provider), summary.unhealthy_reason(&profile)) {
+                (Some(var), _) => (HealthState::NoKey, Some(format!("no API key in ${var}"))),
+                (None, Some(reason)) => (HealthState::Unhealthy, Some(reason)),
+                (None, None) if summary.samples < MIN_SAMPLES && provider != LOCAL => (HealthState::Unknown, None),
+                (None, None) => (HealthState::Healthy, None),
+            };
+            health.push(EntryHealth {
+                provider,
+                model,
+                tier,
+                state,
+                reason,
+                samples: summary.samples,
+                p95_first_token_ms: summary.p95_first_token.map(|d| d.as_millis() as u64),
+                error_rate: summary.error_rate,
+            });
+        }
+    }
+    let latest = router.last_route();
+    StatusReport {
+        provider: latest.as_ref().map(|r| r.provider.clone()),
+        model: latest.as_ref().map(|r| r.model.clone()),
+        tier: latest.as_ref().map(|r| r.tier),
+        downshifted_from: latest.as_ref().and_then(|r| r.downshifted_from),
+        reason: latest.and_then(|r| r.reason),
+        local_only,
+        tasks,
+        health,
+    }
+}
+
+/// The `switchyard/status` notification, sent to clients that opt in.
+pub enum StatusNotification {}
+
+impl tower_lsp_server::ls_types::notification::Notification for StatusNotification {
+    type Params = StatusReport;
+    const METHOD: &'static str = "switchyard/status";
+}

@@ -1,0 +1,364 @@
+//! A fake model provider on 127.0.0.1 that speaks both remote wire formats:
+//! Anthropic Messages (`POST …/v1/messages`) and OpenAI chat completions
+//! (`POST …/chat/completions`), chosen by the request path. Each request takes
+//! the next scripted [`Behaviour`] from a queue, or the default when the queue
+//! is empty, and is recorded (time, path, headers, JSON body) so tests can
+//! count attempts and measure their spacing.
+//!
+//! It is written on a raw `TcpListener` so faults land exactly where a test
+//! puts them: before the headers, between two events, in the middle of the
+//! chunked body. Responses are the real wire formats: SSE over chunked
+//! transfer encoding, error bodies as each API sends them, rate-limit headers
+//! in each API's names. Every response closes its connection, so a client
+//! never reuses one and each attempt is one connection. Dropping the
+//! [`FakeProvider`] stops the server and every connection it holds.
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::io::AsyncReadExt;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::{JoinHandle, JoinSet};
+use tokio::time::Instant;
+
+use reply::Wire;
+
+mod anthropic;
+mod openai;
+mod reply;
+
+/// Input tokens every fake answer reports.
+pub const FAKE_INPUT_TOKENS: u64 = 12;
+
+/// What the fake does with one request.
+#[derive(Clone, Debug)]
+pub enum Behaviour {
+    /// A streamed answer: `text` in `chunks` deltas with `delay` between them,
+    /// ending normally. Output tokens reported = number of deltas.
+    Ok {
+        text: String,
+        chunks: usize,
+        delay: Duration,
+    },
+    /// Waits `delay` before sending the response headers, then behaves as `then`.
+    LatencyBeforeHeaders {
+        delay: Duration,
+        then: Box<Behaviour>,
+    },
+    /// Sends headers and the opening events at once, then waits `delay` before the first delta.
+    SlowFirstToken { delay: Duration, text: String },
+    /// Sends `after_chunks` deltas of `text`, goes silent for `stall`, then finishes normally.
+    StallMidStream {
+        text: String,
+        after_chunks: usize,
+        stall: Duration,
+    },
+    /// Sends `after_chunks` deltas of `text`, then closes the connection in the
+    /// middle of the chunked body (no terminal event, no final chunk).
+    CutAfter { text: String, after_chunks: usize },
+    /// Sends `after_chunks` deltas, then an event whose data is cut-off JSON.
+    MalformedChunk { text: String, after_chunks: usize },
+    /// Sends every delta and the finish reason, then ends the body cleanly
+    /// without the terminal event (`message_stop` / `data: [DONE]`).
+    MissingTerminal { text: String },
+    /// 429: Anthropic `rate_limit_error`, OpenAI `rate_limit_exceeded`, with
+    /// `retry-after: <seconds>` when set.
+    RateLimited { retry_after: Option<u64> },
+    /// Credit exhausted: OpenAI 429 `insufficient_quota`; Anthropic 400
+    /// `invalid_request_error` "credit balance is too low".
+    QuotaExhausted,
+    /// 503 with a plain-text body, as a proxy in front of either API sends it.
+    Unavailable,
+    /// Anthropic 529 `overloaded_error`; OpenAI 503 "engine is currently overloaded".
+    Overloaded,
+    /// 500: Anthropic `api_error`, OpenAI `server_error`.
+    ServerError,
+    /// Reads the request, then closes the connection without a response.
+    ResetBeforeHeaders,
+    /// 400: Anthropic "prompt is too long", OpenAI `context_length_exceeded`.
+    ContextLength,
+    /// 401: Anthropic `authentication_error`; OpenAI `invalid_api_key` with the
+    /// key quoted back in full (worse than OpenAI, which masks it) so tests can
+    /// check the client scrubs it.
+    Unauthorized,
+    /// A complete answer the provider refused: stop_reason `refusal` /
+    /// finish_reason `content_filter`.
+    Refusal { text: String },
+    /// HTTP 200 and `after_chunks` deltas, then an in-band error: Anthropic
+    /// `event: error` (`overloaded_error`); OpenAI `data: {"error":{…}}` (with no
+    /// deltas before it) or OpenRouter's error chunk with finish_reason "error".
+    InBandError { text: String, after_chunks: usize },
+    /// A complete answer cut by the token limit: stop_reason `max_tokens` /
+    /// finish_reason `length`.
+    MaxTokens { text: String },
+    /// `then`, with rate-limit headers in the format's names added to its response.
+    WithRateLimits {
+        limits: FakeRateLimits,
+        then: Box<Behaviour>,
+    },
+}
+
+impl Behaviour {
+    /// A normal answer of `text` in three deltas, no delays.
+    pub fn ok(text: &str) -> Self {
+        Behaviour::Ok {
+            text: text.to_owned(),
+            chunks: 3,
+            delay: Duration::ZERO,
+        }
+    }
+
+    /// This behaviour after `delay` of silence before the headers.
+    pub fn after_latency(self, delay: Duration) -> Self {
+        Behaviour::LatencyBeforeHeaders {
+            delay,
+            then: Box::new(self),
+        }
+    }
+
+    /// This behaviour with rate-limit headers on its response.
+    pub fn with_rate_limits(self, limits: FakeRateLimits) -> Self {
+        Behaviour::WithRateLimits {
+            limits,
+            then: Box::new(self),
+        }
+    }
+}
+
+/// Rate-limit state the fake reports. Anthropic gets `anthropic-ratelimit-*`
+/// (the tokens numbers repeated for input and output tokens, resets as RFC 3339
+/// instants, whole seconds); OpenAI gets `x-ratelimit-*` (resets as Go durations).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FakeRateLimits {
+    pub requests_limit: u64,
+    pub requests_remaining: u64,
+    pub requests_reset: Duration,
+    pub tokens_limit: u64,
+    pub tokens_remaining: u64,
+    pub tokens_reset: Duration,
+}
+
+/// One request as the fake received it.
+#[derive(Clone, Debug)]
+pub struct RecordedRequest {
+    pub at: Instant,
+    pub method: String,
+    pub path: String,
+    /// Names lower-cased, in arrival order.
+    pub headers: Vec<(String, String)>,
+    /// The parsed JSON body (`Null` when the body was not JSON).
+    pub body: Value,
+}
+
+impl RecordedRequest {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        let name = name.to_ascii_lowercase();
+        self.headers
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// The running fake. Dropping it stops the server.
+pub struct FakeProvider {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    server: JoinHandle<()>,
+}
+
+struct Shared {
+    script: Mutex<Script>,
+    requests: Mutex<Vec<RecordedRequest>>,
+}
+
+struct Script {
+    queue: VecDeque<Behaviour>,
+    default: Behaviour,
+}
+
+impl FakeProvider {
+    /// Starts a fake whose default is a normal answer, "Hello from the fake".
+    pub async fn start() -> Self {
+        Self::with_default(Behaviour::ok("Hello from the fake")).await
+    }
+
+    /// Starts a fake that answers every unscripted request with `default`.
+    pub async fn with_default(default: Behaviour) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind the fake provider on loopback");
+        let addr = listener.local_addr().expect("fake provider address");
+        let shared = Arc::new(Shared {
+            script: Mutex::new(Script {
+                queue: VecDeque::new(),
+                default,
+            }),
+            requests: Mutex::new(Vec::new()),
+        });
+        let server = tokio::spawn(accept(listener, shared.clone()));
+        FakeProvider {
+            addr,
+            shared,
+            server,
+        }
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The base URL for an Anthropic provider (it appends `/v1/messages`).
+    pub fn anthropic_url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// The base URL for an OpenAI-compatible provider (it appends `/chat/completions`).
+    pub fn openai_url(&self) -> String {
+        format!("http://{}/v1", self.addr)
+    }
+
+    /// Queues `behaviour` for the next request not yet scripted.
+    pub fn push(&self, behaviour: Behaviour) -> &Self {
+        self.shared
+            .script
+            .lock()
+            .unwrap()
+            .queue
+            .push_back(behaviour);
+        self
+    }
+
+    /// What requests get once the queue is empty.
+    pub fn set_default(&self, behaviour: Behaviour) {
+        self.shared.script.lock().unwrap().default = behaviour;
+    }
+
+    /// Every request received so far, in arrival order.
+    pub fn requests(&self) -> Vec<RecordedRequest> {
+        self.shared.requests.lock().unwrap().clone()
+    }
+
+    pub fn request_count(&self) -> usize {
+        self.shared.requests.lock().unwrap().len()
+    }
+
+    /// The time between each request and the one before it.
+    pub fn gaps(&self) -> Vec<Duration> {
+        let requests = self.requests();
+        requests
+            .windows(2)
+            .map(|pair| pair[1].at.duration_since(pair[0].at))
+            .collect()
+    }
+}
+
+impl Drop for FakeProvider {
+    fn drop(&mut self) {
+        // The accept task owns the connection tasks; aborting it drops them all.
+        self.server.abort();
+    }
+}
+
+async fn accept(listener: TcpListener, shared: Arc<Shared>) {
+    let mut connections = JoinSet::new();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                if let Ok((socket, _)) = accepted {
+                    connections.spawn(serve(socket, shared.clone()));
+                }
+            }
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+        }
+    }
+}
+
+async fn serve(mut socket: TcpStream, shared: Arc<Shared>) {
+    let Some(request) = read_request(&mut socket).await else {
+        return;
+    };
+    let behaviour = {
+        let mut script = shared.script.lock().unwrap();
+        script
+            .queue
+            .pop_front()
+            .unwrap_or_else(|| script.default.clone())
+    };
+    let wire = if request.path.ends_with("/v1/messages") {
+        Some(Wire::Anthropic)
+    } else if request.path.ends_with("/chat/completions") {
+        Some(Wire::OpenAi)
+    } else {
+        None
+    };
+    let bearer = request
+        .header("authorization")
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or("")
+        .to_owned();
+    shared.requests.lock().unwrap().push(request);
+    // Write errors mean the client hung up (a timeout fired): nothing to do.
+    let _ = match wire {
+        Some(wire) => reply::respond(&mut socket, wire, reply::plan(behaviour), &bearer).await,
+        None => {
+            reply::write_error(
+                &mut socket,
+                404,
+                "Not Found",
+                &[],
+                &json!({"error": {"message": "no such route"}}),
+            )
+            .await
+        }
+    };
+}
+
+async fn read_request(socket: &mut TcpStream) -> Option<RecordedRequest> {
+    let mut buffer = Vec::new();
+    let mut chunk = [0u8; 8192];
+    let head_end = loop {
+        if let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
+            break end;
+        }
+        let read = socket.read(&mut chunk).await.ok()?;
+        if read == 0 {
+            return None;
+        }
+        buffer.extend_from_slice(&chunk[..read]);
+    };
+    let at = Instant::now();
+    let head = String::from_utf8_lossy(&buffer[..head_end]).into_owned();
+    let mut lines = head.split("\r\n");
+    let mut request_line = lines.next()?.split(' ');
+    let method = request_line.next()?.to_owned();
+    let path = request_line.next()?.to_owned();
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|line| line.split_once(':'))
+        .map(|(name, value)| (name.trim().to_ascii_lowercase(), value.trim().to_owned()))
+        .collect();
+    let length: usize = headers
+        .iter()
+        .find(|(name, _)| name == "content-length")
+        .and_then(|(_, value)| value.parse().ok())
+        .unwrap_or(0);
+    let mut body = buffer[head_end + 4..].to_vec();
+    while body.len() < length {
+        let read = socket.read(&mut chunk).await.ok()?;
+        if read == 0 {
+            return None;
+        }
+        body.extend_from_slice(&chunk[..read]);
+    }
+    let body = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    Some(RecordedRequest {
+        at,
+        method,
+        path,
+        headers,
+        body,
+    })
+}

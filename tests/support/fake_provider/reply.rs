@@ -1,0 +1,339 @@
+//! Turning a [`Behaviour`] into bytes on the socket: the plan of what to send,
+//! the HTTP/1.1 framing (chunked bodies, error bodies), and where in the stream
+//! each fault lands. What the bytes say is the wire format's module.
+
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+
+use super::{Behaviour, FakeRateLimits, anthropic, openai};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Wire {
+    Anthropic,
+    OpenAi,
+}
+
+/// A behaviour flattened into what to send.
+pub(super) struct Reply {
+    head_delay: Duration,
+    limits: Option<FakeRateLimits>,
+    body: ReplyBody,
+}
+
+enum ReplyBody {
+    Reset,
+    Error(Failure),
+    Stream(Answer),
+}
+
+/// A refused request, rendered by each wire format as its API does.
+#[derive(Clone, Copy)]
+pub(super) enum Failure {
+    RateLimited(Option<u64>),
+    QuotaExhausted,
+    Unavailable,
+    Overloaded,
+    ServerError,
+    ContextLength,
+    Unauthorized,
+}
+
+/// A 200 answer: its deltas, pacing, finish and how it ends.
+pub(super) struct Answer {
+    pub deltas: Vec<String>,
+    pub delay: Duration,
+    pub first_token_delay: Duration,
+    pub stall: Option<(usize, Duration)>,
+    pub stop: Stop,
+    pub ending: Ending,
+}
+
+#[derive(Clone, Copy)]
+pub(super) enum Stop {
+    EndTurn,
+    MaxTokens,
+    Refusal,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Ending {
+    Terminal,
+    CleanEofWithoutTerminal,
+    CutAfter(usize),
+    MalformedAfter(usize),
+    InBandAfter(usize),
+}
+
+pub(super) fn plan(behaviour: Behaviour) -> Reply {
+    let answer = |text: &str, chunks: usize| Answer {
+        deltas: split(text, chunks),
+        delay: Duration::ZERO,
+        first_token_delay: Duration::ZERO,
+        stall: None,
+        stop: Stop::EndTurn,
+        ending: Ending::Terminal,
+    };
+    let reply = |body| Reply {
+        head_delay: Duration::ZERO,
+        limits: None,
+        body,
+    };
+    let stream = |answer| reply(ReplyBody::Stream(answer));
+    let error = |failure| reply(ReplyBody::Error(failure));
+    match behaviour {
+        Behaviour::Ok {
+            text,
+            chunks,
+            delay,
+        } => stream(Answer {
+            delay,
+            ..answer(&text, chunks)
+        }),
+        Behaviour::LatencyBeforeHeaders { delay, then } => Reply {
+            head_delay: delay,
+            ..plan(*then)
+        },
+        Behaviour::SlowFirstToken { delay, text } => stream(Answer {
+            first_token_delay: delay,
+            ..answer(&text, 3)
+        }),
+        Behaviour::StallMidStream {
+            text,
+            after_chunks,
+            stall,
+        } => stream(Answer {
+            stall: Some((after_chunks, stall)),
+            ..answer(&text, 4)
+        }),
+        Behaviour::CutAfter { text, after_chunks } => stream(Answer {
+            ending: Ending::CutAfter(after_chunks),
+            ..answer(&text, 4)
+        }),
+        Behaviour::MalformedChunk { text, after_chunks } => stream(Answer {
+            ending: Ending::MalformedAfter(after_chunks),
+            ..answer(&text, 4)
+        }),
+        Behaviour::MissingTerminal { text } => stream(Answer {
+            ending: Ending::CleanEofWithoutTerminal,
+            ..answer(&text, 3)
+        }),
+        Behaviour::InBandError { text, after_chunks } => stream(Answer {
+            ending: Ending::InBandAfter(after_chunks),
+            ..answer(&text, 4)
+        }),
+        Behaviour::Refusal { text } => stream(Answer {
+            stop: Stop::Refusal,
+            ..answer(&text, 2)
+        }),
+        Behaviour::MaxTokens { text } => stream(Answer {
+            stop: Stop::MaxTokens,
+            ..answer(&text, 3)
+        }),
+        Behaviour::RateLimited { retry_after } => error(Failure::RateLimited(retry_after)),
+        Behaviour::QuotaExhausted => error(Failure::QuotaExhausted),
+        Behaviour::Unavailable => error(Failure::Unavailable),
+        Behaviour::Overloaded => error(Failure::Overloaded),
+        Behaviour::ServerError => error(Failure::ServerError),
+        Behaviour::ContextLength => error(Failure::ContextLength),
+        Behaviour::Unauthorized => error(Failure::Unauthorized),
+        Behaviour::ResetBeforeHeaders => reply(ReplyBody::Reset),
+        Behaviour::WithRateLimits { limits, then } => Reply {
+            limits: Some(limits),
+            ..plan(*then)
+        },
+    }
+}
+
+/// `text` in `chunks` pieces of near-equal length (by characters).
+fn split(text: &str, chunks: usize) -> Vec<String> {
+    let chars: Vec<char> = text.chars().collect();
+    if chars.is_empty() || chunks == 0 {
+        return Vec::new();
+    }
+    let size = chars.len().div_ceil(chunks.min(chars.len()));
+    chars
+        .chunks(size)
+        .map(|piece| piece.iter().collect())
+        .collect()
+}
+
+/// Sends `reply` in `wire`'s format. `bearer` is the key the request carried
+/// (OpenAI's 401 quotes it back).
+pub(super) async fn respond(
+    socket: &mut TcpStream,
+    wire: Wire,
+    reply: Reply,
+    bearer: &str,
+) -> std::io::Result<()> {
+    tokio::time::sleep(reply.head_delay).await;
+    let mut headers = match (&reply.limits, wire) {
+        (Some(limits), Wire::Anthropic) => anthropic::rate_limit_headers(limits),
+        (Some(limits), Wire::OpenAi) => openai::rate_limit_headers(limits),
+        (None, _) => Vec::new(),
+    };
+    headers.push(match wire {
+        Wire::Anthropic => ("request-id".to_owned(), "req_fake".to_owned()),
+        Wire::OpenAi => ("x-request-id".to_owned(), "req_fake".to_owned()),
+    });
+    match reply.body {
+        ReplyBody::Reset => socket.shutdown().await,
+        ReplyBody::Error(Failure::Unavailable) => {
+            // A proxy in front of either API answers this, in plain text.
+            let text =
+                "upstream connect error or disconnect/reset before headers. reset reason: overflow";
+            write_head(
+                socket,
+                503,
+                "Service Unavailable",
+                "text/plain",
+                Some(text.len()),
+                &headers,
+            )
+            .await?;
+            socket.write_all(text.as_bytes()).await?;
+            socket.flush().await
+        }
+        ReplyBody::Error(failure) => {
+            if let Failure::RateLimited(Some(seconds)) = failure {
+                headers.push(("retry-after".to_owned(), seconds.to_string()));
+            }
+            let (status, reason, body) = match wire {
+                Wire::Anthropic => anthropic::failure(failure),
+                Wire::OpenAi => openai::failure(failure, bearer),
+            };
+            write_error(socket, status, reason, &headers, &body).await
+        }
+        ReplyBody::Stream(answer) => {
+            write_head(
+                socket,
+                200,
+                "OK",
+                "text/event-stream; charset=utf-8",
+                None,
+                &headers,
+            )
+            .await?;
+            match wire {
+                Wire::Anthropic => anthropic::stream(socket, answer).await,
+                Wire::OpenAi => openai::stream(socket, answer).await,
+            }
+        }
+    }
+}
+
+/// The status line and headers; `length` `None` means a chunked body.
+async fn write_head(
+    socket: &mut TcpStream,
+    status: u16,
+    reason: &str,
+    content_type: &str,
+    length: Option<usize>,
+    headers: &[(String, String)],
+) -> std::io::Result<()> {
+    let mut head = format!(
+        "HTTP/1.1 {status} {reason}\r\ncontent-type: {content_type}\r\nconnection: close\r\n"
+    );
+    match length {
+        Some(length) => head.push_str(&format!("content-length: {length}\r\n")),
+        None => head.push_str("transfer-encoding: chunked\r\ncache-control: no-cache\r\n"),
+    }
+    for (name, value) in headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    head.push_str("\r\n");
+    socket.write_all(head.as_bytes()).await?;
+    socket.flush().await
+}
+
+pub(super) async fn write_error(
+    socket: &mut TcpStream,
+    status: u16,
+    reason: &str,
+    headers: &[(String, String)],
+    body: &Value,
+) -> std::io::Result<()> {
+    let body = body.to_string();
+    write_head(
+        socket,
+        status,
+        reason,
+        "application/json",
+        Some(body.len()),
+        headers,
+    )
+    .await?;
+    socket.write_all(body.as_bytes()).await?;
+    socket.flush().await
+}
+
+/// Writes one HTTP chunk holding `text`, and flushes it so it arrives on its own.
+pub(super) async fn chunk(socket: &mut TcpStream, text: &str) -> std::io::Result<()> {
+    socket
+        .write_all(format!("{:x}\r\n{text}\r\n", text.len()).as_bytes())
+        .await?;
+    socket.flush().await
+}
+
+/// The final zero-length chunk: the body ends cleanly.
+pub(super) async fn end_body(socket: &mut TcpStream) -> std::io::Result<()> {
+    socket.write_all(b"0\r\n\r\n").await?;
+    socket.flush().await
+}
+
+/// How one wire format writes the events a fault needs.
+pub(super) struct Events<D, I> {
+    /// One text delta.
+    pub delta: D,
+    /// An event whose data is cut-off JSON.
+    pub malformed: &'static str,
+    /// An in-band error event, given how many deltas went before it.
+    pub in_band: I,
+}
+
+/// Sends the deltas the answer's ending allows, with its delays and stall.
+/// Returns `false` when the ending stopped the stream early (it has then been
+/// written, and the caller must send nothing more).
+pub(super) async fn send_deltas<D, I>(
+    socket: &mut TcpStream,
+    answer: &Answer,
+    events: Events<D, I>,
+) -> std::io::Result<bool>
+where
+    D: Fn(&str) -> String,
+    I: Fn(usize) -> String,
+{
+    tokio::time::sleep(answer.first_token_delay).await;
+    for index in 0..=answer.deltas.len() {
+        match answer.ending {
+            // Dropping the socket mid-body: no final chunk, so the client sees a broken body.
+            Ending::CutAfter(n) if n == index => return Ok(false),
+            Ending::MalformedAfter(n) if n == index => {
+                chunk(socket, events.malformed).await?;
+                end_body(socket).await?;
+                return Ok(false);
+            }
+            Ending::InBandAfter(n) if n == index => {
+                chunk(socket, &(events.in_band)(index)).await?;
+                end_body(socket).await?;
+                return Ok(false);
+            }
+            _ => {}
+        }
+        if let Some((n, stall)) = answer.stall
+            && n == index
+        {
+            tokio::time::sleep(stall).await;
+        }
+        let Some(text) = answer.deltas.get(index) else {
+            break;
+        };
+        if index > 0 {
+            tokio::time::sleep(answer.delay).await;
+        }
+        chunk(socket, &(events.delta)(text)).await?;
+    }
+    Ok(true)
+}
