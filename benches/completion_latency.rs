@@ -36,22 +36,30 @@ enum Step {
 fn script() -> Vec<Step> {
     use Step::*;
     vec![
-        ClearLineFrom { line_text: "        self.hits as f64 / total as f64" },
+        ClearLineFrom {
+            line_text: "        self.hits as f64 / total as f64",
+        },
         Type("self.hits as f64"),
         Pause,
         Type(" / total as f64"),
         Pause,
-        ClearLineFrom { line_text: "        before - self.entries.len()" },
+        ClearLineFrom {
+            line_text: "        before - self.entries.len()",
+        },
         Type("before - self"),
         Pause,
         Type(".entries.len()\n"),
         Pause,
         Type("    }\n\n    pub fn clear(&mut self) {\n        self.entries"),
         Pause,
-        ClearLineFrom { line_text: "        validate_key(key)?;" },
+        ClearLineFrom {
+            line_text: "        validate_key(key)?;",
+        },
         Type("validate_key(key)?;"),
         Pause,
-        ClearLineFrom { line_text: "            Some(deadline) => now >= deadline," },
+        ClearLineFrom {
+            line_text: "            Some(deadline) => now >= deadline,",
+        },
         Type("Some(deadline) => now"),
         Pause,
     ]
@@ -73,7 +81,10 @@ struct Session {
 
 impl Session {
     fn new() -> Session {
-        Session { rope: Rope::from_str(SAMPLE), cursor: 0 }
+        Session {
+            rope: Rope::from_str(SAMPLE),
+            cursor: 0,
+        }
     }
 
     fn clear_line_from(&mut self, line_text: &str) {
@@ -82,7 +93,10 @@ impl Session {
         let indent = line_text.len() - line_text.trim_start().len();
         let start_byte = at + indent;
         let end_byte = at + line_text.len();
-        let (start, end) = (self.rope.byte_to_char(start_byte), self.rope.byte_to_char(end_byte));
+        let (start, end) = (
+            self.rope.byte_to_char(start_byte),
+            self.rope.byte_to_char(end_byte),
+        );
         self.rope.remove(start..end);
         self.cursor = start;
     }
@@ -95,7 +109,10 @@ impl Session {
 
 async fn run_script(service: &CompletionService, budget: Duration, every: usize) -> Vec<Sample> {
     let mut session = Session::new();
-    service.warm(DOC, &session.rope, session.rope.len_chars() / 2).await.ok();
+    service
+        .warm(DOC, &session.rope, session.rope.len_chars() / 2)
+        .await
+        .ok();
     let mut samples = Vec::new();
     let mut keystroke = 0usize;
     for step in script() {
@@ -128,13 +145,20 @@ async fn run_script(service: &CompletionService, budget: Duration, every: usize)
                         Err(_) => None,
                     };
                     if std::env::var_os("BENCH_VERBOSE").is_some() {
-                        let line = session.rope.line(session.rope.char_to_line(session.cursor)).to_string();
+                        let line = session
+                            .rope
+                            .line(session.rope.char_to_line(session.cursor))
+                            .to_string();
                         eprintln!(
                             "{:>6.0} ms decoded {:>4?} of {:>4?} {:?} | {}",
                             outcome.elapsed.as_secs_f64() * 1e3,
                             generation.as_ref().map(|g| g.tokens_decoded),
                             generation.as_ref().map(|g| g.prompt_tokens),
-                            outcome.result.as_ref().map(|s| s.text.chars().take(30).collect::<String>()),
+                            outcome.result.as_ref().map(|s| s
+                                .text
+                                .chars()
+                                .take(30)
+                                .collect::<String>()),
                             line.trim_end()
                         );
                     }
@@ -179,9 +203,15 @@ struct Summary {
 fn summarize(samples: &[Sample]) -> Summary {
     let mut latencies: Vec<f64> = samples.iter().map(|s| s.latency_ms).collect();
     latencies.sort_by(f64::total_cmp);
-    let mut decoded: Vec<f64> = samples.iter().filter_map(|s| s.decoded.map(|d| d as f64)).collect();
+    let mut decoded: Vec<f64> = samples
+        .iter()
+        .filter_map(|s| s.decoded.map(|d| d as f64))
+        .collect();
     decoded.sort_by(f64::total_cmp);
-    let mut prompt: Vec<f64> = samples.iter().filter_map(|s| s.prompt.map(|d| d as f64)).collect();
+    let mut prompt: Vec<f64> = samples
+        .iter()
+        .filter_map(|s| s.prompt.map(|d| d as f64))
+        .collect();
     prompt.sort_by(f64::total_cmp);
     Summary {
         n: samples.len(),
@@ -197,7 +227,10 @@ fn summarize(samples: &[Sample]) -> Summary {
     }
 }
 
-async fn engine_service(config: &Config, reuse_cache: bool) -> (CompletionService, ModelInfo, Duration) {
+async fn engine_service(
+    config: &Config,
+    reuse_cache: bool,
+) -> (CompletionService, ModelInfo, Duration) {
     let model = local_setup::resolve(config).expect("model resolves");
     let path = local_setup::ensure_present(&model, false, &switchyard::models::NoProgress)
         .await
@@ -259,19 +292,37 @@ fn idle_server_rss_kib() -> Option<u64> {
     std::thread::sleep(Duration::from_secs(2));
     let status = std::fs::read_to_string(format!("/proc/{}/status", child.id())).ok()?;
     let _ = child.kill();
-    status.lines().find(|l| l.starts_with("VmRSS:"))?.split_whitespace().nth(1)?.parse().ok()
+    status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
 }
 
 fn row(name: &str, s: &Summary) -> String {
     format!(
         "| {name} | {} | {:.0} | {:.0} | {:.0}–{:.0} | {:.0} of {:.0} | {} ({} type-through) | {} |",
-        s.n, s.p50, s.p95, s.min, s.max, s.decoded_p50, s.prompt_p50, s.shown, s.type_through, s.missed
+        s.n,
+        s.p50,
+        s.p95,
+        s.min,
+        s.max,
+        s.decoded_p50,
+        s.prompt_p50,
+        s.shown,
+        s.type_through,
+        s.missed
     )
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
-    let every: usize = std::env::var("NAIVE_EVERY").ok().and_then(|v| v.parse().ok()).unwrap_or(5);
+    let every: usize = std::env::var("NAIVE_EVERY")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(5);
     let config = Config::default();
     let budget = Duration::from_millis(config.autocomplete.budget_ms);
 
@@ -284,7 +335,10 @@ async fn main() {
     let mut naive_config = config.clone();
     naive_config.autocomplete.precompute_next = false;
     if std::env::var_os("BENCH_ONLY_SWITCHYARD").is_some() {
-        println!("switchyard p50 {:.0} ms, p95 {:.0} ms, missed {} of {}", ours.p50, ours.p95, ours.missed, ours.n);
+        println!(
+            "switchyard p50 {:.0} ms, p95 {:.0} ms, missed {} of {}",
+            ours.p50, ours.p95, ours.missed, ours.n
+        );
         return;
     }
     let (naive_service, _, _) = engine_service(&naive_config, false).await;
@@ -292,14 +346,32 @@ async fn main() {
     drop(naive_service);
 
     let rss = idle_server_rss_kib();
-    println!("model: {} ({}), load {:.0} ms, prompt processing {:.0} tokens/s, input budget {} tokens", info.name, info.path.display(), load.as_secs_f64() * 1e3, info.prompt_tokens_per_s, info.input_budget);
+    println!(
+        "model: {} ({}), load {:.0} ms, prompt processing {:.0} tokens/s, input budget {} tokens",
+        info.name,
+        info.path.display(),
+        load.as_secs_f64() * 1e3,
+        info.prompt_tokens_per_s,
+        info.input_budget
+    );
     println!("cold first completion (just-opened document, no prewarm): {cold_ms:.0} ms");
-    println!("idle RSS of `switchyard serve` without a model: {} KiB", rss.map_or("n/a".into(), |r| r.to_string()));
+    println!(
+        "idle RSS of `switchyard serve` without a model: {} KiB",
+        rss.map_or("n/a".into(), |r| r.to_string())
+    );
     println!();
-    println!("| engine | requests | p50 ms | p95 ms | min–max ms | tokens decoded p50 (of prompt) | suggestions | missed budget |");
+    println!(
+        "| engine | requests | p50 ms | p95 ms | min–max ms | tokens decoded p50 (of prompt) | suggestions | missed budget |"
+    );
     println!("|---|---|---|---|---|---|---|---|");
     println!("{}", row("switchyard (KV reuse, 1 s budget)", &ours));
-    println!("{}", row(&format!("naive (fresh context, every {every}th keystroke, no budget)"), &naive));
+    println!(
+        "{}",
+        row(
+            &format!("naive (fresh context, every {every}th keystroke, no budget)"),
+            &naive
+        )
+    );
     println!();
     println!("p50 ratio naive/switchyard: {:.1}x", naive.p50 / ours.p50);
 }

@@ -61,8 +61,16 @@ impl Default for TierChains {
     fn default() -> Self {
         let entries = |list: &[&str]| list.iter().map(|s| s.to_string()).collect();
         TierChains {
-            large: entries(&["anthropic/claude-sonnet-4-5", "openrouter/anthropic/claude-sonnet-4.5", "openai/gpt-5"]),
-            medium: entries(&["anthropic/claude-haiku-4-5", "openrouter/anthropic/claude-haiku-4.5", "openai/gpt-5-mini"]),
+            large: entries(&[
+                "anthropic/claude-sonnet-4-5",
+                "openrouter/anthropic/claude-sonnet-4.5",
+                "openai/gpt-5",
+            ]),
+            medium: entries(&[
+                "anthropic/claude-haiku-4-5",
+                "openrouter/anthropic/claude-haiku-4.5",
+                "openai/gpt-5-mini",
+            ]),
             small: entries(&["local"]),
         }
     }
@@ -86,11 +94,31 @@ pub fn default_providers() -> BTreeMap<String, ProviderConfig> {
         api_key_env: Some(key.into()),
         headers: BTreeMap::new(),
     };
-    let mut openrouter = provider(ProviderKind::Openai, "https://openrouter.ai/api/v1", "OPENROUTER_API_KEY");
-    openrouter.headers.insert("X-Title".into(), "switchyard".into());
+    let mut openrouter = provider(
+        ProviderKind::Openai,
+        "https://openrouter.ai/api/v1",
+        "OPENROUTER_API_KEY",
+    );
+    openrouter
+        .headers
+        .insert("X-Title".into(), "switchyard".into());
     BTreeMap::from([
-        ("anthropic".to_owned(), provider(ProviderKind::Anthropic, "https://api.anthropic.com", "ANTHROPIC_API_KEY")),
-        ("openai".to_owned(), provider(ProviderKind::Openai, "https://api.openai.com/v1", "OPENAI_API_KEY")),
+        (
+            "anthropic".to_owned(),
+            provider(
+                ProviderKind::Anthropic,
+                "https://api.anthropic.com",
+                "ANTHROPIC_API_KEY",
+            ),
+        ),
+        (
+            "openai".to_owned(),
+            provider(
+                ProviderKind::Openai,
+                "https://api.openai.com/v1",
+                "OPENAI_API_KEY",
+            ),
+        ),
         ("openrouter".to_owned(), openrouter),
     ])
 }
@@ -270,7 +298,12 @@ pub fn persist_local_only(path: &Path, on: bool) -> std::io::Result<()> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
         Err(e) => return Err(e),
     };
-    let mut doc: toml_edit::DocumentMut = text.parse().map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, format!("{}: {e}", path.display())))?;
+    let mut doc: toml_edit::DocumentMut = text.parse().map_err(|e| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("{}: {e}", path.display()),
+        )
+    })?;
     doc["local_only"] = toml_edit::value(on);
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)?;
@@ -292,7 +325,10 @@ fn parse(value: &Value) -> Result<Config, (String, String)> {
 fn editor_spelling(layer: &Value) -> Value {
     let mut layer = layer.clone();
     if let Value::Object(map) = &mut layer {
-        for (camel, snake) in [("statusNotifications", "status_notifications"), ("localOnly", "local_only")] {
+        for (camel, snake) in [
+            ("statusNotifications", "status_notifications"),
+            ("localOnly", "local_only"),
+        ] {
             if let Some(value) = map.remove(camel) {
                 map.insert(snake.to_owned(), value);
             }
@@ -333,16 +369,30 @@ impl Config {
                     return Err((key, format!("`{entry}` is not `provider/model` or `local`")));
                 };
                 if !providers.contains_key(provider) || model.is_empty() {
-                    return Err((key, format!("`{entry}` names no configured provider (known: {})", providers.keys().cloned().collect::<Vec<_>>().join(", "))));
+                    return Err((
+                        key,
+                        format!(
+                            "`{entry}` names no configured provider (known: {})",
+                            providers.keys().cloned().collect::<Vec<_>>().join(", ")
+                        ),
+                    ));
                 }
             }
         }
         for (name, provider) in &self.providers {
-            if !(provider.base_url.starts_with("http://") || provider.base_url.starts_with("https://")) {
-                return Err((format!("providers.{name}.base_url"), format!("`{}` is not an http(s) URL", provider.base_url)));
+            if !(provider.base_url.starts_with("http://")
+                || provider.base_url.starts_with("https://"))
+            {
+                return Err((
+                    format!("providers.{name}.base_url"),
+                    format!("`{}` is not an http(s) URL", provider.base_url),
+                ));
             }
         }
-        for (kind, profile) in [("explain", &self.tasks.explain), ("refactor", &self.tasks.refactor)] {
+        for (kind, profile) in [
+            ("explain", &self.tasks.explain),
+            ("refactor", &self.tasks.refactor),
+        ] {
             check_profile(kind, profile)?;
         }
         let a = &self.autocomplete;
@@ -367,10 +417,30 @@ impl Config {
 }
 
 fn check_profile(kind: &str, p: &TaskProfile) -> Result<(), (String, String)> {
-    check(&format!("tasks.{kind}.input_tokens"), p.input_tokens, 64, 1_000_000)?;
-    check(&format!("tasks.{kind}.output_tokens"), p.output_tokens, 1, 128_000)?;
-    check(&format!("tasks.{kind}.first_token_ms"), p.first_token_ms as usize, 100, 3_600_000)?;
-    check(&format!("tasks.{kind}.total_ms"), p.total_ms as usize, p.first_token_ms as usize, 3_600_000)
+    check(
+        &format!("tasks.{kind}.input_tokens"),
+        p.input_tokens,
+        64,
+        1_000_000,
+    )?;
+    check(
+        &format!("tasks.{kind}.output_tokens"),
+        p.output_tokens,
+        1,
+        128_000,
+    )?;
+    check(
+        &format!("tasks.{kind}.first_token_ms"),
+        p.first_token_ms as usize,
+        100,
+        3_600_000,
+    )?;
+    check(
+        &format!("tasks.{kind}.total_ms"),
+        p.total_ms as usize,
+        p.first_token_ms as usize,
+        3_600_000,
+    )
 }
 
 fn check(key: &str, value: usize, min: usize, max: usize) -> Result<(), (String, String)> {
@@ -466,15 +536,25 @@ mod tests {
 
     #[test]
     fn a_chain_entry_must_name_a_provider() {
-        let layers = ConfigLayers { workspace: Some(json!({"tiers": {"large": ["nowhere/model-x"]}})), ..Default::default() };
+        let layers = ConfigLayers {
+            workspace: Some(json!({"tiers": {"large": ["nowhere/model-x"]}})),
+            ..Default::default()
+        };
         let (_, errors) = layers.resolve();
         assert_eq!(errors[0].key, "tiers.large[0]");
-        assert!(errors[0].reason.contains("names no configured provider"), "{}", errors[0].reason);
+        assert!(
+            errors[0].reason.contains("names no configured provider"),
+            "{}",
+            errors[0].reason
+        );
     }
 
     #[test]
     fn status_notifications_accepts_the_camel_case_option() {
-        let layers = ConfigLayers { initialization_options: Some(json!({"statusNotifications": true})), ..Default::default() };
+        let layers = ConfigLayers {
+            initialization_options: Some(json!({"statusNotifications": true})),
+            ..Default::default()
+        };
         let (config, errors) = layers.resolve();
         assert!(errors.is_empty(), "{errors:?}");
         assert!(config.status_notifications);
@@ -484,12 +564,23 @@ mod tests {
     fn local_only_is_persisted_without_losing_the_rest_of_the_file() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("config.toml");
-        std::fs::write(&path, "# my settings\n[autocomplete]\nbudget_ms = 800 # fast\n").unwrap();
+        std::fs::write(
+            &path,
+            "# my settings\n[autocomplete]\nbudget_ms = 800 # fast\n",
+        )
+        .unwrap();
         persist_local_only(&path, true).unwrap();
         let text = std::fs::read_to_string(&path).unwrap();
-        assert!(text.contains("# my settings") && text.contains("budget_ms = 800 # fast"), "{text}");
+        assert!(
+            text.contains("# my settings") && text.contains("budget_ms = 800 # fast"),
+            "{text}"
+        );
         let (_, layer) = read_file(&path).unwrap().unwrap();
-        let (config, errors) = ConfigLayers { file: Some((path, layer)), ..Default::default() }.resolve();
+        let (config, errors) = ConfigLayers {
+            file: Some((path, layer)),
+            ..Default::default()
+        }
+        .resolve();
         assert!(errors.is_empty() && config.local_only);
     }
 

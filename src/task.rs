@@ -14,7 +14,11 @@ pub enum TaskKind {
 }
 
 impl TaskKind {
-    pub const ALL: [TaskKind; 3] = [TaskKind::Autocomplete, TaskKind::Explain, TaskKind::Refactor];
+    pub const ALL: [TaskKind; 3] = [
+        TaskKind::Autocomplete,
+        TaskKind::Explain,
+        TaskKind::Refactor,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -75,9 +79,27 @@ pub struct TaskProfile {
 impl TaskProfile {
     pub fn default_for(kind: TaskKind) -> TaskProfile {
         match kind {
-            TaskKind::Autocomplete => TaskProfile { tier: Tier::Small, input_tokens: 2_000, output_tokens: 200, first_token_ms: 1_000, total_ms: 1_000 },
-            TaskKind::Explain => TaskProfile { tier: Tier::Medium, input_tokens: 8_000, output_tokens: 800, first_token_ms: 10_000, total_ms: 60_000 },
-            TaskKind::Refactor => TaskProfile { tier: Tier::Large, input_tokens: 16_000, output_tokens: 4_000, first_token_ms: 20_000, total_ms: 300_000 },
+            TaskKind::Autocomplete => TaskProfile {
+                tier: Tier::Small,
+                input_tokens: 2_000,
+                output_tokens: 200,
+                first_token_ms: 1_000,
+                total_ms: 1_000,
+            },
+            TaskKind::Explain => TaskProfile {
+                tier: Tier::Medium,
+                input_tokens: 8_000,
+                output_tokens: 800,
+                first_token_ms: 10_000,
+                total_ms: 60_000,
+            },
+            TaskKind::Refactor => TaskProfile {
+                tier: Tier::Large,
+                input_tokens: 16_000,
+                output_tokens: 4_000,
+                first_token_ms: 20_000,
+                total_ms: 300_000,
+            },
         }
     }
 
@@ -106,7 +128,10 @@ pub struct TaskProfiles {
 
 impl Default for TaskProfiles {
     fn default() -> Self {
-        TaskProfiles { explain: TaskProfile::default_for(TaskKind::Explain), refactor: TaskProfile::default_for(TaskKind::Refactor) }
+        TaskProfiles {
+            explain: TaskProfile::default_for(TaskKind::Explain),
+            refactor: TaskProfile::default_for(TaskKind::Refactor),
+        }
     }
 }
 
@@ -134,8 +159,14 @@ mod tests {
     #[test]
     fn defaults_follow_the_task_kinds() {
         let refactor = TaskProfile::default_for(TaskKind::Refactor);
-        assert_eq!((refactor.tier, refactor.input_tokens, refactor.output_tokens), (Tier::Large, 16_000, 4_000));
+        assert_eq!(
+            (refactor.tier, refactor.input_tokens, refactor.output_tokens),
+            (Tier::Large, 16_000, 4_000)
+        );
         let explain = TaskProfile::default_for(TaskKind::Explain);
-        assert_eq!((explain.tier, explain.input_tokens, explain.output_tokens), (Tier::Medium, 8_000, 800));
+        assert_eq!(
+            (explain.tier, explain.input_tokens, explain.output_tokens),
+            (Tier::Medium, 8_000, 800)
+        );
     }
 }

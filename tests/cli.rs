@@ -30,20 +30,32 @@ fn complete_prints_the_text_the_model_and_the_latency() {
     assert!(output.status.success(), "{}", stderr(&output));
     let report: serde_json::Value = serde_json::from_str(stdout(&output).trim()).unwrap();
     assert_eq!(report["model"], "qwen2.5-coder-0.5b-instruct");
-    assert!(report["text"].as_str().is_some_and(|t| !t.trim().is_empty()), "{report}");
+    assert!(
+        report["text"]
+            .as_str()
+            .is_some_and(|t| !t.trim().is_empty()),
+        "{report}"
+    );
     assert!(report["latency_ms"].as_f64().is_some());
     assert_eq!(report["budget_ms"], 1000);
 
     let human = switchyard(&["complete", "examples/complete-me.rs:10:9"], &[]);
     let text = stdout(&human);
-    assert!(text.contains("--- model qwen2.5-coder-0.5b-instruct | latency"), "{text}");
+    assert!(
+        text.contains("--- model qwen2.5-coder-0.5b-instruct | latency"),
+        "{text}"
+    );
 }
 
 #[test]
 fn complete_rejects_a_location_past_the_end() {
     let output = switchyard(&["complete", "examples/complete-me.rs:999:1"], &[]);
     assert_eq!(output.status.code(), Some(2));
-    assert!(stderr(&output).contains("line 999 is past the end"), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("line 999 is past the end"),
+        "{}",
+        stderr(&output)
+    );
 }
 
 #[test]
@@ -54,7 +66,12 @@ fn config_check_names_the_file_the_key_and_the_reason() {
     let output = switchyard(&["config", "check", path.to_str().unwrap()], &[]);
     assert_eq!(output.status.code(), Some(2));
     let err = stderr(&output);
-    assert!(err.contains(path.to_str().unwrap()) && err.contains("autocomplete.output_tokens") && err.contains("between 1 and 4096"), "{err}");
+    assert!(
+        err.contains(path.to_str().unwrap())
+            && err.contains("autocomplete.output_tokens")
+            && err.contains("between 1 and 4096"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -65,8 +82,14 @@ fn config_check_prints_the_effective_configuration_of_a_valid_file() {
     let output = switchyard(&["config", "check", path.to_str().unwrap()], &[]);
     assert!(output.status.success(), "{}", stderr(&output));
     let effective: toml::Value = toml::from_str(&stdout(&output)).unwrap();
-    assert_eq!(effective["autocomplete"]["budget_ms"].as_integer(), Some(800));
-    assert_eq!(effective["autocomplete"]["input_tokens"].as_integer(), Some(2000));
+    assert_eq!(
+        effective["autocomplete"]["budget_ms"].as_integer(),
+        Some(800)
+    );
+    assert_eq!(
+        effective["autocomplete"]["input_tokens"].as_integer(),
+        Some(2000)
+    );
 }
 
 #[test]
@@ -74,15 +97,29 @@ fn models_list_shows_the_default_and_whether_it_is_downloaded() {
     let output = switchyard(&["models", "list"], &[]);
     assert!(output.status.success());
     let text = stdout(&output);
-    assert!(text.contains("qwen2.5-coder-0.5b-instruct (default here)"), "{text}");
+    assert!(
+        text.contains("qwen2.5-coder-0.5b-instruct (default here)"),
+        "{text}"
+    );
     assert!(text.contains("| downloaded"), "{text}");
 }
 
 #[test]
 fn models_verify_reports_a_corrupt_file() {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("qwen2.5-coder-0.5b-instruct-q8_0.gguf"), b"GGUF truncated").unwrap();
-    let output = switchyard(&["models", "verify"], &[("SWITCHYARD_MODEL_DIR", dir.path().to_str().unwrap())]);
+    std::fs::write(
+        dir.path().join("qwen2.5-coder-0.5b-instruct-q8_0.gguf"),
+        b"GGUF truncated",
+    )
+    .unwrap();
+    let output = switchyard(
+        &["models", "verify"],
+        &[("SWITCHYARD_MODEL_DIR", dir.path().to_str().unwrap())],
+    );
     assert!(!output.status.success());
-    assert!(stderr(&output).contains("qwen2.5-coder-0.5b-instruct-q8_0.gguf"), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("qwen2.5-coder-0.5b-instruct-q8_0.gguf"),
+        "{}",
+        stderr(&output)
+    );
 }

@@ -174,15 +174,36 @@ async fn a_warm_cache_answers_like_a_fresh_context_while_typing() {
     warm.wait_ready().await.unwrap();
     let mut warm_answers = Vec::new();
     for typed in ["s", "se", "sel", "self", "self.", "self.h"] {
-        warm_answers.push(warm.complete(job(sample_text(typed), Duration::from_secs(120))).await.unwrap());
+        warm_answers.push(
+            warm.complete(job(sample_text(typed), Duration::from_secs(120)))
+                .await
+                .unwrap(),
+        );
     }
-    assert!(warm_answers[1..].iter().all(|g| g.tokens_decoded < g.prompt_tokens / 2), "typing reuses the cache");
+    assert!(
+        warm_answers[1..]
+            .iter()
+            .all(|g| g.tokens_decoded < g.prompt_tokens / 2),
+        "typing reuses the cache"
+    );
     drop(warm);
 
-    let fresh = LocalEngine::spawn(EngineOptions { reuse_cache: false, ..options() });
+    let fresh = LocalEngine::spawn(EngineOptions {
+        reuse_cache: false,
+        ..options()
+    });
     fresh.wait_ready().await.unwrap();
-    for (typed, warm_answer) in ["s", "se", "sel", "self", "self.", "self.h"].into_iter().zip(&warm_answers) {
-        let fresh_answer = fresh.complete(job(sample_text(typed), Duration::from_secs(120))).await.unwrap();
-        assert_eq!(warm_answer.text, fresh_answer.text, "after typing {typed:?}");
+    for (typed, warm_answer) in ["s", "se", "sel", "self", "self.", "self.h"]
+        .into_iter()
+        .zip(&warm_answers)
+    {
+        let fresh_answer = fresh
+            .complete(job(sample_text(typed), Duration::from_secs(120)))
+            .await
+            .unwrap();
+        assert_eq!(
+            warm_answer.text, fresh_answer.text,
+            "after typing {typed:?}"
+        );
     }
 }

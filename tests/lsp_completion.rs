@@ -166,12 +166,95 @@ async fn cancel_request_is_answered_with_request_cancelled() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn model_loading_is_shown_as_work_done_progress() {
     let mut client = LspClient::spawn(ServerOptions::default()).await;
-    client.initialize(vscode_like_capabilities(), json!({"local": {"auto_pull": false}})).await;
-    let begin = client.notification("$/progress", |p| p["value"]["kind"] == "begin").await;
+    client
+        .initialize(
+            vscode_like_capabilities(),
+            json!({"local": {"auto_pull": false}}),
+        )
+        .await;
+    let begin = client
+        .notification("$/progress", |p| p["value"]["kind"] == "begin")
+        .await;
     assert_eq!(begin["params"]["token"], "switchyard/model-load");
-    assert!(begin["params"]["value"]["title"].as_str().unwrap().contains("loading qwen2.5-coder-0.5b-instruct"));
-    let end = client.notification("$/progress", |p| p["value"]["kind"] == "end").await;
-    assert!(end["params"]["value"]["message"].as_str().unwrap().contains("ready in"), "{end}");
-    assert!(client.seen.iter().any(|m| m["method"] == "window/workDoneProgress/create"));
+    assert!(
+        begin["params"]["value"]["title"]
+            .as_str()
+            .unwrap()
+            .contains("loading qwen2.5-coder-0.5b-instruct")
+    );
+    let end = client
+        .notification("$/progress", |p| p["value"]["kind"] == "end")
+        .await;
+    assert!(
+        end["params"]["value"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("ready in"),
+        "{end}"
+    );
+    assert!(
+        client
+            .seen
+            .iter()
+            .any(|m| m["method"] == "window/workDoneProgress/create")
+    );
+    client.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_remotes_down_completions_and_local_only_explanations_come_from_the_local_model() {
+    let down = support::fake_provider::FakeProvider::with_default(
+        support::fake_provider::Behaviour::Unavailable,
+    )
+    .await;
+    let mut client = LspClient::spawn(ServerOptions {
+        env: vec![("SY_KEY".into(), "sk-test".into())],
+        ..Default::default()
+    })
+    .await;
+    let init = json!({
+        "local": {"auto_pull": false},
+        "providers": {"remote": {"kind": "openai", "base_url": down.openai_url(), "api_key_env": "SY_KEY"}},
+        "tiers": {"large": ["remote/big"], "medium": ["remote/mid"], "small": ["local"]},
+        "tasks": {"explain": {"first_token_ms": 60000, "total_ms": 120000}}
+    });
+    client.initialize(vscode_like_capabilities(), init).await;
+    client.wait_for_model().await;
+    let (text, line, character) = sample_with_gap();
+    client.open(URI, &text).await;
+
+    client
+        .inline_completion_eventually(URI, line, character)
+        .await;
+
+    let range =
+        json!({"start": {"line": 97, "character": 0}, "end": {"line": 104, "character": 0}});
+    let explained = client
+        .request(
+            "workspace/executeCommand",
+            json!({"command": "switchyard.explain", "arguments": [URI, range]}),
+        )
+        .await;
+    let result = &explained["result"];
+    assert_eq!(result["provider"], "local", "{explained}");
+    assert_eq!(result["tier"], "small");
+    assert!(!result["text"].as_str().unwrap().trim().is_empty());
+    assert_eq!(down.request_count(), 1, "the medium tier was tried first");
+
+    client
+        .request(
+            "workspace/executeCommand",
+            json!({"command": "switchyard.toggleLocalOnly"}),
+        )
+        .await;
+    let before = down.request_count();
+    let local_only = client
+        .request(
+            "workspace/executeCommand",
+            json!({"command": "switchyard.explain", "arguments": [URI, range]}),
+        )
+        .await;
+    assert_eq!(local_only["result"]["provider"], "local", "{local_only}");
+    assert_eq!(down.request_count(), before, "local-only: no remote call");
     client.shutdown().await;
 }

@@ -28,7 +28,9 @@ pub struct PromptParts {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("the selection is about {needed} tokens, over the {budget}-token budget for this task; select less code")]
+#[error(
+    "the selection is about {needed} tokens, over the {budget}-token budget for this task; select less code"
+)]
 pub struct OverBudget {
     pub needed: usize,
     pub budget: usize,
@@ -47,7 +49,10 @@ pub fn render(parts: &PromptParts, budget: usize) -> Result<String, OverBudget> 
     };
     let minimal = frame("", "");
     if estimate_tokens(&minimal) > budget {
-        return Err(OverBudget { needed: estimate_tokens(&minimal), budget });
+        return Err(OverBudget {
+            needed: estimate_tokens(&minimal),
+            budget,
+        });
     }
     let mut room = budget - estimate_tokens(&minimal);
     let mut before: Vec<&str> = Vec::new();
@@ -63,11 +68,18 @@ pub fn render(parts: &PromptParts, budget: usize) -> Result<String, OverBudget> 
         }
     }
     before.reverse();
-    Ok(frame(&with_newline(&before.concat()), &with_newline(&after.concat())))
+    Ok(frame(
+        &with_newline(&before.concat()),
+        &with_newline(&after.concat()),
+    ))
 }
 
 /// Moves the next line into `side` if it fits in `room`.
-fn take_fitting<'a>(lines: &mut Peekable<impl Iterator<Item = &'a str>>, room: &mut usize, side: &mut Vec<&'a str>) -> bool {
+fn take_fitting<'a>(
+    lines: &mut Peekable<impl Iterator<Item = &'a str>>,
+    room: &mut usize,
+    side: &mut Vec<&'a str>,
+) -> bool {
     match lines.next_if(|line| estimate_tokens(line) <= *room) {
         Some(line) => {
             *room -= estimate_tokens(line);
@@ -79,7 +91,11 @@ fn take_fitting<'a>(lines: &mut Peekable<impl Iterator<Item = &'a str>>, room: &
 }
 
 fn with_newline(text: &str) -> String {
-    if text.is_empty() || text.ends_with('\n') { text.to_owned() } else { format!("{text}\n") }
+    if text.is_empty() || text.ends_with('\n') {
+        text.to_owned()
+    } else {
+        format!("{text}\n")
+    }
 }
 
 #[cfg(test)]
@@ -90,9 +106,13 @@ mod tests {
         PromptParts {
             language: "rust".into(),
             file_name: "a.rs".into(),
-            before: (0..before_lines).map(|i| format!("// before {i:03}\n")).collect(),
+            before: (0..before_lines)
+                .map(|i| format!("// before {i:03}\n"))
+                .collect(),
             selection: "fn selected() {}\n".into(),
-            after: (0..after_lines).map(|i| format!("// after {i:03}\n")).collect(),
+            after: (0..after_lines)
+                .map(|i| format!("// after {i:03}\n"))
+                .collect(),
             instruction: "Explain this code.".into(),
         }
     }
@@ -100,7 +120,11 @@ mod tests {
     #[test]
     fn small_prompts_are_kept_whole() {
         let text = render(&parts(3, 3), 10_000).unwrap();
-        assert!(text.contains("// before 000") && text.contains("// after 002") && text.contains("fn selected()"));
+        assert!(
+            text.contains("// before 000")
+                && text.contains("// after 002")
+                && text.contains("fn selected()")
+        );
     }
 
     #[test]
@@ -110,7 +134,10 @@ mod tests {
         assert!(text.contains("fn selected()"));
         assert!(text.contains("// before 199"), "nearest line above kept");
         assert!(text.contains("// after 000"), "nearest line below kept");
-        assert!(!text.contains("// before 000"), "farthest line above dropped");
+        assert!(
+            !text.contains("// before 000"),
+            "farthest line above dropped"
+        );
     }
 
     #[test]

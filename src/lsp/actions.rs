@@ -30,20 +30,38 @@ pub const COMMANDS: [&str; 5] = [EXPLAIN, REFACTOR, TOGGLE_LOCAL_ONLY, SET_LOCAL
 const REQUEST_FAILED: i64 = -32803;
 
 const PRESETS: [(&str, &str); 3] = [
-    ("Simplify", "Simplify this code without changing its behaviour."),
-    ("Add error handling", "Add error handling to this code: handle failures explicitly instead of panicking or ignoring them."),
-    ("Add docs", "Add documentation comments to this code, in the language's conventional style."),
+    (
+        "Simplify",
+        "Simplify this code without changing its behaviour.",
+    ),
+    (
+        "Add error handling",
+        "Add error handling to this code: handle failures explicitly instead of panicking or ignoring them.",
+    ),
+    (
+        "Add docs",
+        "Add documentation comments to this code, in the language's conventional style.",
+    ),
 ];
 
 const EXPLAIN_SYSTEM: &str = "You are a senior engineer explaining code to a colleague. Be concise and concrete; use Markdown.";
 const REFACTOR_SYSTEM: &str = "You rewrite code as instructed. Answer with the complete rewritten selection in a single fenced code block and nothing else. Keep the surrounding indentation.";
 
 fn command(title: &str, name: &str, arguments: Vec<Value>) -> Command {
-    Command { title: title.into(), command: name.into(), arguments: Some(arguments) }
+    Command {
+        title: title.into(),
+        command: name.into(),
+        arguments: Some(arguments),
+    }
 }
 
 fn action(title: String, kind: CodeActionKind, cmd: Command) -> CodeActionOrCommand {
-    CodeActionOrCommand::CodeAction(CodeAction { title, kind: Some(kind), command: Some(cmd), ..Default::default() })
+    CodeActionOrCommand::CodeAction(CodeAction {
+        title,
+        kind: Some(kind),
+        command: Some(cmd),
+        ..Default::default()
+    })
 }
 
 fn invalid(message: impl Into<String>) -> Error {
@@ -52,9 +70,15 @@ fn invalid(message: impl Into<String>) -> Error {
 
 /// The first fenced code block of an answer, or the whole answer.
 pub fn code_block(answer: &str) -> String {
-    let Some(open) = answer.find("```") else { return answer.to_owned() };
-    let body_start = answer[open..].find('\n').map_or(answer.len(), |i| open + i + 1);
-    let body_end = answer[body_start..].find("```").map_or(answer.len(), |i| body_start + i);
+    let Some(open) = answer.find("```") else {
+        return answer.to_owned();
+    };
+    let body_start = answer[open..]
+        .find('\n')
+        .map_or(answer.len(), |i| open + i + 1);
+    let body_end = answer[body_start..]
+        .find("```")
+        .map_or(answer.len(), |i| body_start + i);
     answer[body_start..body_end].to_owned()
 }
 
@@ -71,16 +95,32 @@ impl Backend {
             actions.push(action(
                 format!("switchyard: {title}"),
                 CodeActionKind::REFACTOR_REWRITE,
-                command(title, REFACTOR, vec![uri.clone(), range.clone(), json!(instruction)]),
+                command(
+                    title,
+                    REFACTOR,
+                    vec![uri.clone(), range.clone(), json!(instruction)],
+                ),
             ));
         }
         if !params.context.diagnostics.is_empty() {
-            let problems: Vec<String> = params.context.diagnostics.iter().map(|d| format!("line {}: {}", d.range.start.line + 1, d.message)).collect();
-            let instruction = format!("Fix these problems reported in this code:\n{}", problems.join("\n"));
+            let problems: Vec<String> = params
+                .context
+                .diagnostics
+                .iter()
+                .map(|d| format!("line {}: {}", d.range.start.line + 1, d.message))
+                .collect();
+            let instruction = format!(
+                "Fix these problems reported in this code:\n{}",
+                problems.join("\n")
+            );
             actions.push(action(
                 "switchyard: Fix diagnostics".into(),
                 CodeActionKind::QUICKFIX,
-                command("Fix diagnostics", REFACTOR, vec![uri, range, json!(instruction)]),
+                command(
+                    "Fix diagnostics",
+                    REFACTOR,
+                    vec![uri, range, json!(instruction)],
+                ),
             ));
         }
         actions
@@ -89,23 +129,46 @@ impl Backend {
     pub(super) async fn run_command(&self, params: ExecuteCommandParams) -> Result<Option<Value>> {
         let args = params.arguments;
         match params.command.as_str() {
-            TOGGLE_LOCAL_ONLY => self.set_local_only(!self.router().local_only()).await.map(Some),
+            TOGGLE_LOCAL_ONLY => self
+                .set_local_only(!self.router().local_only())
+                .await
+                .map(Some),
             SET_LOCAL_ONLY => {
-                let on = args.first().and_then(Value::as_bool).ok_or_else(|| invalid("switchyard.setLocalOnly takes one boolean argument"))?;
+                let on = args
+                    .first()
+                    .and_then(Value::as_bool)
+                    .ok_or_else(|| invalid("switchyard.setLocalOnly takes one boolean argument"))?;
                 self.set_local_only(on).await.map(Some)
             }
-            STATUS => Ok(Some(serde_json::to_value(self.router().status()).expect("status serializes"))),
+            STATUS => Ok(Some(
+                serde_json::to_value(self.router().status()).expect("status serializes"),
+            )),
             EXPLAIN | REFACTOR => {
-                let uri: Uri = args.first().cloned().and_then(|v| serde_json::from_value(v).ok()).ok_or_else(|| invalid("first argument: the document URI"))?;
-                let range: Range = args.get(1).cloned().and_then(|v| serde_json::from_value(v).ok()).ok_or_else(|| invalid("second argument: the range"))?;
+                let uri: Uri = args
+                    .first()
+                    .cloned()
+                    .and_then(|v| serde_json::from_value(v).ok())
+                    .ok_or_else(|| invalid("first argument: the document URI"))?;
+                let range: Range = args
+                    .get(1)
+                    .cloned()
+                    .and_then(|v| serde_json::from_value(v).ok())
+                    .ok_or_else(|| invalid("second argument: the range"))?;
                 if params.command == EXPLAIN {
                     self.explain(uri, range).await
                 } else {
-                    let instruction = args.get(2).and_then(Value::as_str).filter(|s| !s.trim().is_empty()).ok_or_else(|| invalid("third argument: the refactor instruction"))?;
+                    let instruction = args
+                        .get(2)
+                        .and_then(Value::as_str)
+                        .filter(|s| !s.trim().is_empty())
+                        .ok_or_else(|| invalid("third argument: the refactor instruction"))?;
                     self.refactor(uri, range, instruction.to_owned()).await
                 }
             }
-            other => Err(invalid(format!("unknown command `{other}`; switchyard knows {}", COMMANDS.join(", ")))),
+            other => Err(invalid(format!(
+                "unknown command `{other}`; switchyard knows {}",
+                COMMANDS.join(", ")
+            ))),
         }
     }
 
@@ -113,7 +176,10 @@ impl Backend {
         self.router().set_local_only(on);
         if let Some(path) = self.config_path() {
             if let Err(e) = crate::config::persist_local_only(path, on) {
-                tracing::warn!("could not persist local-only mode in {}: {e}", path.display());
+                tracing::warn!(
+                    "could not persist local-only mode in {}: {e}",
+                    path.display()
+                );
             }
         }
         self.remember_local_only(on);
@@ -121,11 +187,21 @@ impl Backend {
     }
 
     /// The prompt parts for a range; an empty range means the enclosing item.
-    fn parts(&self, uri: &Uri, range: Range, instruction: &str) -> Result<(PromptParts, usize, usize, i32)> {
-        let doc = self.documents.get(uri).map_err(|e| invalid(e.to_string()))?;
+    fn parts(
+        &self,
+        uri: &Uri,
+        range: Range,
+        instruction: &str,
+    ) -> Result<(PromptParts, usize, usize, i32)> {
+        let doc = self
+            .documents
+            .get(uri)
+            .map_err(|e| invalid(e.to_string()))?;
         let encoding = self.encoding();
-        let mut start = position::to_char(&doc.rope, range.start, encoding).map_err(|e| invalid(e.to_string()))?;
-        let mut end = position::to_char(&doc.rope, range.end, encoding).map_err(|e| invalid(e.to_string()))?;
+        let mut start = position::to_char(&doc.rope, range.start, encoding)
+            .map_err(|e| invalid(e.to_string()))?;
+        let mut end = position::to_char(&doc.rope, range.end, encoding)
+            .map_err(|e| invalid(e.to_string()))?;
         if start == end {
             let (first, last) = edits::enclosing_item(&doc.rope, doc.rope.char_to_line(start));
             start = doc.rope.line_to_char(first);
@@ -144,22 +220,42 @@ impl Backend {
     }
 
     /// Runs a task with cancellable `$/progress` that names the provider being tried.
-    async fn routed(&self, kind: TaskKind, system: &str, parts: PromptParts) -> Result<crate::router::Answer> {
+    async fn routed(
+        &self,
+        kind: TaskKind,
+        system: &str,
+        parts: PromptParts,
+    ) -> Result<crate::router::Answer> {
         let cancel = CancellationToken::new();
         let token = NumberOrString::String(format!("switchyard/{}/{}", kind.as_str(), nanos()));
-        let progress = match self.client.create_work_done_progress(token.clone()).await {
-            Ok(()) if self.supports_progress() => {
-                self.progress_cancels.insert(token.clone(), cancel.clone());
-                Some(self.client.progress(token.clone(), format!("switchyard: {}", kind.as_str())).with_cancel_button().begin().await)
-            }
-            _ => None,
+        let created = self.supports_progress()
+            && self
+                .client
+                .create_work_done_progress(token.clone())
+                .await
+                .is_ok();
+        let progress = if created {
+            self.progress_cancels.insert(token.clone(), cancel.clone());
+            Some(
+                self.client
+                    .progress(token.clone(), format!("switchyard: {}", kind.as_str()))
+                    .with_cancel_button()
+                    .begin()
+                    .await,
+            )
+        } else {
+            None
         };
         let (events, mut rx) = tokio::sync::mpsc::unbounded_channel();
         let report = async {
             while let Some(event) = rx.recv().await {
                 if let Some(progress) = &progress {
                     let message = match event {
-                        Progress::Trying { provider, model, tier } => format!("{provider}/{model} ({tier} tier)"),
+                        Progress::Trying {
+                            provider,
+                            model,
+                            tier,
+                        } => format!("{provider}/{model} ({tier} tier)"),
                         Progress::Received { chars } => format!("received {chars} characters"),
                     };
                     progress.report_with_message(message, None).await;
@@ -167,11 +263,17 @@ impl Backend {
             }
         };
         let router = self.router();
-        let request = TaskRequest { kind, system: system.into(), parts };
+        let request = TaskRequest {
+            kind,
+            system: system.into(),
+            parts,
+        };
         let run = async {
-            let result = router.run(request, cancel.clone(), &|event| {
-                let _ = events.send(event);
-            }).await;
+            let result = router
+                .run(request, cancel.clone(), &|event| {
+                    let _ = events.send(event);
+                })
+                .await;
             drop(events);
             result
         };
@@ -186,60 +288,106 @@ impl Backend {
         }
         result.map_err(|e| {
             tracing::warn!("{} failed: {e}", kind.as_str());
-            Error { code: tower_lsp_server::jsonrpc::ErrorCode::ServerError(REQUEST_FAILED), message: e.to_string().into(), data: None }
+            Error {
+                code: tower_lsp_server::jsonrpc::ErrorCode::ServerError(REQUEST_FAILED),
+                message: e.to_string().into(),
+                data: None,
+            }
         })
     }
 
     async fn explain(&self, uri: Uri, range: Range) -> Result<Option<Value>> {
-        let (parts, ..) = self.parts(&uri, range, "Explain what the selected code does and anything surprising about it.")?;
-        let answer = self.routed(TaskKind::Explain, EXPLAIN_SYSTEM, parts).await?;
-        let by = format!("{}/{} ({} tier)", answer.route.provider, answer.route.model, answer.route.tier);
+        let (parts, ..) = self.parts(
+            &uri,
+            range,
+            "Explain what the selected code does and anything surprising about it.",
+        )?;
+        let answer = self
+            .routed(TaskKind::Explain, EXPLAIN_SYSTEM, parts)
+            .await?;
+        let by = format!(
+            "{}/{} ({} tier)",
+            answer.route.provider, answer.route.model, answer.route.tier
+        );
         let dir = crate::paths::state_dir().join("explanations");
         let path = dir.join(format!("explain-{}.md", nanos()));
-        let markdown = format!("<!-- switchyard: explained by {by} -->\n\n{}\n", answer.text);
+        let markdown = format!(
+            "<!-- switchyard: explained by {by} -->\n\n{}\n",
+            answer.text
+        );
         let written = std::fs::create_dir_all(&dir).and_then(|()| std::fs::write(&path, &markdown));
         let shown = match (written, Uri::from_file_path(&path)) {
             (Ok(()), Some(doc_uri)) => self
                 .client
-                .show_document(ShowDocumentParams { uri: doc_uri, external: Some(false), take_focus: Some(true), selection: None })
+                .show_document(ShowDocumentParams {
+                    uri: doc_uri,
+                    external: Some(false),
+                    take_focus: Some(true),
+                    selection: None,
+                })
                 .await
                 .unwrap_or(false),
             _ => false,
         };
         if !shown {
             let summary: String = answer.text.chars().take(600).collect();
-            self.client.show_message(MessageType::INFO, format!("switchyard ({by}): {summary}")).await;
+            self.client
+                .show_message(MessageType::INFO, format!("switchyard ({by}): {summary}"))
+                .await;
         }
-        Ok(Some(json!({"provider": answer.route.provider, "model": answer.route.model, "tier": answer.route.tier, "path": path, "text": answer.text})))
+        Ok(Some(
+            json!({"provider": answer.route.provider, "model": answer.route.model, "tier": answer.route.tier, "path": path, "text": answer.text}),
+        ))
     }
 
     async fn refactor(&self, uri: Uri, range: Range, instruction: String) -> Result<Option<Value>> {
         let (parts, start, end, version) = self.parts(&uri, range, &instruction)?;
         let original = parts.selection.clone();
-        let answer = self.routed(TaskKind::Refactor, REFACTOR_SYSTEM, parts).await?;
+        let answer = self
+            .routed(TaskKind::Refactor, REFACTOR_SYSTEM, parts)
+            .await?;
         let mut rewritten = code_block(&answer.text);
         if original.ends_with('\n') && !rewritten.ends_with('\n') {
             rewritten.push('\n');
         }
-        let doc = self.documents.get(&uri).map_err(|e| invalid(e.to_string()))?;
+        let doc = self
+            .documents
+            .get(&uri)
+            .map_err(|e| invalid(e.to_string()))?;
         if doc.version != version {
-            return Err(Error { code: tower_lsp_server::jsonrpc::ErrorCode::ContentModified, message: "the document changed while the refactor ran; run it again".into(), data: None });
+            return Err(Error {
+                code: tower_lsp_server::jsonrpc::ErrorCode::ContentModified,
+                message: "the document changed while the refactor ran; run it again".into(),
+                data: None,
+            });
         }
         let text_edits = edits::minimal_edits(&doc.rope, start, end, &rewritten, self.encoding());
         let edit = WorkspaceEdit {
             document_changes: Some(DocumentChanges::Edits(vec![TextDocumentEdit {
-                text_document: OptionalVersionedTextDocumentIdentifier { uri: uri.clone(), version: Some(version) },
+                text_document: OptionalVersionedTextDocumentIdentifier {
+                    uri: uri.clone(),
+                    version: Some(version),
+                },
                 edits: text_edits.iter().cloned().map(OneOf::Left).collect(),
             }])),
             ..Default::default()
         };
-        let applied = self.client.apply_edit(edit).await.map(|r| r.applied).unwrap_or(false);
-        Ok(Some(json!({"applied": applied, "edits": text_edits.len(), "provider": answer.route.provider, "model": answer.route.model, "tier": answer.route.tier})))
+        let applied = self
+            .client
+            .apply_edit(edit)
+            .await
+            .map(|r| r.applied)
+            .unwrap_or(false);
+        Ok(Some(
+            json!({"applied": applied, "edits": text_edits.len(), "provider": answer.route.provider, "model": answer.route.model, "tier": answer.route.tier}),
+        ))
     }
 }
 
 fn nanos() -> u128 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos())
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos())
 }
 
 #[cfg(test)]
@@ -248,7 +396,10 @@ mod tests {
 
     #[test]
     fn the_code_block_is_taken_from_the_answer() {
-        assert_eq!(code_block("Here:\n```rust\nfn a() {}\n```\nDone."), "fn a() {}\n");
+        assert_eq!(
+            code_block("Here:\n```rust\nfn a() {}\n```\nDone."),
+            "fn a() {}\n"
+        );
         assert_eq!(code_block("fn a() {}"), "fn a() {}");
     }
 }

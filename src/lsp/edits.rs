@@ -9,12 +9,23 @@ use super::position::{self, PositionEncoding};
 
 /// Edits that turn the text at `[start, end)` (char indices) into `replacement`,
 /// touching only the lines that differ.
-pub fn minimal_edits(rope: &Rope, start: usize, end: usize, replacement: &str, encoding: PositionEncoding) -> Vec<TextEdit> {
+pub fn minimal_edits(
+    rope: &Rope,
+    start: usize,
+    end: usize,
+    replacement: &str,
+    encoding: PositionEncoding,
+) -> Vec<TextEdit> {
     let original = rope.slice(start..end).to_string();
     let diff = TextDiff::from_lines(&original, replacement);
     let old_lines: Vec<&str> = original.split_inclusive('\n').collect();
     let new_lines: Vec<&str> = replacement.split_inclusive('\n').collect();
-    let char_offset = |line: usize| old_lines[..line].iter().map(|l| l.chars().count()).sum::<usize>();
+    let char_offset = |line: usize| {
+        old_lines[..line]
+            .iter()
+            .map(|l| l.chars().count())
+            .sum::<usize>()
+    };
     diff.ops()
         .iter()
         .filter(|op| op.tag() != DiffTag::Equal)
@@ -23,7 +34,10 @@ pub fn minimal_edits(rope: &Rope, start: usize, end: usize, replacement: &str, e
             let from = start + char_offset(old.start);
             let to = start + char_offset(old.end);
             TextEdit {
-                range: Range::new(position::from_char(rope, from, encoding), position::from_char(rope, to, encoding)),
+                range: Range::new(
+                    position::from_char(rope, from, encoding),
+                    position::from_char(rope, to, encoding),
+                ),
                 new_text: new_lines[new.clone()].concat(),
             }
         })
@@ -49,7 +63,11 @@ pub fn enclosing_item(rope: &Rope, line: usize) -> (usize, usize) {
     while end > start && text(end).trim().is_empty() {
         end -= 1;
     }
-    if end < line { (line, line) } else { (start, end) }
+    if end < line {
+        (line, line)
+    } else {
+        (start, end)
+    }
 }
 
 #[cfg(test)]
@@ -59,7 +77,13 @@ mod tests {
     #[test]
     fn only_changed_lines_are_edited() {
         let rope = Rope::from_str("fn a() {\n    let x = 1;\n    x\n}\n");
-        let edits = minimal_edits(&rope, 0, rope.len_chars(), "fn a() {\n    let x = 2;\n    x\n}\n", PositionEncoding::Utf16);
+        let edits = minimal_edits(
+            &rope,
+            0,
+            rope.len_chars(),
+            "fn a() {\n    let x = 2;\n    x\n}\n",
+            PositionEncoding::Utf16,
+        );
         assert_eq!(edits.len(), 1);
         assert_eq!(edits[0].range.start.line, 1);
         assert_eq!(edits[0].range.end.line, 2);
@@ -69,7 +93,16 @@ mod tests {
     #[test]
     fn identical_text_needs_no_edit() {
         let rope = Rope::from_str("a\nb\n");
-        assert!(minimal_edits(&rope, 0, rope.len_chars(), "a\nb\n", PositionEncoding::Utf16).is_empty());
+        assert!(
+            minimal_edits(
+                &rope,
+                0,
+                rope.len_chars(),
+                "a\nb\n",
+                PositionEncoding::Utf16
+            )
+            .is_empty()
+        );
     }
 
     #[test]

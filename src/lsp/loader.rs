@@ -16,7 +16,13 @@ use crate::providers::local::chat::EngineSlot;
 
 /// Loads the configured model and hands the engine to the completion service.
 /// Until then completions answer empty (the service reports "not ready").
-pub async fn load(client: Client, service: Arc<CompletionService>, slot: EngineSlot, config: Config, progress: bool) {
+pub async fn load(
+    client: Client,
+    service: Arc<CompletionService>,
+    slot: EngineSlot,
+    config: Config,
+    progress: bool,
+) {
     service.set_engine(None);
     slot.set(None);
     let model = match local_setup::resolve(&config) {

@@ -79,7 +79,12 @@ impl Backend {
         }
         let (local_engine, beacons) = (EngineSlot::default(), Arc::new(Beacons::default()));
         let status = watch::channel(StatusReport::default()).0;
-        let router = Router::new(&config, local_engine.clone(), beacons.clone(), status.clone());
+        let router = Router::new(
+            &config,
+            local_engine.clone(),
+            beacons.clone(),
+            status.clone(),
+        );
         Backend {
             client,
             documents: DocumentStore::default(),
@@ -103,7 +108,12 @@ impl Backend {
     }
 
     fn rebuild_router(&self, config: &Config) {
-        let router = Router::new(config, self.local_engine.clone(), self.beacons.clone(), self.status.clone());
+        let router = Router::new(
+            config,
+            self.local_engine.clone(),
+            self.beacons.clone(),
+            self.status.clone(),
+        );
         *self.router.write().expect("router lock") = Arc::new(router);
     }
 
@@ -118,7 +128,9 @@ impl Backend {
             (Some((_, Value::Object(file))), _) => {
                 file.insert("local_only".into(), Value::Bool(on));
             }
-            (None, Some(path)) => layers.file = Some((path.clone(), serde_json::json!({"local_only": on}))),
+            (None, Some(path)) => {
+                layers.file = Some((path.clone(), serde_json::json!({"local_only": on})))
+            }
             _ => {}
         }
         self.config.write().expect("config lock").local_only = on;
@@ -138,14 +150,22 @@ impl Backend {
         tokio::spawn(async move {
             let mut before = rx.borrow_and_update().clone();
             if notify {
-                client.send_notification::<StatusNotification>(before.clone()).await;
+                client
+                    .send_notification::<StatusNotification>(before.clone())
+                    .await;
             }
             while rx.changed().await.is_ok() {
                 let now = rx.borrow_and_update().clone();
                 if notify {
-                    client.send_notification::<StatusNotification>(now.clone()).await;
+                    client
+                        .send_notification::<StatusNotification>(now.clone())
+                        .await;
                 } else if let Some(message) = now.change_message(&before) {
-                    let kind = if now.downshifted_from.is_some() { MessageType::WARNING } else { MessageType::INFO };
+                    let kind = if now.downshifted_from.is_some() {
+                        MessageType::WARNING
+                    } else {
+                        MessageType::INFO
+                    };
                     client.show_message(kind, message).await;
                 }
                 before = now;
@@ -195,7 +215,17 @@ impl Backend {
             || previous.autocomplete.input_tokens != config.autocomplete.input_tokens
             || previous.autocomplete.suffix_tokens != config.autocomplete.suffix_tokens
             || previous.autocomplete.output_tokens != config.autocomplete.output_tokens;
-        if (previous.providers, previous.tiers, previous.tasks, previous.local_only) != (config.providers.clone(), config.tiers.clone(), config.tasks.clone(), config.local_only) {
+        if (
+            previous.providers,
+            previous.tiers,
+            previous.tasks,
+            previous.local_only,
+        ) != (
+            config.providers.clone(),
+            config.tiers.clone(),
+            config.tasks.clone(),
+            config.local_only,
+        ) {
             self.rebuild_router(&config);
         }
         if engine_changed {
@@ -213,8 +243,18 @@ impl Backend {
     }
 
     fn start_engine(&self, config: Config) {
-        let (client, service, slot) = (self.client.clone(), self.completion.clone(), self.local_engine.clone());
-        tokio::spawn(super::loader::load(client, service, slot, config, self.supports_progress()));
+        let (client, service, slot) = (
+            self.client.clone(),
+            self.completion.clone(),
+            self.local_engine.clone(),
+        );
+        tokio::spawn(super::loader::load(
+            client,
+            service,
+            slot,
+            config,
+            self.supports_progress(),
+        ));
     }
 
     async fn fetch_workspace_configuration(&self) {

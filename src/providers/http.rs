@@ -47,7 +47,7 @@ pub(crate) struct Endpoint {
     url: Url,
     headers: HeaderMap,
     secret: Option<Secret>,
-    pub format: &'static WireFormat,
+    format: &'static WireFormat,
 }
 
 /// A response that came back with a success status and an event stream.

@@ -24,9 +24,9 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 
-pub use anthropic::AnthropicProvider;
 /// Which remote API a configured provider speaks; configuration owns the type.
 pub use crate::config::ProviderKind;
+pub use anthropic::AnthropicProvider;
 pub use openai::OpenAiProvider;
 pub use secret::Secret;
 
@@ -172,17 +172,27 @@ pub trait Provider: Send + Sync {
     /// Whether a final assistant message is continued (prefill). Providers that
     /// reject it get a clean restart instead.
     fn supports_prefill(&self) -> bool;
-    fn stream(&self, request: ChatRequest, timeouts: Timeouts) -> BoxFuture<'static, Result<ResponseStream, ProviderError>>;
+    fn stream(
+        &self,
+        request: ChatRequest,
+        timeouts: Timeouts,
+    ) -> BoxFuture<'static, Result<ResponseStream, ProviderError>>;
 }
 
 /// A provider's settings that cannot work; nothing was built.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum BuildError {
     #[error("provider {provider}: base URL {url:?} is not usable: {reason}")]
-    BadUrl { provider: String, url: String, reason: String },
+    BadUrl {
+        provider: String,
+        url: String,
+        reason: String,
+    },
     #[error("provider {provider}: header {name:?} is not a valid HTTP header name and value")]
     BadHeader { provider: String, name: String },
-    #[error("provider {provider}: the API key contains characters that cannot go in an HTTP header")]
+    #[error(
+        "provider {provider}: the API key contains characters that cannot go in an HTTP header"
+    )]
     BadKey { provider: String },
 }
 
@@ -198,8 +208,12 @@ pub fn build(
     api_key: Option<Secret>,
     extra_headers: Vec<(String, String)>,
 ) -> Arc<dyn Provider> {
-    try_build(name, kind, base_url, api_key, extra_headers)
-        .unwrap_or_else(|error| Arc::new(Misconfigured { name: name.to_owned(), error }))
+    try_build(name, kind, base_url, api_key, extra_headers).unwrap_or_else(|error| {
+        Arc::new(Misconfigured {
+            name: name.to_owned(),
+            error,
+        })
+    })
 }
 
 /// [`build`], reporting settings that cannot work instead of deferring them to the first call.
@@ -211,8 +225,19 @@ pub fn try_build(
     extra_headers: Vec<(String, String)>,
 ) -> Result<Arc<dyn Provider>, BuildError> {
     Ok(match kind {
-        ProviderKind::Anthropic => Arc::new(AnthropicProvider::new(name, base_url, api_key, extra_headers)?),
-        ProviderKind::Openai => Arc::new(OpenAiProvider::new(name, base_url, api_key, extra_headers, false)?),
+        ProviderKind::Anthropic => Arc::new(AnthropicProvider::new(
+            name,
+            base_url,
+            api_key,
+            extra_headers,
+        )?),
+        ProviderKind::Openai => Arc::new(OpenAiProvider::new(
+            name,
+            base_url,
+            api_key,
+            extra_headers,
+            false,
+        )?),
     })
 }
 
@@ -232,7 +257,11 @@ impl Provider for Misconfigured {
         false
     }
 
-    fn stream(&self, _request: ChatRequest, _timeouts: Timeouts) -> BoxFuture<'static, Result<ResponseStream, ProviderError>> {
+    fn stream(
+        &self,
+        _request: ChatRequest,
+        _timeouts: Timeouts,
+    ) -> BoxFuture<'static, Result<ResponseStream, ProviderError>> {
         let error = ProviderError {
             provider: self.name.clone(),
             kind: FailureKind::Misconfigured,
@@ -254,7 +283,15 @@ mod tests {
 
     #[test]
     fn try_build_refuses_a_base_url_that_is_not_http() {
-        let error = try_build("local", ProviderKind::Openai, "localhost:11434", None, Vec::new()).err().unwrap();
+        let error = try_build(
+            "local",
+            ProviderKind::Openai,
+            "localhost:11434",
+            None,
+            Vec::new(),
+        )
+        .err()
+        .unwrap();
         assert!(matches!(error, BuildError::BadUrl { .. }), "{error:?}");
         assert!(error.to_string().contains("local"), "{error}");
     }
@@ -262,14 +299,38 @@ mod tests {
     #[test]
     fn try_build_refuses_an_invalid_extra_header_by_name() {
         let headers = vec![("X Title".to_owned(), "switchyard".to_owned())];
-        let error = try_build("openrouter", ProviderKind::Openai, "https://openrouter.ai/api/v1", None, headers);
-        assert_eq!(error.err(), Some(BuildError::BadHeader { provider: "openrouter".into(), name: "X Title".into() }));
+        let error = try_build(
+            "openrouter",
+            ProviderKind::Openai,
+            "https://openrouter.ai/api/v1",
+            None,
+            headers,
+        );
+        assert_eq!(
+            error.err(),
+            Some(BuildError::BadHeader {
+                provider: "openrouter".into(),
+                name: "X Title".into()
+            })
+        );
     }
 
     #[tokio::test]
     async fn a_misconfigured_provider_fails_every_call_with_the_reason() {
-        let provider = build("broken", ProviderKind::Anthropic, "not a url", None, Vec::new());
-        let request = ChatRequest { model: "m".into(), system: None, messages: Vec::new(), max_tokens: 1, temperature: None };
+        let provider = build(
+            "broken",
+            ProviderKind::Anthropic,
+            "not a url",
+            None,
+            Vec::new(),
+        );
+        let request = ChatRequest {
+            model: "m".into(),
+            system: None,
+            messages: Vec::new(),
+            max_tokens: 1,
+            temperature: None,
+        };
         let timeouts = Timeouts {
             connect: Duration::from_secs(1),
             first_byte: Duration::from_secs(1),
@@ -284,8 +345,20 @@ mod tests {
     #[test]
     fn build_gives_prefill_to_anthropic_only() {
         let key = || Some(Secret::new("sk-test"));
-        let anthropic = build("a", ProviderKind::Anthropic, "https://api.anthropic.com", key(), Vec::new());
-        let openai = build("o", ProviderKind::Openai, "https://api.openai.com/v1", key(), Vec::new());
+        let anthropic = build(
+            "a",
+            ProviderKind::Anthropic,
+            "https://api.anthropic.com",
+            key(),
+            Vec::new(),
+        );
+        let openai = build(
+            "o",
+            ProviderKind::Openai,
+            "https://api.openai.com/v1",
+            key(),
+            Vec::new(),
+        );
         assert!(anthropic.supports_prefill());
         assert!(!openai.supports_prefill());
         assert_eq!(anthropic.name(), "a");
@@ -293,7 +366,12 @@ mod tests {
 
     #[test]
     fn a_provider_debug_never_shows_its_key() {
-        let provider = AnthropicProvider::new("a", "https://api.anthropic.com", Some(Secret::new("sk-ant-xyz")), Vec::new());
+        let provider = AnthropicProvider::new(
+            "a",
+            "https://api.anthropic.com",
+            Some(Secret::new("sk-ant-xyz")),
+            Vec::new(),
+        );
         assert!(!format!("{provider:?}").contains("sk-ant-xyz"));
     }
 }

@@ -144,12 +144,10 @@ pub fn parse_retry_after(text: &str, now: SystemTime) -> Option<Duration> {
 /// takes precedence over `retry-after`.
 pub(crate) fn retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
     let value = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
-    if let Some(ms) = value("retry-after-ms").and_then(|v| v.trim().parse::<f64>().ok()) {
-        if let Ok(delay) = Duration::try_from_secs_f64(ms / 1000.0) {
-            return Some(delay);
-        }
-    }
-    value("retry-after").and_then(|v| parse_retry_after(v, now))
+    let from_ms = value("retry-after-ms")
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .and_then(|ms| Duration::try_from_secs_f64(ms / 1000.0).ok());
+    from_ms.or_else(|| value("retry-after").and_then(|v| parse_retry_after(v, now)))
 }
 
 fn until(at: OffsetDateTime, now: SystemTime) -> Duration {

@@ -69,16 +69,35 @@ impl Summary {
             return None;
         }
         if self.error_rate >= MAX_BAD_SHARE {
-            return Some(format!("{:.0}% of the last {} requests failed", self.error_rate * 100.0, self.samples));
+            return Some(format!(
+                "{:.0}% of the last {} requests failed",
+                self.error_rate * 100.0,
+                self.samples
+            ));
         }
         if self.degraded_rate >= MAX_BAD_SHARE {
-            return Some(format!("{:.0}% of the last {} answers were degraded (truncated, refused or empty)", self.degraded_rate * 100.0, self.samples));
+            return Some(format!(
+                "{:.0}% of the last {} answers were degraded (truncated, refused or empty)",
+                self.degraded_rate * 100.0,
+                self.samples
+            ));
         }
-        if let Some(p95) = self.p95_first_token.filter(|p| *p > profile.first_token_ceiling()) {
-            return Some(format!("time to first token p95 {:.1} s is over the {:.1} s ceiling", p95.as_secs_f64(), profile.first_token_ceiling().as_secs_f64()));
+        if let Some(p95) = self
+            .p95_first_token
+            .filter(|p| *p > profile.first_token_ceiling())
+        {
+            return Some(format!(
+                "time to first token p95 {:.1} s is over the {:.1} s ceiling",
+                p95.as_secs_f64(),
+                profile.first_token_ceiling().as_secs_f64()
+            ));
         }
         if let Some(p95) = self.p95_total.filter(|p| *p > profile.total_ceiling()) {
-            return Some(format!("latency p95 {:.1} s is over the {:.1} s ceiling", p95.as_secs_f64(), profile.total_ceiling().as_secs_f64()));
+            return Some(format!(
+                "latency p95 {:.1} s is over the {:.1} s ceiling",
+                p95.as_secs_f64(),
+                profile.total_ceiling().as_secs_f64()
+            ));
         }
         None
     }
@@ -102,7 +121,9 @@ pub struct Beacons {
 impl Beacons {
     pub fn record(&self, provider: &str, model: &str, sample: Sample) {
         let mut map = self.samples.lock().expect("beacons lock");
-        let window = map.entry((provider.to_owned(), model.to_owned())).or_default();
+        let window = map
+            .entry((provider.to_owned(), model.to_owned()))
+            .or_default();
         window.push_back(sample);
         prune(window, sample.at);
     }
@@ -114,11 +135,17 @@ impl Beacons {
         };
         prune(window, Instant::now());
         let n = window.len();
-        let count = |f: &dyn Fn(&Sample) -> bool| window.iter().filter(|s| f(s)).count() as f64 / n.max(1) as f64;
+        let count = |f: &dyn Fn(&Sample) -> bool| {
+            window.iter().filter(|s| f(s)).count() as f64 / n.max(1) as f64
+        };
         Summary {
             samples: n,
             p95_first_token: p95(window.iter().filter_map(|s| s.first_token).collect()),
-            p95_total: p95(window.iter().filter(|s| s.outcome != Outcome::Failed).map(|s| s.total).collect()),
+            p95_total: p95(window
+                .iter()
+                .filter(|s| s.outcome != Outcome::Failed)
+                .map(|s| s.total)
+                .collect()),
             error_rate: count(&|s| s.outcome == Outcome::Failed),
             degraded_rate: count(&|s| matches!(s.outcome, Outcome::Degraded(_))),
         }
@@ -126,7 +153,10 @@ impl Beacons {
 }
 
 fn prune(window: &mut VecDeque<Sample>, now: Instant) {
-    while window.front().is_some_and(|s| now.duration_since(s.at) > WINDOW) {
+    while window
+        .front()
+        .is_some_and(|s| now.duration_since(s.at) > WINDOW)
+    {
         window.pop_front();
     }
 }
@@ -163,7 +193,12 @@ mod tests {
         let summary = beacons.summary("a", "m");
         let explain = TaskProfile::default_for(TaskKind::Explain);
         let refactor = TaskProfile::default_for(TaskKind::Refactor);
-        assert!(summary.unhealthy_reason(&explain).unwrap().contains("time to first token"));
+        assert!(
+            summary
+                .unhealthy_reason(&explain)
+                .unwrap()
+                .contains("time to first token")
+        );
         assert_eq!(summary.unhealthy_reason(&refactor), None);
     }
 
@@ -171,10 +206,20 @@ mod tests {
     async fn truncated_answers_with_status_200_are_degradation() {
         let beacons = Beacons::default();
         for _ in 0..3 {
-            beacons.record("a", "m", sample(100, Outcome::Degraded(Degradation::Truncated)));
+            beacons.record(
+                "a",
+                "m",
+                sample(100, Outcome::Degraded(Degradation::Truncated)),
+            );
         }
         let explain = TaskProfile::default_for(TaskKind::Explain);
-        assert!(beacons.summary("a", "m").unhealthy_reason(&explain).unwrap().contains("degraded"));
+        assert!(
+            beacons
+                .summary("a", "m")
+                .unhealthy_reason(&explain)
+                .unwrap()
+                .contains("degraded")
+        );
     }
 
     #[tokio::test(start_paused = true)]

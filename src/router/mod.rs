@@ -23,7 +23,10 @@ use tokio_util::sync::CancellationToken;
 use crate::config::Config;
 use crate::context::chat::{self, OverBudget, PromptParts};
 use crate::providers::local::chat::{EngineSlot, LOCAL, LocalProvider};
-use crate::providers::{ChatMessage, ChatRequest, FinishReason, Provider, ProviderError, Role, StreamEvent, Timeouts, Usage};
+use crate::providers::{
+    ChatMessage, ChatRequest, FinishReason, Provider, ProviderError, Role, StreamEvent, Timeouts,
+    Usage,
+};
 use crate::task::{TaskKind, TaskProfile, Tier};
 use beacon::{Beacons, Degradation, Outcome, Sample};
 use status::{Route, StatusReport};
@@ -50,7 +53,11 @@ pub struct Attempt {
 
 impl std::fmt::Display for Attempt {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}/{} ({}): {}", self.provider, self.model, self.tier, self.outcome)
+        write!(
+            f,
+            "{}/{} ({}): {}",
+            self.provider, self.model, self.tier, self.outcome
+        )
     }
 }
 
@@ -66,10 +73,15 @@ pub struct Answer {
 pub enum RouteError {
     #[error(transparent)]
     OverBudget(#[from] OverBudget),
-    #[error("local-only mode is on and {0} needs a remote model; turn it off with the switchyard.toggleLocalOnly command")]
+    #[error(
+        "local-only mode is on and {0} needs a remote model; turn it off with the switchyard.toggleLocalOnly command"
+    )]
     LocalOnly(&'static str),
     #[error("no healthy model could serve {kind}; tried: {}", list(.tried))]
-    NothingHealthy { kind: &'static str, tried: Vec<Attempt> },
+    NothingHealthy {
+        kind: &'static str,
+        tried: Vec<Attempt>,
+    },
     #[error("cancelled")]
     Cancelled,
 }
@@ -78,14 +90,24 @@ fn list(tried: &[Attempt]) -> String {
     if tried.is_empty() {
         return "nothing (no chain entries are configured)".into();
     }
-    tried.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")
+    tried
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// What the router is doing, for `$/progress`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Progress {
-    Trying { provider: String, model: String, tier: Tier },
-    Received { chars: usize },
+    Trying {
+        provider: String,
+        model: String,
+        tier: Tier,
+    },
+    Received {
+        chars: usize,
+    },
 }
 
 pub struct Router {
@@ -110,18 +132,40 @@ enum Failure {
 impl Router {
     /// Builds the configured providers; the API keys come from the environment.
     /// `status` outlives routers rebuilt on configuration changes.
-    pub fn new(config: &Config, local: EngineSlot, beacons: Arc<Beacons>, status: watch::Sender<StatusReport>) -> Router {
+    pub fn new(
+        config: &Config,
+        local: EngineSlot,
+        beacons: Arc<Beacons>,
+        status: watch::Sender<StatusReport>,
+    ) -> Router {
         let mut providers: HashMap<String, Arc<dyn Provider>> = HashMap::new();
         let mut missing_keys = HashMap::new();
         for (name, provider) in config.all_providers() {
-            let key = provider.api_key_env.as_ref().and_then(|var| std::env::var(var).ok()).filter(|k| !k.is_empty());
+            let key = provider
+                .api_key_env
+                .as_ref()
+                .and_then(|var| std::env::var(var).ok())
+                .filter(|k| !k.is_empty());
             match (&provider.api_key_env, key) {
                 (Some(var), None) => {
                     missing_keys.insert(name, var.clone());
                 }
                 (_, key) => {
-                    let headers = provider.headers.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-                    providers.insert(name.clone(), crate::providers::build(&name, provider.kind, &provider.base_url, key.map(Into::into), headers));
+                    let headers = provider
+                        .headers
+                        .iter()
+                        .map(|(k, v)| (k.clone(), v.clone()))
+                        .collect();
+                    providers.insert(
+                        name.clone(),
+                        crate::providers::build(
+                            &name,
+                            provider.kind,
+                            &provider.base_url,
+                            key.map(Into::into),
+                            headers,
+                        ),
+                    );
                 }
             }
         }
@@ -192,14 +236,24 @@ impl Router {
             .iter()
             .map(|entry| match entry.split_once('/') {
                 Some((provider, model)) => (provider.to_owned(), model.to_owned()),
-                None => (entry.clone(), self.local.model().map_or_else(|| LOCAL.to_owned(), |m| m.name)),
+                None => (
+                    entry.clone(),
+                    self.local
+                        .model()
+                        .map_or_else(|| LOCAL.to_owned(), |m| m.name),
+                ),
             })
             // The local engine serves completion-grade tasks; a refactor needs a real model.
             .filter(|(provider, _)| provider != LOCAL || kind != TaskKind::Refactor)
             .collect()
     }
 
-    pub async fn run(&self, request: TaskRequest, cancel: CancellationToken, progress: &(dyn Fn(Progress) + Send + Sync)) -> Result<Answer, RouteError> {
+    pub async fn run(
+        &self,
+        request: TaskRequest,
+        cancel: CancellationToken,
+        progress: &(dyn Fn(Progress) + Send + Sync),
+    ) -> Result<Answer, RouteError> {
         let kind = request.kind;
         let profile = self.profile(kind);
         if self.local_only() && kind == TaskKind::Refactor {
@@ -216,18 +270,36 @@ impl Router {
             }
             let mut trouble = Vec::new();
             for (provider, model) in entries {
-                let attempt = |outcome: String| Attempt { provider: provider.clone(), model: model.clone(), tier: current, outcome };
+                let attempt = |outcome: String| Attempt {
+                    provider: provider.clone(),
+                    model: model.clone(),
+                    tier: current,
+                    outcome,
+                };
                 if let Some(var) = self.missing_keys.get(&provider) {
                     tried.push(attempt(format!("skipped: no API key in ${var}")));
                     continue;
                 }
-                if let Some(reason) = self.beacons.summary(&provider, &model).unhealthy_reason(&profile) {
+                if let Some(reason) = self
+                    .beacons
+                    .summary(&provider, &model)
+                    .unhealthy_reason(&profile)
+                {
                     trouble.push(format!("{provider}/{model}: {reason}"));
                     tried.push(attempt(format!("skipped: {reason}")));
                     continue;
                 }
-                progress(Progress::Trying { provider: provider.clone(), model: model.clone(), tier: current });
-                match self.attempt(&provider, &model, &request, &profile, deadline, &cancel, progress).await {
+                progress(Progress::Trying {
+                    provider: provider.clone(),
+                    model: model.clone(),
+                    tier: current,
+                });
+                match self
+                    .attempt(
+                        &provider, &model, &request, &profile, deadline, &cancel, progress,
+                    )
+                    .await
+                {
                     Ok((text, usage)) => {
                         let route = Route {
                             provider,
@@ -236,14 +308,35 @@ impl Router {
                             downshifted_from: (current != profile.tier).then_some(profile.tier),
                             reason: downshift.clone(),
                         };
-                        self.active.lock().expect("active lock").insert(kind, route.clone());
+                        tracing::info!(
+                            task = kind.as_str(),
+                            "served by {}/{} ({} tier), {} input + {} output tokens",
+                            route.provider,
+                            route.model,
+                            route.tier,
+                            usage.input_tokens,
+                            usage.output_tokens
+                        );
+                        self.active
+                            .lock()
+                            .expect("active lock")
+                            .insert(kind, route.clone());
                         *self.last.lock().expect("last lock") = Some(route.clone());
                         self.publish();
-                        return Ok(Answer { text, route, usage, attempts: tried });
+                        return Ok(Answer {
+                            text,
+                            route,
+                            usage,
+                            attempts: tried,
+                        });
                     }
                     Err(Failure::Cancelled) => return Err(RouteError::Cancelled),
                     Err(Failure::OverBudget(e)) => tried.push(attempt(format!("skipped: {e}"))),
                     Err(Failure::Failed(reason, _)) => {
+                        tracing::warn!(
+                            task = kind.as_str(),
+                            "{provider}/{model} ({current} tier) failed: {reason}"
+                        );
                         trouble.push(format!("{provider}/{model}: {reason}"));
                         tried.push(attempt(reason));
                     }
@@ -251,11 +344,21 @@ impl Router {
             }
             self.publish();
             if !trouble.is_empty() || downshift.is_none() {
-                downshift = Some(format!("{current} tier unavailable: {}", if trouble.is_empty() { "no usable entries".into() } else { trouble.join("; ") }));
+                downshift = Some(format!(
+                    "{current} tier unavailable: {}",
+                    if trouble.is_empty() {
+                        "no usable entries".into()
+                    } else {
+                        trouble.join("; ")
+                    }
+                ));
             }
             tier = current.smaller();
         }
-        Err(RouteError::NothingHealthy { kind: kind.as_str(), tried })
+        Err(RouteError::NothingHealthy {
+            kind: kind.as_str(),
+            tried,
+        })
     }
 
     /// One call to one entry, recorded in its beacon whatever the outcome.
@@ -271,14 +374,24 @@ impl Router {
         progress: &(dyn Fn(Progress) + Send + Sync),
     ) -> Result<(String, Usage), Failure> {
         let Some(provider) = self.providers.get(provider_name).cloned() else {
-            return Err(Failure::Failed(format!("provider `{provider_name}` is not configured"), Outcome::Failed));
+            return Err(Failure::Failed(
+                format!("provider `{provider_name}` is not configured"),
+                Outcome::Failed,
+            ));
         };
         let (input_budget, max_tokens) = self.limits(provider_name, profile);
-        let user = chat::render(&request.parts, input_budget.saturating_sub(chat::estimate_tokens(&request.system))).map_err(Failure::OverBudget)?;
+        let user = chat::render(
+            &request.parts,
+            input_budget.saturating_sub(chat::estimate_tokens(&request.system)),
+        )
+        .map_err(Failure::OverBudget)?;
         let chat_request = ChatRequest {
             model: model.to_owned(),
             system: Some(request.system.clone()),
-            messages: vec![ChatMessage { role: Role::User, content: user }],
+            messages: vec![ChatMessage {
+                role: Role::User,
+                content: user,
+            }],
             max_tokens: max_tokens as u32,
             temperature: Some(0.2),
         };
@@ -291,7 +404,15 @@ impl Router {
             idle: IDLE_TIMEOUT,
         };
         let mut first_token = None;
-        let call = consume(provider.as_ref(), chat_request, timeouts, started, first_token_deadline, &mut first_token, progress);
+        let call = consume(
+            provider.as_ref(),
+            chat_request,
+            timeouts,
+            started,
+            first_token_deadline,
+            &mut first_token,
+            progress,
+        );
         let result = tokio::select! {
             _ = cancel.cancelled() => Err(Failure::Cancelled),
             timed = tokio::time::timeout_at(deadline, call) => timed.unwrap_or_else(|_| Err(Failure::Failed(
@@ -302,7 +423,12 @@ impl Router {
             Err(Failure::Failed(_, outcome)) => *outcome,
             Err(Failure::Cancelled | Failure::OverBudget(_)) => return result,
         };
-        let sample = Sample { at: Instant::now(), first_token, total: started.elapsed(), outcome };
+        let sample = Sample {
+            at: Instant::now(),
+            first_token,
+            total: started.elapsed(),
+            outcome,
+        };
         self.beacons.record(provider_name, model, sample);
         result
     }
@@ -310,7 +436,12 @@ impl Router {
     /// Input and output token limits for an entry: the task's, or what the local model holds.
     fn limits(&self, provider: &str, profile: &TaskProfile) -> (usize, usize) {
         match (provider == LOCAL).then(|| self.local.model()).flatten() {
-            Some(info) => (profile.input_tokens.min(info.input_budget), profile.output_tokens.min(crate::providers::local::CHAT_OUTPUT_TOKENS)),
+            Some(info) => (
+                profile.input_tokens.min(info.input_budget),
+                profile
+                    .output_tokens
+                    .min(crate::providers::local::CHAT_OUTPUT_TOKENS),
+            ),
             None => (profile.input_tokens, profile.output_tokens),
         }
     }
@@ -351,16 +482,27 @@ async fn consume(
     progress: &(dyn Fn(Progress) + Send + Sync),
 ) -> Result<(String, Usage), Failure> {
     let failed = |e: ProviderError| Failure::Failed(describe(&e), Outcome::Failed);
-    let ceiling_breach = || Failure::Failed(format!("no first token within {:.1} s", first_token_deadline.duration_since(started).as_secs_f64()), Outcome::Failed);
-    let mut stream = tokio::time::timeout_at(first_token_deadline, provider.stream(request, timeouts))
-        .await
-        .map_err(|_| ceiling_breach())?
-        .map_err(failed)?
-        .events;
+    let ceiling_breach = || {
+        Failure::Failed(
+            format!(
+                "no first token within {:.1} s",
+                first_token_deadline.duration_since(started).as_secs_f64()
+            ),
+            Outcome::Failed,
+        )
+    };
+    let mut stream =
+        tokio::time::timeout_at(first_token_deadline, provider.stream(request, timeouts))
+            .await
+            .map_err(|_| ceiling_breach())?
+            .map_err(failed)?
+            .events;
     let mut text = String::new();
     loop {
         let next = match first_token {
-            None => tokio::time::timeout_at(first_token_deadline, stream.next()).await.map_err(|_| ceiling_breach())?,
+            None => tokio::time::timeout_at(first_token_deadline, stream.next())
+                .await
+                .map_err(|_| ceiling_breach())?,
             Some(_) => stream.next().await,
         };
         match next {
@@ -370,16 +512,29 @@ async fn consume(
                 progress(Progress::Received { chars: text.len() });
             }
             Some(Ok(StreamEvent::End(finish))) => {
-                let degraded = |d: Degradation, why: String| Err(Failure::Failed(why, Outcome::Degraded(d)));
+                let degraded =
+                    |d: Degradation, why: String| Err(Failure::Failed(why, Outcome::Degraded(d)));
                 return match finish.reason {
-                    FinishReason::MaxTokens => degraded(Degradation::Truncated, "answer truncated at max_tokens".into()),
-                    FinishReason::Refusal => degraded(Degradation::Refused, "the model refused".into()),
-                    _ if text.trim().is_empty() => degraded(Degradation::Empty, "empty answer".into()),
+                    FinishReason::MaxTokens => degraded(
+                        Degradation::Truncated,
+                        "answer truncated at max_tokens".into(),
+                    ),
+                    FinishReason::Refusal => {
+                        degraded(Degradation::Refused, "the model refused".into())
+                    }
+                    _ if text.trim().is_empty() => {
+                        degraded(Degradation::Empty, "empty answer".into())
+                    }
                     _ => Ok((text, finish.usage)),
                 };
             }
             Some(Err(e)) => return Err(failed(e)),
-            None => return Err(Failure::Failed("the stream ended without its terminal event".into(), Outcome::Failed)),
+            None => {
+                return Err(Failure::Failed(
+                    "the stream ended without its terminal event".into(),
+                    Outcome::Failed,
+                ));
+            }
         }
     }
 }
@@ -413,7 +568,10 @@ mod tests {
     /// Below the HTTP line: a provider that answers from a script on the paused clock.
     #[derive(Clone)]
     enum Behaviour {
-        Answer { first_token: Duration, reason: FinishReason },
+        Answer {
+            first_token: Duration,
+            reason: FinishReason,
+        },
         Fail(u16),
     }
 
@@ -426,7 +584,12 @@ mod tests {
 
     impl Scripted {
         fn new(name: &str, script: Vec<Behaviour>, otherwise: Behaviour) -> Arc<Scripted> {
-            Arc::new(Scripted { name: name.into(), script: Mutex::new(script.into()), otherwise, calls: AtomicUsize::new(0) })
+            Arc::new(Scripted {
+                name: name.into(),
+                script: Mutex::new(script.into()),
+                otherwise,
+                calls: AtomicUsize::new(0),
+            })
         }
         fn calls(&self) -> usize {
             self.calls.load(Ordering::SeqCst)
@@ -434,12 +597,18 @@ mod tests {
     }
 
     fn ok() -> Behaviour {
-        Behaviour::Answer { first_token: Duration::from_millis(200), reason: FinishReason::EndTurn }
+        Behaviour::Answer {
+            first_token: Duration::from_millis(200),
+            reason: FinishReason::EndTurn,
+        }
     }
 
     /// Slow first token and truncated answers, all with status 200.
     fn silently_degraded() -> Behaviour {
-        Behaviour::Answer { first_token: Duration::from_secs(30), reason: FinishReason::MaxTokens }
+        Behaviour::Answer {
+            first_token: Duration::from_secs(30),
+            reason: FinishReason::MaxTokens,
+        }
     }
 
     impl Provider for Scripted {
@@ -449,9 +618,18 @@ mod tests {
         fn supports_prefill(&self) -> bool {
             false
         }
-        fn stream(&self, _: ChatRequest, _: Timeouts) -> BoxFuture<'static, Result<ResponseStream, ProviderError>> {
+        fn stream(
+            &self,
+            _: ChatRequest,
+            _: Timeouts,
+        ) -> BoxFuture<'static, Result<ResponseStream, ProviderError>> {
             self.calls.fetch_add(1, Ordering::SeqCst);
-            let behaviour = self.script.lock().unwrap().pop_front().unwrap_or_else(|| self.otherwise.clone());
+            let behaviour = self
+                .script
+                .lock()
+                .unwrap()
+                .pop_front()
+                .unwrap_or_else(|| self.otherwise.clone());
             let name = self.name.clone();
             Box::pin(async move {
                 match behaviour {
@@ -466,13 +644,25 @@ mod tests {
                         rate_limits: RateLimits::default(),
                         partial: String::new(),
                     }),
-                    Behaviour::Answer { first_token, reason } => {
+                    Behaviour::Answer {
+                        first_token,
+                        reason,
+                    } => {
                         let events = stream::once(async move {
                             tokio::time::sleep(first_token).await;
                             Ok(StreamEvent::Delta(format!("answer from {name}")))
                         })
-                        .chain(stream::iter([Ok(StreamEvent::End(Finish { reason, usage: Usage { input_tokens: 10, output_tokens: 5 } }))]));
-                        Ok(ResponseStream { events: Box::pin(events), rate_limits: RateLimits::default() })
+                        .chain(stream::iter([Ok(StreamEvent::End(Finish {
+                            reason,
+                            usage: Usage {
+                                input_tokens: 10,
+                                output_tokens: 5,
+                            },
+                        }))]));
+                        Ok(ResponseStream {
+                            events: Box::pin(events),
+                            rate_limits: RateLimits::default(),
+                        })
                     }
                 }
             })
@@ -480,13 +670,30 @@ mod tests {
     }
 
     fn router(config: Config, providers: &[&Arc<Scripted>]) -> Router {
-        let map = providers.iter().map(|p| (p.name.clone(), (*p).clone() as Arc<dyn Provider>)).collect();
-        Router::with_providers(&config, map, HashMap::new(), EngineSlot::default(), Arc::default(), watch::channel(StatusReport::default()).0)
+        let map = providers
+            .iter()
+            .map(|p| (p.name.clone(), (*p).clone() as Arc<dyn Provider>))
+            .collect();
+        Router::with_providers(
+            &config,
+            map,
+            HashMap::new(),
+            EngineSlot::default(),
+            Arc::default(),
+            watch::channel(StatusReport::default()).0,
+        )
     }
 
     fn chains(large: &[&str], medium: &[&str]) -> Config {
         let list = |l: &[&str]| l.iter().map(|s| s.to_string()).collect();
-        Config { tiers: TierChains { large: list(large), medium: list(medium), small: vec![] }, ..Config::default() }
+        Config {
+            tiers: TierChains {
+                large: list(large),
+                medium: list(medium),
+                small: vec![],
+            },
+            ..Config::default()
+        }
     }
 
     fn explain() -> TaskRequest {
@@ -502,7 +709,11 @@ mod tests {
             after: String::new(),
             instruction: "Explain.".into(),
         };
-        TaskRequest { kind, system: "system".into(), parts }
+        TaskRequest {
+            kind,
+            system: "system".into(),
+            parts,
+        }
     }
 
     async fn run(router: &Router, request: TaskRequest) -> Result<Answer, RouteError> {
@@ -513,7 +724,10 @@ mod tests {
     async fn silent_degradation_moves_the_next_request_to_the_secondary() {
         let primary = Scripted::new("primary", vec![], silently_degraded());
         let secondary = Scripted::new("secondary", vec![], ok());
-        let router = router(chains(&[], &["primary/m", "secondary/m"]), &[&primary, &secondary]);
+        let router = router(
+            chains(&[], &["primary/m", "secondary/m"]),
+            &[&primary, &secondary],
+        );
 
         // Each request breaches the first-token ceiling on the primary and is served by the secondary.
         for _ in 0..3 {
@@ -525,7 +739,11 @@ mod tests {
         let answer = run(&router, explain()).await.unwrap();
         assert_eq!(answer.route.provider, "secondary");
         assert_eq!(primary.calls(), 3);
-        assert!(answer.attempts[0].outcome.contains("skipped"), "{:?}", answer.attempts);
+        assert!(
+            answer.attempts[0].outcome.contains("skipped"),
+            "{:?}",
+            answer.attempts
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -534,9 +752,16 @@ mod tests {
         let mid = Scripted::new("mid", vec![], ok());
         let router = router(chains(&["big/l"], &["mid/m"]), &[&big, &mid]);
         let answer = run(&router, request(TaskKind::Refactor)).await.unwrap();
-        assert_eq!((answer.route.provider.as_str(), answer.route.tier), ("mid", Tier::Medium));
+        assert_eq!(
+            (answer.route.provider.as_str(), answer.route.tier),
+            ("mid", Tier::Medium)
+        );
         assert_eq!(answer.route.downshifted_from, Some(Tier::Large));
-        assert!(answer.route.reason.as_deref().unwrap().contains("HTTP 529"), "{:?}", answer.route.reason);
+        assert!(
+            answer.route.reason.as_deref().unwrap().contains("HTTP 529"),
+            "{:?}",
+            answer.route.reason
+        );
         let status = router.status();
         assert_eq!(status.downshifted_from, Some(Tier::Large));
     }
@@ -544,18 +769,39 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn when_nothing_is_healthy_the_error_lists_what_was_tried() {
         let a = Scripted::new("a", vec![], Behaviour::Fail(503));
-        let b = Scripted::new("b", vec![], Behaviour::Answer { first_token: Duration::from_millis(10), reason: FinishReason::MaxTokens });
+        let b = Scripted::new(
+            "b",
+            vec![],
+            Behaviour::Answer {
+                first_token: Duration::from_millis(10),
+                reason: FinishReason::MaxTokens,
+            },
+        );
         let router = router(chains(&["a/x"], &["b/y"]), &[&a, &b]);
-        let err = run(&router, request(TaskKind::Refactor)).await.unwrap_err().to_string();
+        let err = run(&router, request(TaskKind::Refactor))
+            .await
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("a/x (large): HTTP 503"), "{err}");
         assert!(err.contains("b/y (medium): answer truncated"), "{err}");
     }
 
     #[tokio::test(start_paused = true)]
     async fn the_primary_serves_again_once_its_bad_samples_age_out() {
-        let primary = Scripted::new("primary", vec![Behaviour::Fail(500), Behaviour::Fail(500), Behaviour::Fail(500)], ok());
+        let primary = Scripted::new(
+            "primary",
+            vec![
+                Behaviour::Fail(500),
+                Behaviour::Fail(500),
+                Behaviour::Fail(500),
+            ],
+            ok(),
+        );
         let secondary = Scripted::new("secondary", vec![], ok());
-        let router = router(chains(&[], &["primary/m", "secondary/m"]), &[&primary, &secondary]);
+        let router = router(
+            chains(&[], &["primary/m", "secondary/m"]),
+            &[&primary, &secondary],
+        );
         for _ in 0..4 {
             run(&router, explain()).await.unwrap();
         }

@@ -68,26 +68,59 @@ pub struct StatusReport {
 impl StatusReport {
     /// Same routes, mode and health states (latency figures may differ).
     pub fn same_state(&self, other: &StatusReport) -> bool {
-        let states = |r: &StatusReport| r.health.iter().map(|h| (h.provider.clone(), h.model.clone(), h.state)).collect::<Vec<_>>();
-        self.tasks == other.tasks && self.local_only == other.local_only && states(self) == states(other)
+        let states = |r: &StatusReport| {
+            r.health
+                .iter()
+                .map(|h| (h.provider.clone(), h.model.clone(), h.state))
+                .collect::<Vec<_>>()
+        };
+        self.tasks == other.tasks
+            && self.local_only == other.local_only
+            && states(self) == states(other)
     }
 
     /// One line for `window/showMessage` describing what changed, if it is worth telling.
     pub fn change_message(&self, before: &StatusReport) -> Option<String> {
         if self.local_only != before.local_only {
-            return Some(format!("switchyard: local-only mode {}", if self.local_only { "on: only the local model serves" } else { "off" }));
+            return Some(format!(
+                "switchyard: local-only mode {}",
+                if self.local_only {
+                    "on: only the local model serves"
+                } else {
+                    "off"
+                }
+            ));
         }
         for task in &self.tasks {
             let Some(now) = &task.route else { continue };
-            let was = before.tasks.iter().find(|t| t.kind == task.kind).and_then(|t| t.route.clone());
+            let was = before
+                .tasks
+                .iter()
+                .find(|t| t.kind == task.kind)
+                .and_then(|t| t.route.clone());
             match was {
-                Some(was) if was.provider == now.provider && was.model == now.model && was.tier == now.tier => continue,
+                Some(was)
+                    if was.provider == now.provider
+                        && was.model == now.model
+                        && was.tier == now.tier =>
+                {
+                    continue;
+                }
                 _ => {}
             }
             let kind = task.kind.as_str();
             return Some(match (&now.downshifted_from, now.reason.as_deref()) {
-                (Some(from), reason) => format!("switchyard: {kind} downshifted from {from} to {} ({}/{}): {}", now.tier, now.provider, now.model, reason.unwrap_or("no healthy entry")),
-                (None, _) => format!("switchyard: {kind} now served by {}/{} ({} tier)", now.provider, now.model, now.tier),
+                (Some(from), reason) => format!(
+                    "switchyard: {kind} downshifted from {from} to {} ({}/{}): {}",
+                    now.tier,
+                    now.provider,
+                    now.model,
+                    reason.unwrap_or("no healthy entry")
+                ),
+                (None, _) => format!(
+                    "switchyard: {kind} now served by {}/{} ({} tier)",
+                    now.provider, now.model, now.tier
+                ),
             });
         }
         None
@@ -99,20 +132,31 @@ pub(super) fn report(router: &Router) -> StatusReport {
     let local_only = router.local_only();
     let tasks: Vec<TaskStatus> = [TaskKind::Explain, TaskKind::Refactor]
         .into_iter()
-        .map(|kind| TaskStatus { kind, route: active.get(&kind).cloned() })
+        .map(|kind| TaskStatus {
+            kind,
+            route: active.get(&kind).cloned(),
+        })
         .collect();
     let mut health = Vec::new();
     for tier in [Tier::Large, Tier::Medium, Tier::Small] {
         for (provider, model) in router.chain(tier, TaskKind::Explain) {
-            if health.iter().any(|h: &EntryHealth| h.provider == provider && h.model == model) {
+            if health
+                .iter()
+                .any(|h: &EntryHealth| h.provider == provider && h.model == model)
+            {
                 continue;
             }
             let summary = router.beacons().summary(&provider, &model);
             let profile = router.config().tasks.get(TaskKind::Explain);
-            let (state, reason) = match (router.missing_keys().get(&provider), summary.unhealthy_reason(&profile)) {
+            let (state, reason) = match (
+                router.missing_keys().get(&provider),
+                summary.unhealthy_reason(&profile),
+            ) {
                 (Some(var), _) => (HealthState::NoKey, Some(format!("no API key in ${var}"))),
                 (None, Some(reason)) => (HealthState::Unhealthy, Some(reason)),
-                (None, None) if summary.samples < MIN_SAMPLES && provider != LOCAL => (HealthState::Unknown, None),
+                (None, None) if summary.samples < MIN_SAMPLES && provider != LOCAL => {
+                    (HealthState::Unknown, None)
+                }
                 (None, None) => (HealthState::Healthy, None),
             };
             health.push(EntryHealth {

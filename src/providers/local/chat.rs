@@ -10,8 +10,8 @@ use futures::stream;
 use super::{ChatJob, EngineError, LocalEngine, ModelInfo, StopReason};
 use crate::cancel::CancelFlag;
 use crate::providers::{
-    ChatRequest, FailureKind, Finish, FinishReason, Provider, ProviderError, RateLimits, ResponseStream, Role,
-    StreamEvent, Timeouts, Usage,
+    ChatRequest, FailureKind, Finish, FinishReason, Provider, ProviderError, RateLimits,
+    ResponseStream, Role, StreamEvent, Timeouts, Usage,
 };
 
 pub const LOCAL: &str = "local";
@@ -71,11 +71,21 @@ impl Provider for LocalProvider {
         false
     }
 
-    fn stream(&self, request: ChatRequest, timeouts: Timeouts) -> BoxFuture<'static, Result<ResponseStream, ProviderError>> {
+    fn stream(
+        &self,
+        request: ChatRequest,
+        timeouts: Timeouts,
+    ) -> BoxFuture<'static, Result<ResponseStream, ProviderError>> {
         let engine = self.slot.get();
         Box::pin(async move {
-            let engine = engine.ok_or_else(|| error(FailureKind::Connect, "the local model is not loaded".into()))?;
-            let mut messages: Vec<(String, String)> = request.system.into_iter().map(|s| ("system".to_owned(), s)).collect();
+            let engine = engine.ok_or_else(|| {
+                error(FailureKind::Connect, "the local model is not loaded".into())
+            })?;
+            let mut messages: Vec<(String, String)> = request
+                .system
+                .into_iter()
+                .map(|s| ("system".to_owned(), s))
+                .collect();
             messages.extend(request.messages.into_iter().map(|m| {
                 let role = match m.role {
                     Role::User => "user",
@@ -99,15 +109,29 @@ impl Provider for LocalProvider {
                 StopReason::EndOfText | StopReason::Rule => FinishReason::EndTurn,
                 StopReason::MaxTokens => FinishReason::MaxTokens,
                 StopReason::Deadline | StopReason::PromptDeadline => {
-                    let mut e = error(FailureKind::TimeoutFirstToken, "the local model did not finish in time".into());
+                    let mut e = error(
+                        FailureKind::TimeoutFirstToken,
+                        "the local model did not finish in time".into(),
+                    );
                     e.partial = generation.text;
                     return Err(e);
                 }
-                StopReason::Cancelled => return Err(error(FailureKind::StreamCut, "cancelled".into())),
+                StopReason::Cancelled => {
+                    return Err(error(FailureKind::StreamCut, "cancelled".into()));
+                }
             };
-            let usage = Usage { input_tokens: generation.prompt_tokens as u64, output_tokens: generation.tokens_generated as u64 };
-            let events = vec![Ok(StreamEvent::Delta(generation.text)), Ok(StreamEvent::End(Finish { reason, usage }))];
-            Ok(ResponseStream { events: Box::pin(stream::iter(events)), rate_limits: RateLimits::default() })
+            let usage = Usage {
+                input_tokens: generation.prompt_tokens as u64,
+                output_tokens: generation.tokens_generated as u64,
+            };
+            let events = vec![
+                Ok(StreamEvent::Delta(generation.text)),
+                Ok(StreamEvent::End(Finish { reason, usage })),
+            ];
+            Ok(ResponseStream {
+                events: Box::pin(stream::iter(events)),
+                rate_limits: RateLimits::default(),
+            })
         })
     }
 }

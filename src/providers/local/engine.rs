@@ -19,8 +19,8 @@ use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::context::params::LlamaContextParams;
 use llama_cpp_2::llama_backend::LlamaBackend;
 use llama_cpp_2::llama_batch::LlamaBatch;
-use llama_cpp_2::model::{LlamaChatMessage, LlamaModel};
 use llama_cpp_2::model::params::LlamaModelParams;
+use llama_cpp_2::model::{LlamaChatMessage, LlamaModel};
 use llama_cpp_2::sampling::LlamaSampler;
 use llama_cpp_2::token::LlamaToken;
 use tokio::sync::{oneshot, watch};
@@ -28,8 +28,8 @@ use tokio::sync::{oneshot, watch};
 use super::prompt::{self, FimOrder, FimPrompt, FimTokens, PromptBudget};
 use super::reuse::{self, SuffixSpan};
 use super::{
-    ChatJob, CompletionJob, EngineError, EngineOptions, EngineStatus, FimText, Generation, Job, ModelInfo,
-    StopReason,
+    ChatJob, CompletionJob, EngineError, EngineOptions, EngineStatus, FimText, Generation, Job,
+    ModelInfo, StopReason,
 };
 use crate::cancel::CancelFlag;
 
@@ -77,7 +77,8 @@ pub(super) fn run(options: EngineOptions, rx: Receiver<Job>, status: watch::Send
     };
     let input_budget = sized_input_budget(options.budget.input, speed);
     // Room for a completion or a chat answer (explain downshifted to local) after the prompt.
-    let context_tokens = (input_budget + options.max_output_tokens.max(super::CHAT_OUTPUT_TOKENS) + CHUNK) as u32;
+    let context_tokens =
+        (input_budget + options.max_output_tokens.max(super::CHAT_OUTPUT_TOKENS) + CHUNK) as u32;
     let params = context_params(context_tokens, threads);
     let ctx = match model.new_context(backend, params) {
         Ok(ctx) => ctx,
@@ -296,7 +297,10 @@ impl Engine<'_> {
     fn check(&mut self, interrupt: &Interrupt, next_cost: Duration) -> Option<Stopped> {
         if interrupt.cancel.is_some_and(CancelFlag::is_cancelled) {
             Some(Stopped::Cancelled)
-        } else if interrupt.deadline.is_some_and(|d| Instant::now() + next_cost >= d) {
+        } else if interrupt
+            .deadline
+            .is_some_and(|d| Instant::now() + next_cost >= d)
+        {
             Some(Stopped::Deadline)
         } else if interrupt.preemptible && self.job_arrived() {
             Some(Stopped::Preempted)
@@ -338,15 +342,27 @@ impl Engine<'_> {
 
     /// The chat prompt in the model's own template, refused when it cannot fit.
     fn chat_prompt(&self, job: &ChatJob) -> Result<FimPrompt, String> {
-        let template = self.model.chat_template(None).map_err(|e| format!("the local model has no chat template: {e}"))?;
+        let template = self
+            .model
+            .chat_template(None)
+            .map_err(|e| format!("the local model has no chat template: {e}"))?;
         let messages = job
             .messages
             .iter()
             .map(|(role, content)| LlamaChatMessage::new(role.clone(), content.clone()))
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| format!("invalid chat message: {e}"))?;
-        let text = self.model.apply_chat_template(&template, &messages, true).map_err(|e| format!("applying the chat template: {e}"))?;
-        let tokens: Vec<i32> = self.model.vocab().tokenize(text.as_bytes(), false, true).into_iter().map(|t| t.0).collect();
+        let text = self
+            .model
+            .apply_chat_template(&template, &messages, true)
+            .map_err(|e| format!("applying the chat template: {e}"))?;
+        let tokens: Vec<i32> = self
+            .model
+            .vocab()
+            .tokenize(text.as_bytes(), false, true)
+            .into_iter()
+            .map(|t| t.0)
+            .collect();
         if tokens.len() + job.max_tokens > self.context_tokens as usize {
             return Err(format!(
                 "the prompt ({} tokens) and answer ({} tokens) exceed the local model's context of {} tokens",
@@ -355,7 +371,12 @@ impl Engine<'_> {
                 self.context_tokens
             ));
         }
-        Ok(FimPrompt { tokens, suffix_span: None, prefix_trimmed: 0, suffix_trimmed: 0 })
+        Ok(FimPrompt {
+            tokens,
+            suffix_span: None,
+            prefix_trimmed: 0,
+            suffix_trimmed: 0,
+        })
     }
 
     /// Processes `prompt` and generates under `job`'s controls (its FIM text is unused here).
@@ -481,7 +502,10 @@ impl Engine<'_> {
         // A partly decoded suffix is still worth shifting next time.
         self.cached_suffix = prompt
             .suffix_span
-            .map(|span| SuffixSpan { start: span.start, end: span.end.min(self.cached.len()) })
+            .map(|span| SuffixSpan {
+                start: span.start,
+                end: span.end.min(self.cached.len()),
+            })
             .filter(|span| span.end > span.start);
         filled.map_err(|stopped| SyncError::Stopped(stopped, decoded))?;
         Ok(decoded)
@@ -497,7 +521,10 @@ impl Engine<'_> {
         while self.cached.len() < target.len() {
             let start = self.cached.len();
             let end = (start + CHUNK).min(target.len());
-            if let Some(stopped) = self.check(interrupt, self.chunk_cost.mul_f64((end - start) as f64 / CHUNK as f64)) {
+            if let Some(stopped) = self.check(
+                interrupt,
+                self.chunk_cost.mul_f64((end - start) as f64 / CHUNK as f64),
+            ) {
                 return Err(stopped);
             }
             self.batch.clear();

@@ -134,7 +134,10 @@ impl Generation {
 }
 
 pub(crate) enum Job {
-    Complete(CompletionJob, oneshot::Sender<Result<Generation, EngineError>>),
+    Complete(
+        CompletionJob,
+        oneshot::Sender<Result<Generation, EngineError>>,
+    ),
     Chat(ChatJob, oneshot::Sender<Result<Generation, EngineError>>),
     /// Decode this prompt into the cache without generating, while the user pauses.
     Prewarm(FimText),
@@ -204,7 +207,9 @@ impl LocalEngine {
             EngineStatus::Ready(_) => {}
         }
         let (reply, answer) = oneshot::channel();
-        self.jobs.send(Job::Chat(job, reply)).map_err(|_| EngineError::Stopped)?;
+        self.jobs
+            .send(Job::Chat(job, reply))
+            .map_err(|_| EngineError::Stopped)?;
         answer.await.map_err(|_| EngineError::Stopped)?
     }
 

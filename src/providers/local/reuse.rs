@@ -59,12 +59,21 @@ pub fn plan(
     let keep = common.min(prompt.len().saturating_sub(1));
     // Only the far part of the suffix is shifted. The cached part may have been
     // decoded only in part: it is reusable when it starts the new prompt's suffix.
-    let far = |span: SuffixSpan| SuffixSpan { start: (span.start + FRESH_SUFFIX_TOKENS).min(span.end), end: span.end };
+    let far = |span: SuffixSpan| SuffixSpan {
+        start: (span.start + FRESH_SUFFIX_TOKENS).min(span.end),
+        end: span.end,
+    };
     let shifted_suffix = match (cached_suffix.map(far), prompt_suffix.map(far)) {
         (Some(old), Some(new)) => {
             let len = old.end - old.start;
-            let fits = keep <= old.start && keep <= new.start && old.end <= cached.len() && new.start + len <= new.end;
-            (fits && len >= MIN_SHIFTED_SPAN && cached[old.start..old.end] == prompt[new.start..new.start + len]).then_some((old, new.start))
+            let fits = keep <= old.start
+                && keep <= new.start
+                && old.end <= cached.len()
+                && new.start + len <= new.end;
+            (fits
+                && len >= MIN_SHIFTED_SPAN
+                && cached[old.start..old.end] == prompt[new.start..new.start + len])
+                .then_some((old, new.start))
         }
         _ => None,
     };
@@ -109,7 +118,16 @@ mod tests {
         let (new, new_span) = prompt(&[1, 2, 3, 4], 40);
         let plan = plan(&old, old_span, &new, new_span);
         assert_eq!(plan.keep, 3);
-        assert_eq!(plan.shifted_suffix, Some((SuffixSpan { start: 3 + F, end: 44 }, 4 + F)));
+        assert_eq!(
+            plan.shifted_suffix,
+            Some((
+                SuffixSpan {
+                    start: 3 + F,
+                    end: 44
+                },
+                4 + F
+            ))
+        );
         // the typed token, the marker and the near suffix tokens, and the middle marker
         assert_eq!(plan.tokens_to_decode(new.len()), 1 + F + 1);
     }
@@ -131,8 +149,20 @@ mod tests {
         let cached = &full[..33];
         let (new, new_span) = prompt(&[1, 2, 3], 40);
         let plan = plan(cached, span(2, 33), &new, new_span);
-        assert_eq!(plan.shifted_suffix, Some((SuffixSpan { start: 2 + F, end: 33 }, 3 + F)));
-        assert_eq!(plan.tokens_to_decode(new.len()), new.len() - 2 - (33 - 2 - F));
+        assert_eq!(
+            plan.shifted_suffix,
+            Some((
+                SuffixSpan {
+                    start: 2 + F,
+                    end: 33
+                },
+                3 + F
+            ))
+        );
+        assert_eq!(
+            plan.tokens_to_decode(new.len()),
+            new.len() - 2 - (33 - 2 - F)
+        );
     }
 
     #[test]
