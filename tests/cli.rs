@@ -26,7 +26,7 @@ fn stderr(output: &Output) -> String {
 
 #[test]
 fn complete_prints_the_text_the_model_and_the_latency() {
-    let output = switchyard(&["complete", "--json", "examples/complete-me.rs:10:9"], &[]);
+    let output = switchyard(&["complete", "--json", "demo/complete-me.rs:10:41"], &[]);
     assert!(output.status.success(), "{}", stderr(&output));
     let report: serde_json::Value = serde_json::from_str(stdout(&output).trim()).unwrap();
     assert_eq!(report["model"], "qwen2.5-coder-0.5b-instruct");
@@ -39,7 +39,7 @@ fn complete_prints_the_text_the_model_and_the_latency() {
     assert!(report["latency_ms"].as_f64().is_some());
     assert_eq!(report["budget_ms"], 1000);
 
-    let human = switchyard(&["complete", "examples/complete-me.rs:10:9"], &[]);
+    let human = switchyard(&["complete", "demo/complete-me.rs:10:41"], &[]);
     let text = stdout(&human);
     assert!(
         text.contains("--- model qwen2.5-coder-0.5b-instruct | latency"),
@@ -49,7 +49,7 @@ fn complete_prints_the_text_the_model_and_the_latency() {
 
 #[test]
 fn complete_rejects_a_location_past_the_end() {
-    let output = switchyard(&["complete", "examples/complete-me.rs:999:1"], &[]);
+    let output = switchyard(&["complete", "demo/complete-me.rs:999:1"], &[]);
     assert_eq!(output.status.code(), Some(2));
     assert!(
         stderr(&output).contains("line 999 is past the end"),

@@ -1,4 +1,4 @@
-//! A file with a gap, for `switchyard complete examples/complete-me.rs:10:9`.
+//! A file with a gap, for `switchyard complete demo/complete-me.rs:10:41`.
 
 use std::collections::HashMap;
 
@@ -7,6 +7,7 @@ pub fn word_counts(text: &str) -> HashMap<String, usize> {
     let mut counts = HashMap::new();
     for word in text.split_whitespace() {
         let word = word.to_lowercase();
+        *counts.entry(word).or_insert(0)
     }
     counts
 }
