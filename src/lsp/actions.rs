@@ -228,39 +228,28 @@ impl Backend {
     ) -> Result<crate::router::Answer> {
         let cancel = CancellationToken::new();
         let token = NumberOrString::String(format!("switchyard/{}/{}", kind.as_str(), nanos()));
-        let created = self.supports_progress()
-            && self
-                .client
-                .create_work_done_progress(token.clone())
-                .await
-                .is_ok();
-        let progress = if created {
-            self.progress_cancels.insert(token.clone(), cancel.clone());
-            Some(
-                self.client
-                    .progress(token.clone(), format!("switchyard: {}", kind.as_str()))
-                    .with_cancel_button()
-                    .begin()
-                    .await,
-            )
-        } else {
-            None
-        };
         let (events, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        // The progress begins with the first provider tried, so its title names it.
         let report = async {
+            let mut progress = None;
             while let Some(event) = rx.recv().await {
+                let message = match &event {
+                    Progress::Trying { provider, model, tier } => format!("trying {provider}/{model} ({tier} tier)"),
+                    Progress::Received { chars } => format!("received {chars} characters"),
+                };
+                if let (None, Progress::Trying { provider, model, .. }) = (&progress, &event) {
+                    if self.supports_progress() && self.client.create_work_done_progress(token.clone()).await.is_ok() {
+                        self.progress_cancels.insert(token.clone(), cancel.clone());
+                        let title = format!("switchyard: {} with {provider}/{model}", kind.as_str());
+                        progress = Some(self.client.progress(token.clone(), title).with_cancel_button().begin().await);
+                        continue;
+                    }
+                }
                 if let Some(progress) = &progress {
-                    let message = match event {
-                        Progress::Trying {
-                            provider,
-                            model,
-                            tier,
-                        } => format!("{provider}/{model} ({tier} tier)"),
-                        Progress::Received { chars } => format!("received {chars} characters"),
-                    };
                     progress.report_with_message(message, None).await;
                 }
             }
+            progress
         };
         let router = self.router();
         let request = TaskRequest {
@@ -277,7 +266,7 @@ impl Backend {
             drop(events);
             result
         };
-        let (result, ()) = tokio::join!(run, report);
+        let (result, progress) = tokio::join!(run, report);
         self.progress_cancels.remove(&token);
         if let Some(progress) = progress {
             let message = match &result {

@@ -13,6 +13,9 @@ use crate::task::TaskProfile;
 pub const WINDOW: Duration = Duration::from_secs(60);
 /// Fewer samples than this say nothing: an unknown entry counts as healthy.
 pub const MIN_SAMPLES: usize = 3;
+/// At most this many recent samples per entry: enough for a p95, and bounded
+/// work per request however busy the entry is.
+pub const MAX_SAMPLES: usize = 256;
 /// Share of failed (or degraded) answers at which an entry is unhealthy.
 pub const MAX_BAD_SHARE: f64 = 0.5;
 
@@ -23,19 +26,6 @@ pub enum Degradation {
     Truncated,
     Refused,
     Empty,
-    /// The provider reported fewer input tokens than were sent.
-    InputCut,
-}
-
-impl Degradation {
-    pub fn describe(self) -> &'static str {
-        match self {
-            Degradation::Truncated => "truncated",
-            Degradation::Refused => "refused",
-            Degradation::Empty => "empty",
-            Degradation::InputCut => "input silently cut",
-        }
-    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -29,8 +29,8 @@ pub const MIN_SHIFTED_SPAN: usize = 8;
 /// afresh: their KV was computed against the old end of the prefix and carries it
 /// (a fully shifted suffix kept suggesting the answer for text typed three
 /// keystrokes earlier). Measured on the test model: with 8 or more fresh tokens
-/// warm answers equal a fresh context's; 16 leaves a margin.
-pub const FRESH_SUFFIX_TOKENS: usize = 16;
+/// warm answers equal a fresh context's.
+pub const FRESH_SUFFIX_TOKENS: usize = 8;
 
 impl ReusePlan {
     /// Tokens of the new prompt that must be decoded under this plan.
