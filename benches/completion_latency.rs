@@ -140,7 +140,7 @@ async fn run_script(service: &CompletionService, budget: Duration, every: usize)
                     let generation = match &outcome.result {
                         Ok(s) => match &s.origin {
                             Origin::Model(g) => Some(g.clone()),
-                            Origin::TypeThrough => None,
+                            Origin::TypeThrough | Origin::Remote { .. } => None,
                         },
                         Err(_) => None,
                     };
@@ -153,7 +153,11 @@ async fn run_script(service: &CompletionService, budget: Duration, every: usize)
                             "{:>6.0} ms decoded {:>4?} generated {:>4?} of {:>4?} {:?} | {}",
                             outcome.elapsed.as_secs_f64() * 1e3,
                             generation.as_ref().map(|g| g.tokens_decoded),
-                            generation.as_ref().map(|g| (g.tokens_generated, g.prompt_ms as u64, g.generate_ms as u64)),
+                            generation.as_ref().map(|g| (
+                                g.tokens_generated,
+                                g.prompt_ms as u64,
+                                g.generate_ms as u64
+                            )),
                             generation.as_ref().map(|g| g.prompt_tokens),
                             outcome.result.as_ref().map(|s| s
                                 .text
@@ -304,7 +308,10 @@ fn idle_server_rss_kib() -> Option<u64> {
 
 /// Requests that reached the engine: not answered from type-through or skipped.
 fn model_calls(samples: &[Sample]) -> Vec<&Sample> {
-    samples.iter().filter(|s| !s.from_type_through && (s.decoded.is_some() || s.missed)).collect()
+    samples
+        .iter()
+        .filter(|s| !s.from_type_through && (s.decoded.is_some() || s.missed))
+        .collect()
 }
 
 fn row(name: &str, s: &Summary) -> String {
@@ -343,7 +350,11 @@ async fn main() {
     let mut naive_config = config.clone();
     naive_config.autocomplete.precompute_next = false;
     if std::env::var_os("BENCH_ONLY_SWITCHYARD").is_some() {
-        println!("{}\n{}", row("switchyard, every keystroke", &ours_all), row("switchyard, model calls", &ours));
+        println!(
+            "{}\n{}",
+            row("switchyard, every keystroke", &ours_all),
+            row("switchyard, model calls", &ours)
+        );
         return;
     }
     let (naive_service, _, _) = engine_service(&naive_config, false).await;
@@ -366,11 +377,33 @@ async fn main() {
         rss.map_or("n/a".into(), |r| r.to_string())
     );
     println!();
-    println!("| requests | count | p50 ms | p95 ms | min–max ms | tokens decoded p50 (of prompt) | suggestions | missed budget |");
+    println!(
+        "| requests | count | p50 ms | p95 ms | min–max ms | tokens decoded p50 (of prompt) | suggestions | missed budget |"
+    );
     println!("|---|---|---|---|---|---|---|---|");
-    println!("{}", row("switchyard, every keystroke (type-through included)", &ours_all));
-    println!("{}", row("switchyard, model calls only (KV reuse, 1 s budget)", &ours));
-    println!("{}", row(&format!("naive, model calls only (fresh context, every {every}th keystroke, no budget)"), &naive));
+    println!(
+        "{}",
+        row(
+            "switchyard, every keystroke (type-through included)",
+            &ours_all
+        )
+    );
+    println!(
+        "{}",
+        row("switchyard, model calls only (KV reuse, 1 s budget)", &ours)
+    );
+    println!(
+        "{}",
+        row(
+            &format!(
+                "naive, model calls only (fresh context, every {every}th keystroke, no budget)"
+            ),
+            &naive
+        )
+    );
     println!();
-    println!("model-call p50 ratio naive/switchyard: {:.1}x", naive.p50 / ours.p50);
+    println!(
+        "model-call p50 ratio naive/switchyard: {:.1}x",
+        naive.p50 / ours.p50
+    );
 }

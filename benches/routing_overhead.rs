@@ -38,7 +38,11 @@ fn parts() -> PromptParts {
 
 async fn direct(provider: &dyn Provider, request: &ChatRequest, timeouts: Timeouts) -> Duration {
     let started = Instant::now();
-    let mut events = provider.stream(request.clone(), timeouts).await.expect("fake answers").events;
+    let mut events = provider
+        .stream(request.clone(), timeouts)
+        .await
+        .expect("fake answers")
+        .events;
     while let Some(event) = events.next().await {
         if let StreamEvent::End(_) = event.expect("clean stream") {
             break;
@@ -48,9 +52,16 @@ async fn direct(provider: &dyn Provider, request: &ChatRequest, timeouts: Timeou
 }
 
 async fn routed(router: &Router) -> Duration {
-    let request = TaskRequest { kind: TaskKind::Explain, system: SYSTEM.into(), parts: parts() };
+    let request = TaskRequest {
+        kind: TaskKind::Explain,
+        system: SYSTEM.into(),
+        parts: parts(),
+    };
     let started = Instant::now();
-    router.run(request, CancellationToken::new(), &|_| {}).await.expect("routed answer");
+    router
+        .run(request, CancellationToken::new(), &|_| {})
+        .await
+        .expect("routed answer");
     started.elapsed()
 }
 
@@ -60,27 +71,59 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
-    let n: usize = std::env::var("ROUTING_REQUESTS").ok().and_then(|v| v.parse().ok()).unwrap_or(10_000);
+    let n: usize = std::env::var("ROUTING_REQUESTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10_000);
     let fake = FakeProvider::start().await;
-    let provider = switchyard::providers::build("fake", ProviderKind::Anthropic, &fake.anthropic_url(), Some("sk-bench".to_owned().into()), vec![]);
+    let provider = switchyard::providers::build(
+        "fake",
+        ProviderKind::Anthropic,
+        &fake.anthropic_url(),
+        Some("sk-bench".to_owned().into()),
+        vec![],
+    );
     let config = Config {
-        tiers: TierChains { large: vec![], medium: vec!["fake/bench-model".into()], small: vec![] },
+        tiers: TierChains {
+            large: vec![],
+            medium: vec!["fake/bench-model".into()],
+            small: vec![],
+        },
         ..Config::default()
     };
     let providers = HashMap::from([("fake".to_owned(), provider.clone() as Arc<dyn Provider>)]);
-    let router = Router::with_providers(&config, providers, HashMap::new(), EngineSlot::default(), Arc::default(), tokio::sync::watch::channel(StatusReport::default()).0);
+    let router = Router::with_providers(
+        &config,
+        providers,
+        HashMap::new(),
+        EngineSlot::default(),
+        Arc::default(),
+        tokio::sync::watch::channel(StatusReport::default()).0,
+    );
 
     // The direct call sends exactly what the router would.
     let profile = config.tasks.explain.clone();
-    let user = chat::render(&parts(), profile.input_tokens - chat::estimate_tokens(SYSTEM)).unwrap();
+    let user = chat::render(
+        &parts(),
+        profile.input_tokens - chat::estimate_tokens(SYSTEM),
+    )
+    .unwrap();
     let request = ChatRequest {
         model: "bench-model".into(),
         system: Some(SYSTEM.into()),
-        messages: vec![ChatMessage { role: Role::User, content: user }],
+        messages: vec![ChatMessage {
+            role: Role::User,
+            content: user,
+        }],
         max_tokens: profile.output_tokens as u32,
         temperature: Some(0.2),
     };
-    let timeouts = Timeouts { connect: Duration::from_secs(10), first_byte: Duration::from_secs(10), first_token: Duration::from_secs(10), idle: Duration::from_secs(30) };
+    let timeouts = Timeouts {
+        connect: Duration::from_secs(10),
+        first_byte: Duration::from_secs(10),
+        first_token: Duration::from_secs(10),
+        idle: Duration::from_secs(30),
+    };
 
     for _ in 0..200 {
         direct(provider.as_ref(), &request, timeouts).await;
@@ -100,11 +143,22 @@ async fn main() {
     plain.sort();
     through_router.sort();
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
-    println!("requests per path: {n} (after 200 warm-up each), fake provider on 127.0.0.1, Anthropic SSE, 3 deltas");
+    println!(
+        "requests per path: {n} (after 200 warm-up each), fake provider on 127.0.0.1, Anthropic SSE, 3 deltas"
+    );
     println!("| path | p50 ms | p99 ms | min ms | max ms |");
     println!("|---|---|---|---|---|");
-    for (name, samples) in [("direct provider call", &plain), ("through the router", &through_router)] {
-        println!("| {name} | {:.3} | {:.3} | {:.3} | {:.3} |", ms(percentile(samples, 50.0)), ms(percentile(samples, 99.0)), ms(samples[0]), ms(samples[samples.len() - 1]));
+    for (name, samples) in [
+        ("direct provider call", &plain),
+        ("through the router", &through_router),
+    ] {
+        println!(
+            "| {name} | {:.3} | {:.3} | {:.3} | {:.3} |",
+            ms(percentile(samples, 50.0)),
+            ms(percentile(samples, 99.0)),
+            ms(samples[0]),
+            ms(samples[samples.len() - 1])
+        );
     }
     println!();
     println!(

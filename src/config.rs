@@ -159,6 +159,9 @@ pub struct AutocompleteConfig {
     pub prewarm_debounce_ms: u64,
     /// After a suggestion is shown, fill the cache as if it were accepted.
     pub precompute_next: bool,
+    /// Who completes, in order: `provider/model` entries before `local` are tried
+    /// first with part of the budget; the local engine answers when they miss it.
+    pub chain: Vec<String>,
 }
 
 impl Default for AutocompleteConfig {
@@ -171,6 +174,7 @@ impl Default for AutocompleteConfig {
             suffix_tokens: 128,
             prewarm_debounce_ms: 150,
             precompute_next: true,
+            chain: vec!["local".into()],
         }
     }
 }
@@ -359,9 +363,16 @@ impl Config {
 
     fn validate(&self) -> Result<(), (String, String)> {
         let providers = self.all_providers();
-        for tier in [Tier::Large, Tier::Medium, Tier::Small] {
-            for (i, entry) in self.tiers.get(tier).iter().enumerate() {
-                let key = format!("tiers.{tier}[{i}]");
+        let chains = [Tier::Large, Tier::Medium, Tier::Small]
+            .into_iter()
+            .map(|tier| (format!("tiers.{tier}"), self.tiers.get(tier)))
+            .chain([(
+                "autocomplete.chain".to_owned(),
+                self.autocomplete.chain.as_slice(),
+            )]);
+        for (chain, entries) in chains {
+            for (i, entry) in entries.iter().enumerate() {
+                let key = format!("{chain}[{i}]");
                 if entry == crate::providers::local::chat::LOCAL {
                     continue;
                 }

@@ -258,3 +258,61 @@ async fn with_remotes_down_completions_and_local_only_explanations_come_from_the
     assert_eq!(down.request_count(), before, "local-only: no remote call");
     client.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_remote_first_autocomplete_chain_falls_back_to_local_within_the_budget() {
+    use support::fake_provider::{Behaviour, FakeProvider};
+    let remote = FakeProvider::with_default(Behaviour::ok("let now = Instant::now();")).await;
+    let mut client = LspClient::spawn(ServerOptions {
+        env: vec![("SY_KEY".into(), "sk-test".into())],
+        ..Default::default()
+    })
+    .await;
+    let init = json!({
+        "local": {"auto_pull": false},
+        "providers": {"remote": {"kind": "openai", "base_url": remote.openai_url(), "api_key_env": "SY_KEY"}},
+        "autocomplete": {"chain": ["remote/fim-model", "local"]}
+    });
+    client.initialize(vscode_like_capabilities(), init).await;
+    client.wait_for_model().await;
+    let (text, line, character) = sample_with_gap();
+    client.open(URI, &text).await;
+
+    let response = client.inline_completion(URI, line, character).await;
+    assert_eq!(
+        response["result"]["items"][0]["insertText"], "let now = Instant::now();",
+        "the remote answers first: {response}"
+    );
+
+    // The remote now misses its share of the budget: each request is still answered,
+    // by the local model, and after three misses the remote is no longer asked.
+    remote.set_default(Behaviour::SlowFirstToken {
+        delay: std::time::Duration::from_secs(5),
+        text: "late".into(),
+    });
+    // Typing what no suggestion predicted keeps every request off the type-through
+    // cache; each is answered (by the local model, or empty on time).
+    for i in 0..4u32 {
+        let at = json!({"line": line, "character": character + i});
+        let change = json!({"textDocument": {"uri": URI, "version": 2 + i}, "contentChanges": [{"range": {"start": at, "end": at}, "text": "Z"}]});
+        client.notify("textDocument/didChange", change).await;
+        let response = client.inline_completion(URI, line, character + i + 1).await;
+        assert!(
+            response["result"]["items"].is_array(),
+            "every request is answered: {response}"
+        );
+    }
+    // One answer and two misses: 2 of 3 samples failed, so the beacon is unhealthy
+    // and the remote is no longer asked; the local model has the whole budget.
+    assert_eq!(remote.request_count(), 3);
+    let item = client
+        .inline_completion_eventually(URI, line, character + 4)
+        .await;
+    assert_ne!(item["insertText"], "let now = Instant::now();");
+    assert_eq!(
+        remote.request_count(),
+        3,
+        "not asked while its beacon is unhealthy"
+    );
+    client.shutdown().await;
+}

@@ -116,7 +116,7 @@ async fn complete(
     let generation = match &outcome.result {
         Ok(s) => match &s.origin {
             Origin::Model(g) => Some(g.clone()),
-            Origin::TypeThrough => None,
+            Origin::TypeThrough | Origin::Remote { .. } => None,
         },
         Err(_) => None,
     };

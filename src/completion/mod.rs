@@ -20,11 +20,14 @@ use tokio::time::Instant;
 use crate::cancel::CancelFlag;
 use crate::config::AutocompleteConfig;
 use crate::context::fim::{self, WindowBudget};
+use crate::providers::local::chat::LOCAL;
 use crate::providers::local::{
     CompletionJob, EngineError, EngineStatus, FimText, Generation, LocalEngine, ModelInfo,
     StopReason,
 };
+use crate::router::Router;
 use postprocess::Situation;
+use tokio_util::sync::CancellationToken;
 use typethrough::{Spot, TypeThrough};
 
 /// What the completion path needs from an engine. The local engine is the real
@@ -57,6 +60,9 @@ impl FimEngine for LocalEngine {
 /// The engine stops generating this long before the request's deadline, so its
 /// partial answer arrives in time.
 const ENGINE_MARGIN: Duration = Duration::from_millis(100);
+/// Of the budget, this share is kept for the local engine when a remote entry
+/// completes first (a warm local answer takes a few hundred ms on a laptop CPU).
+const LOCAL_SHARE: f64 = 0.4;
 /// Longest a warm-up may take.
 const WARM_LIMIT: Duration = Duration::from_secs(120);
 /// FIM special tokens and BOS, counted against the input budget.
@@ -75,6 +81,11 @@ pub struct CompletionRequest {
 #[derive(Clone, Debug)]
 pub enum Origin {
     Model(Generation),
+    /// A remote entry of `autocomplete.chain` answered within its share of the budget.
+    Remote {
+        provider: String,
+        model: String,
+    },
     TypeThrough,
 }
 
@@ -113,6 +124,8 @@ pub struct Outcome {
 
 pub struct CompletionService {
     engine: RwLock<Option<Arc<dyn FimEngine>>>,
+    /// For remote entries in `autocomplete.chain`.
+    router: RwLock<Option<Arc<Router>>>,
     config: RwLock<AutocompleteConfig>,
     type_through: TypeThrough,
     /// The line each document's prefix window starts at (see `context::fim`).
@@ -125,6 +138,7 @@ impl CompletionService {
     pub fn new(config: AutocompleteConfig) -> CompletionService {
         CompletionService {
             engine: RwLock::new(None),
+            router: RwLock::new(None),
             config: RwLock::new(config),
             type_through: TypeThrough::default(),
             anchors: DashMap::new(),
@@ -134,6 +148,10 @@ impl CompletionService {
 
     pub fn set_engine(&self, engine: Option<Arc<dyn FimEngine>>) {
         *self.engine.write().expect("engine lock") = engine;
+    }
+
+    pub fn set_router(&self, router: Option<Arc<Router>>) {
+        *self.router.write().expect("router lock") = router;
     }
 
     pub fn set_config(&self, config: AutocompleteConfig) {
@@ -223,6 +241,42 @@ impl CompletionService {
         }
     }
 
+    /// A suggestion from a remote entry ahead of `local` in the chain, if one answers
+    /// within its share of the budget.
+    async fn remote(
+        &self,
+        request: &CompletionRequest,
+        config: &AutocompleteConfig,
+        situation: &Situation,
+        spot: Spot<'_>,
+    ) -> Option<Suggestion> {
+        if config.chain.first().is_none_or(|entry| entry == LOCAL) {
+            return None;
+        }
+        let router = self.router.read().expect("router lock").clone()?;
+        let budget = WindowBudget {
+            prefix_tokens: config
+                .input_tokens
+                .saturating_sub(config.suffix_tokens + SPECIAL_TOKENS),
+            suffix_tokens: config.suffix_tokens,
+        };
+        let text = fim::window(&request.rope, request.cursor, budget, None).text;
+        let left = request.deadline.saturating_duration_since(Instant::now());
+        let deadline = request.deadline - left.mul_f64(LOCAL_SHARE);
+        let cancel = CancellationToken::new();
+        let _cancel_when_done = cancel.clone().drop_guard();
+        let (raw, route) = router.autocomplete_remote(&text, deadline, &cancel).await?;
+        let text = situation.finish(&crate::lsp::code_block(&raw), false)?;
+        self.type_through.remember(&request.doc, spot, &text);
+        Some(Suggestion {
+            text,
+            origin: Origin::Remote {
+                provider: route.provider,
+                model: route.model,
+            },
+        })
+    }
+
     async fn suggest(
         &self,
         request: &CompletionRequest,
@@ -256,6 +310,9 @@ impl CompletionService {
                 }),
                 None,
             );
+        }
+        if let Some(suggestion) = self.remote(request, &config, &situation, spot).await {
+            return (Ok(suggestion), None);
         }
         let (engine, info) = match self.engine() {
             Ok(ready) => ready,

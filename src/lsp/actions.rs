@@ -234,14 +234,37 @@ impl Backend {
             let mut progress = None;
             while let Some(event) = rx.recv().await {
                 let message = match &event {
-                    Progress::Trying { provider, model, tier } => format!("trying {provider}/{model} ({tier} tier)"),
+                    Progress::Trying {
+                        provider,
+                        model,
+                        tier,
+                    } => format!("trying {provider}/{model} ({tier} tier)"),
                     Progress::Received { chars } => format!("received {chars} characters"),
                 };
-                if let (None, Progress::Trying { provider, model, .. }) = (&progress, &event) {
-                    if self.supports_progress() && self.client.create_work_done_progress(token.clone()).await.is_ok() {
+                if let (
+                    None,
+                    Progress::Trying {
+                        provider, model, ..
+                    },
+                ) = (&progress, &event)
+                {
+                    if self.supports_progress()
+                        && self
+                            .client
+                            .create_work_done_progress(token.clone())
+                            .await
+                            .is_ok()
+                    {
                         self.progress_cancels.insert(token.clone(), cancel.clone());
-                        let title = format!("switchyard: {} with {provider}/{model}", kind.as_str());
-                        progress = Some(self.client.progress(token.clone(), title).with_cancel_button().begin().await);
+                        let title =
+                            format!("switchyard: {} with {provider}/{model}", kind.as_str());
+                        progress = Some(
+                            self.client
+                                .progress(token.clone(), title)
+                                .with_cancel_button()
+                                .begin()
+                                .await,
+                        );
                         continue;
                     }
                 }

@@ -56,6 +56,10 @@ impl Backend {
                 origin: Origin::TypeThrough,
                 ..
             }) => tracing::debug!(elapsed_ms, "completion from type-through"),
+            Ok(Suggestion {
+                origin: Origin::Remote { provider, model },
+                ..
+            }) => tracing::debug!(elapsed_ms, "completion from {provider}/{model}"),
             Err(reason) => tracing::debug!(elapsed_ms, "no completion: {reason}"),
         }
         Ok(outcome.result.ok())

@@ -114,7 +114,9 @@ impl Backend {
             self.beacons.clone(),
             self.status.clone(),
         );
-        *self.router.write().expect("router lock") = Arc::new(router);
+        let router = Arc::new(router);
+        self.completion.set_router(Some(router.clone()));
+        *self.router.write().expect("router lock") = router;
     }
 
     pub(super) fn config_path(&self) -> Option<&PathBuf> {

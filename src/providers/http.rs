@@ -117,18 +117,7 @@ impl Endpoint {
 
     /// An error of `kind` from this provider; the key is scrubbed from `message`.
     pub(crate) fn error(&self, kind: FailureKind, message: impl Into<String>) -> ProviderError {
-        let message = self.scrub(message.into());
-        ProviderError {
-            provider: self.provider.clone(),
-            kind,
-            status: None,
-            error_type: None,
-            code: None,
-            message,
-            retry_after: None,
-            rate_limits: RateLimits::default(),
-            partial: String::new(),
-        }
+        ProviderError::new(self.provider.clone(), kind, self.scrub(message.into()))
     }
 
     /// An error built from an error body: `what` says where it came from.

@@ -159,6 +159,27 @@ pub struct ProviderError {
     pub partial: String,
 }
 
+impl ProviderError {
+    /// An error with no HTTP details (status, body type, headers, partial text).
+    pub fn new(
+        provider: impl Into<String>,
+        kind: FailureKind,
+        message: impl Into<String>,
+    ) -> ProviderError {
+        ProviderError {
+            provider: provider.into(),
+            kind,
+            status: None,
+            error_type: None,
+            code: None,
+            message: message.into(),
+            retry_after: None,
+            rate_limits: RateLimits::default(),
+            partial: String::new(),
+        }
+    }
+}
+
 /// An answer being streamed, with the rate-limit state its headers reported.
 pub struct ResponseStream {
     pub events: BoxStream<'static, Result<StreamEvent, ProviderError>>,
@@ -262,17 +283,11 @@ impl Provider for Misconfigured {
         _request: ChatRequest,
         _timeouts: Timeouts,
     ) -> BoxFuture<'static, Result<ResponseStream, ProviderError>> {
-        let error = ProviderError {
-            provider: self.name.clone(),
-            kind: FailureKind::Misconfigured,
-            status: None,
-            error_type: None,
-            code: None,
-            message: self.error.to_string(),
-            retry_after: None,
-            rate_limits: RateLimits::default(),
-            partial: String::new(),
-        };
+        let error = ProviderError::new(
+            self.name.clone(),
+            FailureKind::Misconfigured,
+            self.error.to_string(),
+        );
         Box::pin(async move { Err(error) })
     }
 }

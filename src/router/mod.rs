@@ -22,6 +22,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::context::chat::{self, OverBudget, PromptParts};
+use crate::providers::local::FimText;
 use crate::providers::local::chat::{EngineSlot, LOCAL, LocalProvider};
 use crate::providers::{
     ChatMessage, ChatRequest, FinishReason, Provider, ProviderError, Role, StreamEvent, Timeouts,
@@ -32,6 +33,9 @@ use beacon::{Beacons, Degradation, Outcome, Sample};
 use status::{Route, StatusReport};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+const FIM_SYSTEM: &str = "You are a code completion engine. Reply with only the code that belongs at the empty selection: no explanation, no code fences.";
+const FIM_INSTRUCTION: &str =
+    "Write the code that goes at the empty selection, continuing the code before it.";
 const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A remote-grade task as the editor asked it.
@@ -433,6 +437,84 @@ impl Router {
         result
     }
 
+    /// Autocomplete from the remote entries that `autocomplete.chain` puts before
+    /// `local`, each healthy one tried until `deadline`. `None` when none answered:
+    /// the local engine then serves this request, and the next ones while the
+    /// remote's beacon stays over the budget.
+    pub async fn autocomplete_remote(
+        &self,
+        text: &FimText,
+        deadline: Instant,
+        cancel: &CancellationToken,
+    ) -> Option<(String, Route)> {
+        if self.local_only() {
+            return None;
+        }
+        let share = deadline.saturating_duration_since(Instant::now());
+        let autocomplete = &self.config.autocomplete;
+        let profile = TaskProfile {
+            tier: Tier::Small,
+            input_tokens: autocomplete.input_tokens,
+            output_tokens: autocomplete.output_tokens,
+            first_token_ms: share.as_millis() as u64,
+            total_ms: share.as_millis() as u64,
+        };
+        let request = TaskRequest {
+            kind: TaskKind::Autocomplete,
+            system: FIM_SYSTEM.into(),
+            parts: PromptParts {
+                language: String::new(),
+                file_name: String::new(),
+                before: text.prefix.clone(),
+                selection: String::new(),
+                after: text.suffix.clone(),
+                instruction: FIM_INSTRUCTION.into(),
+            },
+        };
+        for entry in autocomplete.chain.iter().take_while(|e| *e != LOCAL) {
+            let Some((provider, model)) = entry.split_once('/') else {
+                continue;
+            };
+            if self.missing_keys.contains_key(provider)
+                || self
+                    .beacons
+                    .summary(provider, model)
+                    .unhealthy_reason(&profile)
+                    .is_some()
+            {
+                continue;
+            }
+            match self
+                .attempt(
+                    provider,
+                    model,
+                    &request,
+                    &profile,
+                    deadline,
+                    cancel,
+                    &|_| {},
+                )
+                .await
+            {
+                Ok((text, _)) => {
+                    let route = Route {
+                        provider: provider.into(),
+                        model: model.into(),
+                        tier: Tier::Small,
+                        downshifted_from: None,
+                        reason: None,
+                    };
+                    return Some((text, route));
+                }
+                Err(Failure::Failed(reason, _)) => {
+                    tracing::debug!("autocomplete by {entry} missed: {reason}")
+                }
+                Err(_) => return None,
+            }
+        }
+        None
+    }
+
     /// Input and output token limits for an entry: the task's, or what the local model holds.
     fn limits(&self, provider: &str, profile: &TaskProfile) -> (usize, usize) {
         match (provider == LOCAL).then(|| self.local.model()).flatten() {
@@ -634,15 +716,9 @@ mod tests {
             Box::pin(async move {
                 match behaviour {
                     Behaviour::Fail(status) => Err(ProviderError {
-                        provider: name,
-                        kind: FailureKind::Status,
                         status: Some(status),
                         error_type: Some("overloaded_error".into()),
-                        code: None,
-                        message: "overloaded".into(),
-                        retry_after: None,
-                        rate_limits: RateLimits::default(),
-                        partial: String::new(),
+                        ..ProviderError::new(name, FailureKind::Status, "overloaded")
                     }),
                     Behaviour::Answer {
                         first_token,

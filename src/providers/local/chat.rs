@@ -49,17 +49,7 @@ impl LocalProvider {
 }
 
 fn error(kind: FailureKind, message: String) -> ProviderError {
-    ProviderError {
-        provider: LOCAL.into(),
-        kind,
-        status: None,
-        error_type: None,
-        code: None,
-        message,
-        retry_after: None,
-        rate_limits: RateLimits::default(),
-        partial: String::new(),
-    }
+    ProviderError::new(LOCAL, kind, message)
 }
 
 impl Provider for LocalProvider {

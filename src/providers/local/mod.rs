@@ -187,20 +187,18 @@ impl LocalEngine {
 
     /// Runs one completion. Answers at once while the model is not ready.
     pub async fn complete(&self, job: CompletionJob) -> Result<Generation, EngineError> {
-        match self.status() {
-            EngineStatus::Loading => return Err(EngineError::Loading),
-            EngineStatus::Failed(reason) => return Err(EngineError::Failed(reason)),
-            EngineStatus::Ready(_) => {}
-        }
-        let (reply, answer) = oneshot::channel();
-        self.jobs
-            .send(Job::Complete(job, reply))
-            .map_err(|_| EngineError::Stopped)?;
-        answer.await.map_err(|_| EngineError::Stopped)?
+        self.submit(|reply| Job::Complete(job, reply)).await
     }
 
     /// Answers a chat in the model's own template.
     pub async fn chat(&self, job: ChatJob) -> Result<Generation, EngineError> {
+        self.submit(|reply| Job::Chat(job, reply)).await
+    }
+
+    async fn submit(
+        &self,
+        job: impl FnOnce(oneshot::Sender<Result<Generation, EngineError>>) -> Job,
+    ) -> Result<Generation, EngineError> {
         match self.status() {
             EngineStatus::Loading => return Err(EngineError::Loading),
             EngineStatus::Failed(reason) => return Err(EngineError::Failed(reason)),
@@ -208,7 +206,7 @@ impl LocalEngine {
         }
         let (reply, answer) = oneshot::channel();
         self.jobs
-            .send(Job::Chat(job, reply))
+            .send(job(reply))
             .map_err(|_| EngineError::Stopped)?;
         answer.await.map_err(|_| EngineError::Stopped)?
     }
