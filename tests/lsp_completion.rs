@@ -34,9 +34,10 @@ fn sample_with_gap() -> (String, u32, u32) {
 
 async fn started(capabilities: Value) -> LspClient {
     let mut client = LspClient::spawn(ServerOptions::default()).await;
-    client
-        .initialize(capabilities, json!({"local": {"auto_pull": false}}))
-        .await;
+    // An input budget below what any machine's measured speed allows, so prompts
+    // (and greedy answers) are the same wherever the suite runs.
+    let options = json!({"local": {"auto_pull": false}, "autocomplete": {"input_tokens": 600}});
+    client.initialize(capabilities, options).await;
     client.wait_for_model().await;
     client
 }
@@ -216,7 +217,10 @@ async fn with_remotes_down_completions_and_local_only_explanations_come_from_the
         "local": {"auto_pull": false},
         "providers": {"remote": {"kind": "openai", "base_url": down.openai_url(), "api_key_env": "SY_KEY"}},
         "tiers": {"large": ["remote/big"], "medium": ["remote/mid"], "small": ["local"]},
-        "tasks": {"explain": {"first_token_ms": 60000, "total_ms": 120000}}
+        "tasks": {"explain": {"first_token_ms": 60000, "total_ms": 120000, "output_tokens": 200}},
+        // Below what any machine's measured speed allows, so the prompt (and the
+        // greedy answer) is the same everywhere.
+        "autocomplete": {"input_tokens": 400}
     });
     client.initialize(vscode_like_capabilities(), init).await;
     client.wait_for_model().await;
@@ -271,7 +275,7 @@ async fn a_remote_first_autocomplete_chain_falls_back_to_local_within_the_budget
     let init = json!({
         "local": {"auto_pull": false},
         "providers": {"remote": {"kind": "openai", "base_url": remote.openai_url(), "api_key_env": "SY_KEY"}},
-        "autocomplete": {"chain": ["remote/fim-model", "local"]}
+        "autocomplete": {"chain": ["remote/fim-model", "local"], "input_tokens": 600}
     });
     client.initialize(vscode_like_capabilities(), init).await;
     client.wait_for_model().await;

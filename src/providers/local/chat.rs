@@ -95,15 +95,24 @@ impl Provider for LocalProvider {
                 EngineError::Loading => error(FailureKind::Connect, e.to_string()),
                 other => error(FailureKind::Malformed, other.to_string()),
             })?;
+            let mut text = generation.text;
             let reason = match generation.stop {
                 StopReason::EndOfText | StopReason::Rule => FinishReason::EndTurn,
-                StopReason::MaxTokens => FinishReason::MaxTokens,
+                // The cap is the local model's own limit, not a provider cutting an
+                // answer short: the answer is delivered, and says where it stops.
+                StopReason::MaxTokens => {
+                    text.push_str(&format!(
+                        "\n\n*(cut at {} tokens, the local model's answer limit)*",
+                        generation.tokens_generated
+                    ));
+                    FinishReason::EndTurn
+                }
                 StopReason::Deadline | StopReason::PromptDeadline => {
                     let mut e = error(
                         FailureKind::TimeoutFirstToken,
                         "the local model did not finish in time".into(),
                     );
-                    e.partial = generation.text;
+                    e.partial = text;
                     return Err(e);
                 }
                 StopReason::Cancelled => {
@@ -115,7 +124,7 @@ impl Provider for LocalProvider {
                 output_tokens: generation.tokens_generated as u64,
             };
             let events = vec![
-                Ok(StreamEvent::Delta(generation.text)),
+                Ok(StreamEvent::Delta(text)),
                 Ok(StreamEvent::End(Finish { reason, usage })),
             ];
             Ok(ResponseStream {
