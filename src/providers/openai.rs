@@ -77,18 +77,12 @@ impl Provider for OpenAiProvider {
         request: ChatRequest,
         timeouts: Timeouts,
     ) -> BoxFuture<'static, Result<ResponseStream, ProviderError>> {
-        let endpoint = self.endpoint.clone();
-        Box::pin(async move {
-            let opened = endpoint.open(&request_body(&request), &timeouts).await?;
-            let body = opened.response.bytes_stream();
-            Ok(sse::stream(
-                endpoint,
-                body,
-                opened.rate_limits,
-                ChunkDecoder::default(),
-                &timeouts,
-            ))
-        })
+        sse::call(
+            self.endpoint.clone(),
+            request_body(&request),
+            ChunkDecoder::default(),
+            timeouts,
+        )
     }
 }
 

@@ -51,6 +51,27 @@ enum SseError {
 
 type SseStream = Pin<Box<dyn Stream<Item = Result<Event, SseError>> + Send>>;
 
+/// Sends `body` to `endpoint` and streams the answer through `decoder`: the one
+/// call path both wire formats share.
+pub(crate) fn call(
+    endpoint: Endpoint,
+    body: serde_json::Value,
+    decoder: impl Decoder,
+    timeouts: Timeouts,
+) -> futures::future::BoxFuture<'static, Result<ResponseStream, ProviderError>> {
+    Box::pin(async move {
+        let opened = endpoint.open(&body, &timeouts).await?;
+        let bytes = opened.response.bytes_stream();
+        Ok(stream(
+            endpoint,
+            bytes,
+            opened.rate_limits,
+            decoder,
+            &timeouts,
+        ))
+    })
+}
+
 /// Streams the answer in `body` (a response body that arrived with
 /// `rate_limits`, its headers read just now) through `decoder`.
 pub(crate) fn stream<S, B, E>(
