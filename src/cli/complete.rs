@@ -89,7 +89,7 @@ async fn complete(
     let engine = LocalEngine::spawn(local_setup::engine_options(&model, &model_path, &config));
     let info = engine.wait_ready().await.map_err(|e| e.to_string())?;
     let service = CompletionService::new(config.autocomplete.clone());
-    service.set_engine(Some(Arc::new(engine)));
+    service.set_engine(Some(Arc::new(engine.clone())));
     let doc = format!("file://{}", path.display());
 
     let warm_started = Instant::now();
@@ -155,6 +155,7 @@ async fn complete(
             info.load_ms
         );
     }
+    engine.shutdown();
     Ok(ExitCode::SUCCESS)
 }
 

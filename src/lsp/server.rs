@@ -50,10 +50,13 @@ pub struct Backend {
 
 /// Runs the server on stdin/stdout until the client exits.
 pub async fn serve_stdio(layers: ConfigLayers, config_path: Option<PathBuf>) {
-    let (service, socket) = LspService::build(|client| Backend::new(client, layers, config_path))
-        .custom_method("textDocument/inlineCompletion", Backend::inline_completion)
-        .custom_method("window/workDoneProgress/cancel", Backend::cancel_progress)
-        .finish();
+    let local_engine = EngineSlot::default();
+    let slot = local_engine.clone();
+    let (service, socket) =
+        LspService::build(|client| Backend::new(client, layers, config_path, slot))
+            .custom_method("textDocument/inlineCompletion", Backend::inline_completion)
+            .custom_method("window/workDoneProgress/cancel", Backend::cancel_progress)
+            .finish();
     let (server_in, client_side_in) = tokio::io::duplex(1 << 16);
     let (client_side_out, server_out) = tokio::io::duplex(1 << 16);
     let relay = super::framing::relay(
@@ -69,15 +72,23 @@ pub async fn serve_stdio(layers: ConfigLayers, config_path: Option<PathBuf>) {
             .await;
     };
     tokio::join!(relay, server);
+    if let Some(engine) = local_engine.get() {
+        let _ = tokio::task::spawn_blocking(move || engine.shutdown()).await;
+    }
 }
 
 impl Backend {
-    fn new(client: Client, layers: ConfigLayers, config_path: Option<PathBuf>) -> Backend {
+    fn new(
+        client: Client,
+        layers: ConfigLayers,
+        config_path: Option<PathBuf>,
+        local_engine: EngineSlot,
+    ) -> Backend {
         let (config, errors) = layers.resolve();
         for e in &errors {
             tracing::warn!("{e}");
         }
-        let (local_engine, beacons) = (EngineSlot::default(), Arc::new(Beacons::default()));
+        let beacons = Arc::new(Beacons::default());
         let status = watch::channel(StatusReport::default()).0;
         let router = Router::new(
             &config,

@@ -123,8 +123,12 @@ fn fail(status: &watch::Sender<EngineStatus>, rx: Receiver<Job>, reason: String)
     tracing::error!(%reason, "local engine unavailable");
     let _ = status.send(EngineStatus::Failed(reason.clone()));
     for job in rx {
-        if let Job::Complete(_, reply) | Job::Chat(_, reply) = job {
-            let _ = reply.send(Err(EngineError::Failed(reason.clone())));
+        match job {
+            Job::Complete(_, reply) | Job::Chat(_, reply) => {
+                let _ = reply.send(Err(EngineError::Failed(reason.clone())));
+            }
+            Job::Prewarm(_) => {}
+            Job::Shutdown => break,
         }
     }
 }
@@ -255,6 +259,9 @@ impl Engine<'_> {
     fn serve(&mut self) {
         while let Some(job) = self.next_job() {
             match job {
+                // Stop before process exit: llama.cpp must not be mid-decode while
+                // its static state is torn down.
+                Job::Shutdown => break,
                 Job::Complete(job, reply) => self.complete(job, reply),
                 Job::Chat(job, reply) => self.chat(job, reply),
                 Job::Prewarm(text) => {
@@ -288,7 +295,9 @@ impl Engine<'_> {
                 self.pending.push_back(job);
                 true
             }
-            Err(TryRecvError::Empty | TryRecvError::Disconnected) => false,
+            Err(TryRecvError::Empty) => false,
+            // Nobody can ask anything any more: background work is pointless.
+            Err(TryRecvError::Disconnected) => true,
         }
     }
 

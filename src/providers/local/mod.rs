@@ -9,7 +9,8 @@ pub mod prompt;
 pub mod reuse;
 
 use std::path::PathBuf;
-use std::sync::mpsc;
+use std::sync::{Arc, Mutex, mpsc};
+use std::thread::JoinHandle;
 use std::time::Instant;
 
 use tokio::sync::{oneshot, watch};
@@ -141,6 +142,7 @@ pub(crate) enum Job {
     Chat(ChatJob, oneshot::Sender<Result<Generation, EngineError>>),
     /// Decode this prompt into the cache without generating, while the user pauses.
     Prewarm(FimText),
+    Shutdown,
 }
 
 /// Handle to the inference thread. Cloning shares the thread.
@@ -148,6 +150,7 @@ pub(crate) enum Job {
 pub struct LocalEngine {
     jobs: mpsc::Sender<Job>,
     status: watch::Receiver<EngineStatus>,
+    thread: Arc<Mutex<Option<JoinHandle<()>>>>,
 }
 
 impl LocalEngine {
@@ -155,11 +158,25 @@ impl LocalEngine {
     pub fn spawn(options: EngineOptions) -> LocalEngine {
         let (jobs, rx) = mpsc::channel();
         let (status_tx, status) = watch::channel(EngineStatus::Loading);
-        std::thread::Builder::new()
+        let thread = std::thread::Builder::new()
             .name("switchyard-inference".into())
             .spawn(move || engine::run(options, rx, status_tx))
             .expect("spawning the inference thread");
-        LocalEngine { jobs, status }
+        LocalEngine {
+            jobs,
+            status,
+            thread: Arc::new(Mutex::new(Some(thread))),
+        }
+    }
+
+    /// Stops the inference thread after its current step and waits for it, so the
+    /// process can exit without llama.cpp running. Queued jobs are answered `Stopped`.
+    pub fn shutdown(&self) {
+        let _ = self.jobs.send(Job::Shutdown);
+        let thread = self.thread.lock().expect("thread lock").take();
+        if let Some(thread) = thread {
+            let _ = thread.join();
+        }
     }
 
     pub fn status(&self) -> EngineStatus {
