@@ -65,6 +65,42 @@ async fn routed(router: &Router) -> Duration {
     started.elapsed()
 }
 
+/// Answers at once, in memory: timing the router over it leaves only the
+/// router's own work (prompt building, beacons, status), without the network.
+struct InMemory;
+
+impl Provider for InMemory {
+    fn name(&self) -> &str {
+        "memory"
+    }
+    fn supports_prefill(&self) -> bool {
+        false
+    }
+    fn stream(
+        &self,
+        _: ChatRequest,
+        _: Timeouts,
+    ) -> futures::future::BoxFuture<
+        'static,
+        Result<switchyard::providers::ResponseStream, switchyard::providers::ProviderError>,
+    > {
+        let finish = switchyard::providers::Finish {
+            reason: switchyard::providers::FinishReason::EndTurn,
+            usage: Default::default(),
+        };
+        let events = futures::stream::iter([
+            Ok(StreamEvent::Delta("Hello from memory".into())),
+            Ok(StreamEvent::End(finish)),
+        ]);
+        Box::pin(async move {
+            Ok(switchyard::providers::ResponseStream {
+                events: Box::pin(events),
+                rate_limits: Default::default(),
+            })
+        })
+    }
+}
+
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[((p / 100.0) * (sorted.len() - 1) as f64).round() as usize]
 }
@@ -160,6 +196,45 @@ async fn main() {
             ms(samples[samples.len() - 1])
         );
     }
+    let memory_config = Config {
+        tiers: TierChains {
+            large: vec![],
+            medium: vec!["memory/bench-model".into()],
+            small: vec![],
+        },
+        ..Config::default()
+    };
+    let memory = HashMap::from([("memory".to_owned(), Arc::new(InMemory) as Arc<dyn Provider>)]);
+    let memory_router = Router::with_providers(
+        &memory_config,
+        memory,
+        HashMap::new(),
+        EngineSlot::default(),
+        Arc::default(),
+        tokio::sync::watch::channel(StatusReport::default()).0,
+    );
+    let mut own = Vec::with_capacity(n);
+    for _ in 0..n {
+        own.push(routed(&memory_router).await);
+    }
+    if std::env::var_os("ROUTING_TREND").is_some() {
+        for (i, block) in own.chunks(1000).enumerate() {
+            let mut block = block.to_vec();
+            block.sort();
+            eprintln!(
+                "in-memory block {i}: p50 {:.3} ms",
+                ms(percentile(&block, 50.0))
+            );
+        }
+    }
+    own.sort();
+    println!(
+        "| router over an in-memory provider (its own work) | {:.3} | {:.3} | {:.3} | {:.3} |",
+        ms(percentile(&own, 50.0)),
+        ms(percentile(&own, 99.0)),
+        ms(own[0]),
+        ms(own[own.len() - 1])
+    );
     println!();
     println!(
         "added by the router: p50 {:.3} ms, p99 {:.3} ms",

@@ -143,9 +143,10 @@ impl Beacons {
 }
 
 fn prune(window: &mut VecDeque<Sample>, now: Instant) {
-    while window
-        .front()
-        .is_some_and(|s| now.duration_since(s.at) > WINDOW)
+    while window.len() > MAX_SAMPLES
+        || window
+            .front()
+            .is_some_and(|s| now.duration_since(s.at) > WINDOW)
     {
         window.pop_front();
     }
@@ -210,6 +211,15 @@ mod tests {
                 .unwrap()
                 .contains("degraded")
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_busy_entry_keeps_only_its_most_recent_samples() {
+        let beacons = Beacons::default();
+        for _ in 0..MAX_SAMPLES + 50 {
+            beacons.record("a", "m", sample(100, Outcome::Ok));
+        }
+        assert_eq!(beacons.summary("a", "m").samples, MAX_SAMPLES);
     }
 
     #[tokio::test(start_paused = true)]
