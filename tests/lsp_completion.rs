@@ -125,12 +125,8 @@ async fn a_superseded_request_is_still_answered_once() {
     client.open(URI, &text).await;
 
     // Cold cache: the first request is still filling when the second replaces it.
-    let first = client
-        .send_request("textDocument/inlineCompletion", json!({"textDocument": {"uri": URI}, "position": {"line": line, "character": character}, "context": {"triggerKind": 2}}))
-        .await;
-    let second = client
-        .send_request("textDocument/inlineCompletion", json!({"textDocument": {"uri": URI}, "position": {"line": line, "character": character}, "context": {"triggerKind": 2}}))
-        .await;
+    let first = client.send_inline_completion(URI, line, character).await;
+    let second = client.send_inline_completion(URI, line, character).await;
 
     let first = client.response(first).await;
     let second = client.response(second).await;
@@ -149,9 +145,7 @@ async fn cancel_request_is_answered_with_request_cancelled() {
     let (text, line, character) = sample_with_gap();
     client.open(URI, &text).await;
 
-    let id = client
-        .send_request("textDocument/inlineCompletion", json!({"textDocument": {"uri": URI}, "position": {"line": line, "character": character}, "context": {"triggerKind": 2}}))
-        .await;
+    let id = client.send_inline_completion(URI, line, character).await;
     client.notify("$/cancelRequest", json!({"id": id})).await;
 
     let response = client.response(id).await;

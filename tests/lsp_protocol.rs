@@ -114,13 +114,7 @@ async fn malformed_json_rpc_gets_an_error_and_the_server_keeps_serving() {
 #[tokio::test]
 async fn invalid_config_is_shown_with_origin_key_and_reason_and_the_server_runs_on() {
     let mut client = modelless(json!({"autocomplete": {"budget_ms": 1}})).await;
-    let message = client
-        .notification("window/showMessage", |p| {
-            p["message"]
-                .as_str()
-                .is_some_and(|m| m.contains("budget_ms"))
-        })
-        .await;
+    let message = client.show_message_containing("budget_ms").await;
     let text = message["params"]["message"].as_str().unwrap();
     assert!(text.contains("initializationOptions"), "{text}");
     assert!(text.contains("between 50 and 10000"), "{text}");
@@ -151,13 +145,7 @@ async fn invalid_workspace_configuration_names_its_origin() {
             json!({"local": {"auto_pull": false}}),
         )
         .await;
-    let message = client
-        .notification("window/showMessage", |p| {
-            p["message"]
-                .as_str()
-                .is_some_and(|m| m.contains("output_tokens"))
-        })
-        .await;
+    let message = client.show_message_containing("output_tokens").await;
     assert!(
         message["params"]["message"]
             .as_str()
@@ -172,11 +160,7 @@ async fn invalid_workspace_configuration_names_its_origin() {
 async fn a_missing_model_says_which_command_fixes_it_and_completions_stay_empty() {
     let mut client = modelless(json!({})).await;
     let message = client
-        .notification("window/showMessage", |p| {
-            p["message"]
-                .as_str()
-                .is_some_and(|m| m.contains("switchyard models pull"))
-        })
+        .show_message_containing("switchyard models pull")
         .await;
     assert_eq!(message["params"]["type"], 1);
     client.open(URI, "fn main() {\n    \n}\n").await;
@@ -191,13 +175,7 @@ async fn a_file_that_is_not_a_model_is_reported_not_fatal() {
     let bogus = dir.path().join("broken.gguf");
     std::fs::write(&bogus, b"this is not a model").unwrap();
     let mut client = modelless(json!({"local": {"model": bogus.to_str().unwrap()}})).await;
-    let message = client
-        .notification("window/showMessage", |p| {
-            p["message"]
-                .as_str()
-                .is_some_and(|m| m.contains("not a GGUF"))
-        })
-        .await;
+    let message = client.show_message_containing("not a GGUF").await;
     assert_eq!(message["params"]["type"], 1);
     client.open(URI, "fn main() {}\n").await;
     assert!(

@@ -142,6 +142,14 @@ impl LspClient {
         .await
     }
 
+    /// Waits for a `window/showMessage` whose text contains `needle`.
+    pub async fn show_message_containing(&mut self, needle: &str) -> Value {
+        self.notification("window/showMessage", |p| {
+            p["message"].as_str().is_some_and(|m| m.contains(needle))
+        })
+        .await
+    }
+
     /// Like [`Self::notification`], but `None` if none arrives within `wait`.
     pub async fn maybe_notification(
         &mut self,
@@ -224,12 +232,16 @@ impl LspClient {
         panic!("model did not load");
     }
 
+    /// Sends an inline completion request without waiting; returns its id.
+    pub async fn send_inline_completion(&mut self, uri: &str, line: u32, character: u32) -> i64 {
+        let params = json!({"textDocument": {"uri": uri}, "position": {"line": line, "character": character}, "context": {"triggerKind": 2}});
+        self.send_request("textDocument/inlineCompletion", params)
+            .await
+    }
+
     pub async fn inline_completion(&mut self, uri: &str, line: u32, character: u32) -> Value {
-        self.request(
-            "textDocument/inlineCompletion",
-            json!({"textDocument": {"uri": uri}, "position": {"line": line, "character": character}, "context": {"triggerKind": 2}}),
-        )
-        .await
+        let id = self.send_inline_completion(uri, line, character).await;
+        self.response(id).await
     }
 
     /// Asks for inline completions until one has an item (the first requests on a
