@@ -34,9 +34,9 @@ fn sample_with_gap() -> (String, u32, u32) {
 
 async fn started(capabilities: Value) -> LspClient {
     let mut client = LspClient::spawn(ServerOptions::default()).await;
-    // An input budget below what any machine's measured speed allows, so prompts
-    // (and greedy answers) are the same wherever the suite runs.
-    let options = json!({"local": {"auto_pull": false}, "autocomplete": {"input_tokens": 600}});
+    // The smallest input budget the engine ever sizes to, so prompts (and greedy
+    // answers) are the same wherever the suite runs, however loaded the machine.
+    let options = json!({"local": {"auto_pull": false}, "autocomplete": {"input_tokens": 256}});
     client.initialize(capabilities, options).await;
     client.wait_for_model().await;
     client
@@ -212,9 +212,9 @@ async fn with_remotes_down_completions_and_local_only_explanations_come_from_the
         "providers": {"remote": {"kind": "openai", "base_url": down.openai_url(), "api_key_env": "SY_KEY"}},
         "tiers": {"large": ["remote/big"], "medium": ["remote/mid"], "small": ["local"]},
         "tasks": {"explain": {"first_token_ms": 60000, "total_ms": 120000, "output_tokens": 200}},
-        // Below what any machine's measured speed allows, so the prompt (and the
+        // The smallest budget the engine ever sizes to, so the prompt (and the
         // greedy answer) is the same everywhere.
-        "autocomplete": {"input_tokens": 400}
+        "autocomplete": {"input_tokens": 256}
     });
     client.initialize(vscode_like_capabilities(), init).await;
     client.wait_for_model().await;
@@ -269,7 +269,7 @@ async fn a_remote_first_autocomplete_chain_falls_back_to_local_within_the_budget
     let init = json!({
         "local": {"auto_pull": false},
         "providers": {"remote": {"kind": "openai", "base_url": remote.openai_url(), "api_key_env": "SY_KEY"}},
-        "autocomplete": {"chain": ["remote/fim-model", "local"], "input_tokens": 600}
+        "autocomplete": {"chain": ["remote/fim-model", "local"], "input_tokens": 256}
     });
     client.initialize(vscode_like_capabilities(), init).await;
     client.wait_for_model().await;
