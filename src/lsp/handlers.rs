@@ -6,6 +6,7 @@
 
 use std::time::Duration;
 
+use ropey::Rope;
 use tower_lsp_server::jsonrpc::{Error, Result};
 use tower_lsp_server::ls_types::*;
 
@@ -22,11 +23,13 @@ fn invalid_params(e: impl std::fmt::Display) -> Error {
 }
 
 impl Backend {
-    /// The suggestion at a position. Errors are bad input (unknown document,
-    /// position past the end); anything else is `None`.
-    async fn suggest(&self, uri: &Uri, at: Position) -> Result<Option<Suggestion>> {
+    /// The suggestion at a position, with the document snapshot and cursor it was
+    /// made for. Errors are bad input (unknown document, position past the end);
+    /// anything else is `None`.
+    async fn suggest(&self, uri: &Uri, at: Position) -> Result<Option<(Suggestion, Rope, usize)>> {
         let doc = self.documents.get(uri).map_err(invalid_params)?;
         let cursor = position::to_char(&doc.rope, at, self.encoding()).map_err(invalid_params)?;
+        let snapshot = doc.rope.clone();
         if let Some(reason) = doc.unsuitable_for_completion() {
             tracing::debug!(uri = uri.as_str(), "no completion: {reason}");
             return Ok(None);
@@ -62,7 +65,10 @@ impl Backend {
             }) => tracing::debug!(elapsed_ms, "completion from {provider}/{model}"),
             Err(reason) => tracing::debug!(elapsed_ms, "no completion: {reason}"),
         }
-        Ok(outcome.result.ok())
+        Ok(outcome
+            .result
+            .ok()
+            .map(|suggestion| (suggestion, snapshot, cursor)))
     }
 
     pub async fn inline_completion(
@@ -76,7 +82,7 @@ impl Backend {
         // An empty range at the cursor: clients that replace the range and clients
         // that insert at the cursor end up with the same text.
         let items = suggestion
-            .map(|s| InlineCompletionItem {
+            .map(|(s, _, _)| InlineCompletionItem {
                 insert_text: s.text,
                 filter_text: None,
                 range: Some(Range::new(at, at)),
@@ -96,24 +102,22 @@ impl Backend {
     ) -> Result<Option<CompletionResponse>> {
         let uri = params.text_document_position.text_document.uri;
         let at = params.text_document_position.position;
-        let Some(suggestion) = self.suggest(&uri, at).await? else {
+        let Some((suggestion, rope, cursor)) = self.suggest(&uri, at).await? else {
             return Ok(Some(CompletionResponse::List(CompletionList {
                 is_incomplete: true,
                 items: vec![],
             })));
         };
         // The edit starts at the word being typed so the client's filter matches it.
-        let doc = self.documents.get(&uri).map_err(invalid_params)?;
-        let cursor = position::to_char(&doc.rope, at, self.encoding()).map_err(invalid_params)?;
-        let line_start = doc.rope.line_to_char(doc.rope.char_to_line(cursor));
-        let before: Vec<char> = doc.rope.slice(line_start..cursor).chars().collect();
+        let line_start = rope.line_to_char(rope.char_to_line(cursor));
+        let before: Vec<char> = rope.slice(line_start..cursor).chars().collect();
         let word_len = before
             .iter()
             .rev()
             .take_while(|c| c.is_alphanumeric() || **c == '_')
             .count();
         let word: String = before[before.len() - word_len..].iter().collect();
-        let start = position::from_char(&doc.rope, cursor - word_len, self.encoding());
+        let start = position::from_char(&rope, cursor - word_len, self.encoding());
         let new_text = format!("{word}{}", suggestion.text);
         let first_line = new_text
             .lines()
@@ -124,7 +128,10 @@ impl Backend {
         let item = CompletionItem {
             label,
             kind: Some(CompletionItemKind::SNIPPET),
-            detail: Some("switchyard (local model)".into()),
+            detail: Some(match &suggestion.origin {
+                Origin::Remote { provider, model } => format!("switchyard ({provider}/{model})"),
+                Origin::Model(_) | Origin::TypeThrough => "switchyard (local model)".into(),
+            }),
             documentation: Some(Documentation::MarkupContent(MarkupContent {
                 kind: MarkupKind::Markdown,
                 value: format!("```\n{new_text}\n```"),
