@@ -43,6 +43,12 @@ fn change(version: i32, line: u32, character: u32, text: &str) -> Value {
     json!({"textDocument": {"uri": URI, "version": version}, "contentChanges": [{"range": {"start": at, "end": at}, "text": text}]})
 }
 
+/// The server answers a request after the bad input.
+async fn assert_still_serving(client: &mut LspClient) {
+    let response = completion_at(client, URI, 0, 0).await;
+    assert!(response.get("result").is_some(), "{response}");
+}
+
 async fn completion_at(client: &mut LspClient, uri: &str, line: u32, character: u32) -> Value {
     client
         .request("textDocument/completion", json!({"textDocument": {"uri": uri}, "position": {"line": line, "character": character}}))
@@ -121,12 +127,7 @@ async fn invalid_config_is_shown_with_origin_key_and_reason_and_the_server_runs_
     assert_eq!(message["params"]["type"], 1, "an error");
 
     client.open(URI, "fn main() {}\n").await;
-    assert!(
-        completion_at(&mut client, URI, 0, 0)
-            .await
-            .get("result")
-            .is_some()
-    );
+    assert_still_serving(&mut client).await;
     client.shutdown().await;
 }
 
@@ -178,12 +179,7 @@ async fn a_file_that_is_not_a_model_is_reported_not_fatal() {
     let message = client.show_message_containing("not a GGUF").await;
     assert_eq!(message["params"]["type"], 1);
     client.open(URI, "fn main() {}\n").await;
-    assert!(
-        completion_at(&mut client, URI, 0, 0)
-            .await
-            .get("result")
-            .is_some()
-    );
+    assert_still_serving(&mut client).await;
     client.shutdown().await;
 }
 

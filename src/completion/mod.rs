@@ -266,7 +266,7 @@ impl CompletionService {
         let cancel = CancellationToken::new();
         let _cancel_when_done = cancel.clone().drop_guard();
         let (raw, route) = router.autocomplete_remote(&text, deadline, &cancel).await?;
-        let text = situation.finish(&crate::lsp::code_block(&raw), false)?;
+        let text = situation.finish(&crate::context::chat::code_block(&raw), false)?;
         self.type_through.remember(&request.doc, spot, &text);
         Some(Suggestion {
             text,

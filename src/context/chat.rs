@@ -1,4 +1,5 @@
-//! Chat prompts for remote-grade tasks (explain, refactor), trimmed to a token
+//! Chat prompts for remote-grade tasks (explain, refactor), and reading their
+//! answers. Prompts are trimmed to a token
 //! budget before anything leaves (invariant 6): the selection is kept whole, then
 //! the nearest surrounding lines are added, nearest first, while they fit.
 //!
@@ -90,6 +91,20 @@ fn take_fitting<'a>(
     }
 }
 
+/// The first fenced code block of an answer, or the whole answer.
+pub fn code_block(answer: &str) -> String {
+    let Some(open) = answer.find("```") else {
+        return answer.to_owned();
+    };
+    let body_start = answer[open..]
+        .find('\n')
+        .map_or(answer.len(), |i| open + i + 1);
+    let body_end = answer[body_start..]
+        .find("```")
+        .map_or(answer.len(), |i| body_start + i);
+    answer[body_start..body_end].to_owned()
+}
+
 fn with_newline(text: &str) -> String {
     if text.is_empty() || text.ends_with('\n') {
         text.to_owned()
@@ -101,6 +116,15 @@ fn with_newline(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_code_block_is_taken_from_the_answer() {
+        assert_eq!(
+            code_block("Here:\n```rust\nfn a() {}\n```\nDone."),
+            "fn a() {}\n"
+        );
+        assert_eq!(code_block("fn a() {}"), "fn a() {}");
+    }
 
     fn parts(before_lines: usize, after_lines: usize) -> PromptParts {
         PromptParts {

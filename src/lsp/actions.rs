@@ -15,7 +15,7 @@ use tower_lsp_server::ls_types::*;
 use super::edits;
 use super::position;
 use super::server::Backend;
-use crate::context::chat::PromptParts;
+use crate::context::chat::{PromptParts, code_block};
 use crate::router::{Progress, TaskRequest};
 use crate::task::TaskKind;
 
@@ -66,20 +66,6 @@ fn action(title: String, kind: CodeActionKind, cmd: Command) -> CodeActionOrComm
 
 fn invalid(message: impl Into<String>) -> Error {
     Error::invalid_params(message.into())
-}
-
-/// The first fenced code block of an answer, or the whole answer.
-pub fn code_block(answer: &str) -> String {
-    let Some(open) = answer.find("```") else {
-        return answer.to_owned();
-    };
-    let body_start = answer[open..]
-        .find('\n')
-        .map_or(answer.len(), |i| open + i + 1);
-    let body_end = answer[body_start..]
-        .find("```")
-        .map_or(answer.len(), |i| body_start + i);
-    answer[body_start..body_end].to_owned()
 }
 
 impl Backend {
@@ -400,18 +386,4 @@ fn nanos() -> u128 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_code_block_is_taken_from_the_answer() {
-        assert_eq!(
-            code_block("Here:\n```rust\nfn a() {}\n```\nDone."),
-            "fn a() {}\n"
-        );
-        assert_eq!(code_block("fn a() {}"), "fn a() {}");
-    }
 }

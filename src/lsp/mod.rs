@@ -10,5 +10,4 @@ mod loader;
 pub mod position;
 mod server;
 
-pub use actions::code_block;
 pub use server::{Backend, serve_stdio};

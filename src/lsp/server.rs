@@ -229,14 +229,14 @@ impl Backend {
             || previous.autocomplete.suffix_tokens != config.autocomplete.suffix_tokens
             || previous.autocomplete.output_tokens != config.autocomplete.output_tokens;
         if (
-            previous.providers,
-            previous.tiers,
-            previous.tasks,
+            &previous.providers,
+            &previous.tiers,
+            &previous.tasks,
             previous.local_only,
         ) != (
-            config.providers.clone(),
-            config.tiers.clone(),
-            config.tasks.clone(),
+            &config.providers,
+            &config.tiers,
+            &config.tasks,
             config.local_only,
         ) {
             self.rebuild_router(&config);

@@ -137,6 +137,8 @@ pub(super) fn report(router: &Router) -> StatusReport {
             route: active.get(&kind).cloned(),
         })
         .collect();
+    // Health is judged against explain, the task every chain entry can serve.
+    let profile = router.config().tasks.get(TaskKind::Explain);
     let mut health = Vec::new();
     for tier in [Tier::Large, Tier::Medium, Tier::Small] {
         for (provider, model) in router.chain(tier, TaskKind::Explain) {
@@ -147,7 +149,6 @@ pub(super) fn report(router: &Router) -> StatusReport {
                 continue;
             }
             let summary = router.beacons().summary(&provider, &model);
-            let profile = router.config().tasks.get(TaskKind::Explain);
             let (state, reason) = match (
                 router.missing_keys().get(&provider),
                 summary.unhealthy_reason(&profile),

@@ -88,6 +88,7 @@ impl Provider for LocalProvider {
             let job = ChatJob {
                 messages,
                 max_tokens: request.max_tokens as usize,
+                // The local answer arrives whole, so its first token is its last.
                 deadline: Instant::now() + timeouts.first_token,
                 cancel: cancel.clone(),
             };
