@@ -18,6 +18,7 @@ use switchyard::config::{Config, ProviderKind, TierChains};
 use switchyard::context::chat::{self, PromptParts};
 use switchyard::providers::local::chat::EngineSlot;
 use switchyard::providers::{ChatMessage, ChatRequest, Provider, Role, StreamEvent, Timeouts};
+use switchyard::resilience::Resilience;
 use switchyard::router::status::StatusReport;
 use switchyard::router::{Router, TaskRequest};
 use switchyard::task::TaskKind;
@@ -56,6 +57,7 @@ async fn routed(router: &Router) -> Duration {
         kind: TaskKind::Explain,
         system: SYSTEM.into(),
         parts: parts(),
+        continuation: String::new(),
     };
     let started = Instant::now();
     router
@@ -135,6 +137,7 @@ async fn main() {
         EngineSlot::default(),
         Arc::default(),
         tokio::sync::watch::channel(StatusReport::default()).0,
+        Arc::new(Resilience::in_memory()),
     );
 
     // The direct call sends exactly what the router would.
@@ -212,6 +215,7 @@ async fn main() {
         EngineSlot::default(),
         Arc::default(),
         tokio::sync::watch::channel(StatusReport::default()).0,
+        Arc::new(Resilience::in_memory()),
     );
     let mut own = Vec::with_capacity(n);
     for _ in 0..n {

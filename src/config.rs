@@ -24,6 +24,34 @@ pub struct Config {
     pub local_only: bool,
     /// The client handles `switchyard/status` notifications (editor integrations opt in).
     pub status_notifications: bool,
+    pub resilience: ResilienceConfig,
+}
+
+/// `[resilience]`: what every switchyard process shares, and how it backs off.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ResilienceConfig {
+    /// Where breakers and quota buckets live: `file` (this machine, the
+    /// default), `file:///dir`, `redis://host:port` (a team) or `memory`.
+    pub state: String,
+    /// When the shared state cannot be reached: `open` carries on unshared,
+    /// `closed` refuses remote calls until it is back.
+    pub when_unavailable: crate::state::WhenUnavailable,
+    pub backoff: crate::resilience::backoff::BackoffConfig,
+    pub breaker: crate::resilience::breaker::BreakerConfig,
+    pub governor: crate::resilience::governor::GovernorConfig,
+}
+
+impl Default for ResilienceConfig {
+    fn default() -> Self {
+        ResilienceConfig {
+            state: "file".into(),
+            when_unavailable: Default::default(),
+            backoff: Default::default(),
+            breaker: Default::default(),
+            governor: Default::default(),
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -46,6 +74,19 @@ pub struct ProviderConfig {
     /// Extra request headers (OpenRouter's `HTTP-Referer`, `X-Title`).
     #[serde(default)]
     pub headers: BTreeMap<String, String>,
+    /// The account this provider's quota and breakers belong to; providers
+    /// that share a key share one. Defaults to the provider's name.
+    #[serde(default)]
+    pub account: Option<String>,
+    /// Per-minute quotas of the account; learned from rate-limit headers where unset.
+    #[serde(default)]
+    pub quota: crate::resilience::governor::Quota,
+}
+
+impl ProviderConfig {
+    pub fn account<'a>(&'a self, name: &'a str) -> &'a str {
+        self.account.as_deref().unwrap_or(name)
+    }
 }
 
 /// Ordered `provider/model` entries per tier; `local` is the local engine.
@@ -93,6 +134,8 @@ pub fn default_providers() -> BTreeMap<String, ProviderConfig> {
         base_url: base_url.into(),
         api_key_env: Some(key.into()),
         headers: BTreeMap::new(),
+        account: None,
+        quota: Default::default(),
     };
     let mut openrouter = provider(
         ProviderKind::Openai,
@@ -423,6 +466,67 @@ impl Config {
             10_000,
         )?;
         check("local.threads", self.local.threads, 0, 256)?;
+        self.resilience.validate()
+    }
+}
+
+impl ResilienceConfig {
+    fn validate(&self) -> Result<(), (String, String)> {
+        let state = &self.state;
+        if !(matches!(state.as_str(), "file" | "memory")
+            || ["file://", "redis://", "rediss://"]
+                .iter()
+                .any(|s| state.starts_with(s)))
+        {
+            return Err((
+                "resilience.state".into(),
+                format!("`{state}` is not `file`, `file:///dir`, `redis://host:port` or `memory`"),
+            ));
+        }
+        let share = |key: &str, value: f64| {
+            if value > 0.0 && value <= 1.0 {
+                Ok(())
+            } else {
+                Err((
+                    key.to_owned(),
+                    format!("must be above 0 and at most 1, got {value}"),
+                ))
+            }
+        };
+        share("resilience.governor.share", self.governor.share)?;
+        share("resilience.breaker.error_rate", self.breaker.error_rate)?;
+        check(
+            "resilience.breaker.failures",
+            self.breaker.failures as usize,
+            1,
+            1_000,
+        )?;
+        check(
+            "resilience.breaker.window_ms",
+            self.breaker.window_ms as usize,
+            1_000,
+            3_600_000,
+        )?;
+        check(
+            "resilience.breaker.cooldown_ms",
+            self.breaker.cooldown_ms as usize,
+            100,
+            86_400_000,
+        )?;
+        let b = &self.backoff;
+        check("resilience.backoff.cap_ms", b.cap_ms as usize, 1, 3_600_000)?;
+        for (key, base) in [
+            ("rate_limit_ms", b.rate_limit_ms),
+            ("overloaded_ms", b.overloaded_ms),
+            ("transient_ms", b.transient_ms),
+        ] {
+            check(
+                &format!("resilience.backoff.{key}"),
+                base as usize,
+                1,
+                b.cap_ms as usize,
+            )?;
+        }
         Ok(())
     }
 }
@@ -451,6 +555,12 @@ fn check_profile(kind: &str, p: &TaskProfile) -> Result<(), (String, String)> {
         p.total_ms as usize,
         p.first_token_ms as usize,
         3_600_000,
+    )?;
+    check(
+        &format!("tasks.{kind}.wait_ms"),
+        p.wait_ms as usize,
+        0,
+        86_400_000,
     )
 }
 

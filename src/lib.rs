@@ -10,5 +10,7 @@ pub mod lsp;
 pub mod models;
 pub mod paths;
 pub mod providers;
+pub mod resilience;
 pub mod router;
+pub mod state;
 pub mod task;

@@ -74,6 +74,10 @@ pub struct TaskProfile {
     pub first_token_ms: u64,
     /// Ceiling on the whole answer.
     pub total_ms: u64,
+    /// Time this task may spend waiting to retry (backoff, quota) on top of its
+    /// attempts. A wait that would exceed it is not taken: the task fails over,
+    /// downshifts or parks. Autocomplete has none: it goes local at once.
+    pub wait_ms: u64,
 }
 
 impl TaskProfile {
@@ -85,6 +89,7 @@ impl TaskProfile {
                 output_tokens: 200,
                 first_token_ms: 1_000,
                 total_ms: 1_000,
+                wait_ms: 0,
             },
             TaskKind::Explain => TaskProfile {
                 tier: Tier::Medium,
@@ -92,6 +97,7 @@ impl TaskProfile {
                 output_tokens: 800,
                 first_token_ms: 10_000,
                 total_ms: 60_000,
+                wait_ms: 30_000,
             },
             TaskKind::Refactor => TaskProfile {
                 tier: Tier::Large,
@@ -99,6 +105,7 @@ impl TaskProfile {
                 output_tokens: 4_000,
                 first_token_ms: 20_000,
                 total_ms: 300_000,
+                wait_ms: 480_000,
             },
         }
     }
@@ -109,6 +116,10 @@ impl TaskProfile {
 
     pub fn total_ceiling(&self) -> Duration {
         Duration::from_millis(self.total_ms)
+    }
+
+    pub fn wait_budget(&self) -> Duration {
+        Duration::from_millis(self.wait_ms)
     }
 }
 

@@ -46,9 +46,11 @@ async fn setup(capabilities: Value, status_notifications: bool) -> Setup {
         },
         "tiers": {"large": ["primary/big-model"], "medium": ["primary/mid-model", "secondary/gpt-test"], "small": ["local"]},
         "tasks": {
-            "explain": {"first_token_ms": 400, "total_ms": 10000},
-            "refactor": {"first_token_ms": 400, "total_ms": 10000}
-        }
+            "explain": {"first_token_ms": 400, "total_ms": 10000, "wait_ms": 2000},
+            "refactor": {"first_token_ms": 400, "total_ms": 10000, "wait_ms": 2000}
+        },
+        // The fast profile: backoff scaled down with the ceilings.
+        "resilience": {"backoff": {"rate_limit_ms": 100, "overloaded_ms": 200, "transient_ms": 50, "cap_ms": 1000}}
     });
     client.initialize(capabilities, init).await;
     client.open(URI, DOC).await;

@@ -265,6 +265,7 @@ impl Backend {
             kind,
             system: system.into(),
             parts,
+            continuation: String::new(),
         };
         let run = async {
             let result = router

@@ -17,8 +17,9 @@ use super::actions;
 use super::documents::DocumentStore;
 use super::position::PositionEncoding;
 use crate::completion::CompletionService;
-use crate::config::{Config, ConfigError, ConfigLayers};
+use crate::config::{Config, ConfigError, ConfigLayers, ResilienceConfig};
 use crate::providers::local::chat::EngineSlot;
+use crate::resilience::Resilience;
 use crate::router::Router;
 use crate::router::beacon::Beacons;
 use crate::router::status::{StatusNotification, StatusReport};
@@ -43,6 +44,8 @@ pub struct Backend {
     /// Health knowledge outlives routers rebuilt on configuration changes.
     beacons: Arc<Beacons>,
     status: watch::Sender<StatusReport>,
+    /// Shared resilience state, reopened only when `[resilience]` changes.
+    resilience: RwLock<(ResilienceConfig, Arc<Resilience>)>,
     router: RwLock<Arc<Router>>,
     /// Cancel buttons of running actions, by progress token.
     pub(super) progress_cancels: DashMap<NumberOrString, CancellationToken>,
@@ -77,6 +80,15 @@ pub async fn serve_stdio(layers: ConfigLayers, config_path: Option<PathBuf>) {
     }
 }
 
+/// The configured shared state; one that cannot be opened is reported and
+/// replaced by process-local state, so the server keeps serving.
+fn open_resilience(config: &ResilienceConfig) -> Arc<Resilience> {
+    Arc::new(Resilience::open(config).unwrap_or_else(|error| {
+        tracing::error!("{error}; breakers and quota are not shared with other processes");
+        Resilience::new(Arc::new(crate::state::memory::MemoryState::new()), config)
+    }))
+}
+
 impl Backend {
     fn new(
         client: Client,
@@ -90,11 +102,13 @@ impl Backend {
         }
         let beacons = Arc::new(Beacons::default());
         let status = watch::channel(StatusReport::default()).0;
+        let resilience = open_resilience(&config.resilience);
         let router = Router::new(
             &config,
             local_engine.clone(),
             beacons.clone(),
             status.clone(),
+            resilience.clone(),
         );
         Backend {
             client,
@@ -102,6 +116,7 @@ impl Backend {
             completion: Arc::new(CompletionService::new(config.autocomplete.clone())),
             encoding: RwLock::new(PositionEncoding::Utf16),
             layers: Mutex::new(layers),
+            resilience: RwLock::new((config.resilience.clone(), resilience)),
             config: RwLock::new(config),
             capabilities: RwLock::new(ClientCapabilities::default()),
             edit_counts: Arc::new(DashMap::new()),
@@ -119,11 +134,22 @@ impl Backend {
     }
 
     fn rebuild_router(&self, config: &Config) {
+        let resilience = {
+            let mut current = self.resilience.write().expect("resilience lock");
+            if current.0 != config.resilience {
+                *current = (
+                    config.resilience.clone(),
+                    open_resilience(&config.resilience),
+                );
+            }
+            current.1.clone()
+        };
         let router = Router::new(
             config,
             self.local_engine.clone(),
             self.beacons.clone(),
             self.status.clone(),
+            resilience,
         );
         let router = Arc::new(router);
         self.completion.set_router(Some(router.clone()));

@@ -25,12 +25,20 @@ use crate::context::chat::{self, OverBudget, PromptParts};
 use crate::providers::local::FimText;
 use crate::providers::local::chat::{EngineSlot, LOCAL, LocalProvider};
 use crate::providers::{
-    ChatMessage, ChatRequest, FinishReason, Provider, ProviderError, Role, StreamEvent, Timeouts,
-    Usage,
+    ChatMessage, ChatRequest, FailureKind, FinishReason, Provider, ProviderError, RateLimits, Role,
+    StreamEvent, Timeouts, Usage,
 };
+use crate::resilience::Resilience;
+use crate::resilience::backoff::{AccountRetries, WaitBudget};
+use crate::resilience::breaker::BreakerView;
+use crate::resilience::breaker::{self, Admission};
+use crate::resilience::classify::{ErrorClass, Fatal, classify};
+use crate::resilience::governor::MeterView;
+use crate::resilience::governor::{self, Quota};
+use crate::state::WhenUnavailable;
 use crate::task::{TaskKind, TaskProfile, Tier};
 use beacon::{Beacons, Degradation, Outcome, Sample};
-use status::{Route, StatusReport};
+use status::{ParkedStatus, Route, StatusReport};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 const FIM_SYSTEM: &str = "You are a code completion engine. Reply with only the code that belongs at the empty selection: no explanation, no code fences.";
@@ -44,6 +52,8 @@ pub struct TaskRequest {
     pub kind: TaskKind,
     pub system: String,
     pub parts: PromptParts,
+    /// An answer already begun (a resumed checkpoint): continued, not restarted.
+    pub continuation: String,
 }
 
 /// One entry of a chain that was tried or skipped, and what happened.
@@ -85,7 +95,14 @@ pub enum RouteError {
     NothingHealthy {
         kind: &'static str,
         tried: Vec<Attempt>,
+        /// Only temporary obstacles (open breakers, empty quota, spent wait
+        /// budget): the task can be parked and resumed.
+        retry_later: bool,
+        /// Output streamed before the last failure.
+        partial: String,
     },
+    #[error("{by} refused: {reason}")]
+    Refused { by: String, reason: String },
     #[error("cancelled")]
     Cancelled,
 }
@@ -125,12 +142,127 @@ pub struct Router {
     active: Mutex<HashMap<TaskKind, Route>>,
     last: Mutex<Option<Route>>,
     status: watch::Sender<StatusReport>,
+    resilience: Arc<Resilience>,
+    /// The shared breakers and quota as last read, for status.
+    shared: Mutex<SharedViews>,
+    /// Parked tasks, kept by the front end that parked them.
+    parked: Arc<Mutex<Vec<ParkedStatus>>>,
+}
+
+/// What the shared state says, read asynchronously and shown synchronously.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct SharedViews {
+    pub breakers: Vec<BreakerView>,
+    pub quota: Vec<MeterView>,
 }
 
 enum Failure {
     Cancelled,
     OverBudget(OverBudget),
-    Failed(String, Outcome),
+    Failed(Failed),
+}
+
+/// An attempt that ended without an answer.
+#[derive(Clone, Debug)]
+struct Failed {
+    reason: String,
+    outcome: Outcome,
+    /// `None` for answers that came back degraded with status 200: no retry on
+    /// the same model helps, but nothing is wrong with the provider either.
+    class: Option<ErrorClass>,
+    retry_after: Option<Duration>,
+    /// Text streamed before the failure, for a continuation.
+    partial: String,
+    /// A ceiling or stall timeout: the entry is slow now, so the next entry is
+    /// a better bet than another wait on this one.
+    slow: bool,
+}
+
+impl Failed {
+    fn new(reason: String, outcome: Outcome, class: Option<ErrorClass>) -> Failed {
+        Failed {
+            reason,
+            outcome,
+            class,
+            retry_after: None,
+            partial: String::new(),
+            slow: false,
+        }
+    }
+}
+
+impl Failure {
+    fn failed(reason: String, outcome: Outcome, class: Option<ErrorClass>) -> Failure {
+        Failure::Failed(Failed::new(reason, outcome, class))
+    }
+
+    fn too_slow(reason: String) -> Failure {
+        Failure::Failed(Failed {
+            slow: true,
+            ..Failed::new(reason, Outcome::Failed, Some(ErrorClass::Transient))
+        })
+    }
+
+    fn from_provider(e: ProviderError) -> Failure {
+        let class = classify(&e);
+        let slow = matches!(
+            e.kind,
+            FailureKind::TimeoutFirstByte | FailureKind::TimeoutFirstToken | FailureKind::Stalled
+        );
+        Failure::Failed(Failed {
+            retry_after: e.retry_after,
+            partial: e.partial.clone(),
+            slow,
+            ..Failed::new(describe(&e), Outcome::Failed, Some(class))
+        })
+    }
+}
+
+struct AttemptResult {
+    result: Result<(String, Usage), Failure>,
+    rate_limits: RateLimits,
+}
+
+/// One chain entry being served.
+struct Entry<'a> {
+    provider: &'a str,
+    model: &'a str,
+    tier: Tier,
+}
+
+/// What one task has left as it walks the chains.
+struct RunState {
+    deadline: Instant,
+    waits: WaitBudget,
+    /// The longest answer streamed so far, continued by the next attempt.
+    partial: String,
+    /// Something temporary (an open breaker, an empty quota, a spent wait
+    /// budget) stood in the way: the task can be parked and resumed.
+    retry_later: bool,
+}
+
+/// A request ready to send, and the prefill its answer continues.
+struct Prompt {
+    request: ChatRequest,
+    prefill: String,
+}
+
+impl Prompt {
+    /// Everything the provider reads, for the quota estimate.
+    fn text(&self) -> String {
+        let system = self.request.system.as_deref().unwrap_or_default();
+        self.request
+            .messages
+            .iter()
+            .fold(system.to_owned(), |all, m| all + &m.content)
+    }
+}
+
+fn join_reasons(earlier: Option<String>, now: String) -> String {
+    match earlier {
+        Some(earlier) => format!("{earlier}; then {now}"),
+        None => now,
+    }
 }
 
 impl Router {
@@ -141,6 +273,7 @@ impl Router {
         local: EngineSlot,
         beacons: Arc<Beacons>,
         status: watch::Sender<StatusReport>,
+        resilience: Arc<Resilience>,
     ) -> Router {
         let mut providers: HashMap<String, Arc<dyn Provider>> = HashMap::new();
         let mut missing_keys = HashMap::new();
@@ -174,7 +307,15 @@ impl Router {
             }
         }
         providers.insert(LOCAL.into(), Arc::new(LocalProvider::new(local.clone())));
-        Router::with_providers(config, providers, missing_keys, local, beacons, status)
+        Router::with_providers(
+            config,
+            providers,
+            missing_keys,
+            local,
+            beacons,
+            status,
+            resilience,
+        )
     }
 
     /// A router over given providers (tests substitute scripted ones).
@@ -185,6 +326,7 @@ impl Router {
         local: EngineSlot,
         beacons: Arc<Beacons>,
         status: watch::Sender<StatusReport>,
+        resilience: Arc<Resilience>,
     ) -> Router {
         let router = Router {
             providers,
@@ -196,6 +338,9 @@ impl Router {
             active: Mutex::new(HashMap::new()),
             last: Mutex::new(None),
             status,
+            resilience,
+            shared: Mutex::new(SharedViews::default()),
+            parked: Arc::default(),
         };
         router.publish();
         router
@@ -263,7 +408,12 @@ impl Router {
         if self.local_only() && kind == TaskKind::Refactor {
             return Err(RouteError::LocalOnly(kind.as_str()));
         }
-        let deadline = Instant::now() + profile.total_ceiling();
+        let mut run = RunState {
+            deadline: Instant::now() + profile.total_ceiling() + profile.wait_budget(),
+            waits: WaitBudget::new(profile.wait_budget()),
+            partial: request.continuation.clone(),
+            retry_later: false,
+        };
         let mut tried = Vec::new();
         let mut downshift: Option<String> = None;
         let mut tier = Some(profile.tier);
@@ -293,15 +443,13 @@ impl Router {
                     tried.push(attempt(format!("skipped: {reason}")));
                     continue;
                 }
-                progress(Progress::Trying {
-                    provider: provider.clone(),
-                    model: model.clone(),
+                let entry = Entry {
+                    provider: &provider,
+                    model: &model,
                     tier: current,
-                });
+                };
                 match self
-                    .attempt(
-                        &provider, &model, &request, &profile, deadline, &cancel, progress,
-                    )
+                    .serve_entry(&entry, &request, &profile, &mut run, &cancel, progress)
                     .await
                 {
                     Ok((text, usage)) => {
@@ -336,13 +484,20 @@ impl Router {
                     }
                     Err(Failure::Cancelled) => return Err(RouteError::Cancelled),
                     Err(Failure::OverBudget(e)) => tried.push(attempt(format!("skipped: {e}"))),
-                    Err(Failure::Failed(reason, _)) => {
+                    Err(Failure::Failed(failed)) => {
                         tracing::warn!(
                             task = kind.as_str(),
-                            "{provider}/{model} ({current} tier) failed: {reason}"
+                            "{provider}/{model} ({current} tier) failed: {}",
+                            failed.reason
                         );
-                        trouble.push(format!("{provider}/{model}: {reason}"));
-                        tried.push(attempt(reason));
+                        if let Some(ErrorClass::Fatal(Fatal::Refusal)) = failed.class {
+                            return Err(RouteError::Refused {
+                                by: format!("{provider}/{model}"),
+                                reason: failed.reason,
+                            });
+                        }
+                        trouble.push(format!("{provider}/{model}: {}", failed.reason));
+                        tried.push(attempt(failed.reason));
                     }
                 }
             }
@@ -362,44 +517,291 @@ impl Router {
         Err(RouteError::NothingHealthy {
             kind: kind.as_str(),
             tried,
+            retry_later: run.retry_later,
+            partial: run.partial,
         })
+    }
+
+    /// Serves a request from one entry: breaker admission, then attempts with
+    /// governed quota and backoff between them while the task's wait budget
+    /// lasts. Fatal errors never retry here; the caller moves on.
+    async fn serve_entry(
+        &self,
+        entry: &Entry<'_>,
+        request: &TaskRequest,
+        profile: &TaskProfile,
+        run: &mut RunState,
+        cancel: &CancellationToken,
+        progress: &(dyn Fn(Progress) + Send + Sync),
+    ) -> Result<(String, Usage), Failure> {
+        let Some(provider) = self.providers.get(entry.provider).cloned() else {
+            return Err(Failure::failed(
+                format!("provider `{}` is not configured", entry.provider),
+                Outcome::Failed,
+                None,
+            ));
+        };
+        let account = self.account(entry.provider);
+        let breaker_key = breaker::key(&account, entry.provider, entry.model);
+        let quota_key = governor::key(&account, entry.provider, entry.model);
+        let quota = self.quota(entry.provider);
+        let probe_ttl = profile.total_ceiling() + Duration::from_secs(5);
+        let resilience = &self.resilience;
+        let mut last_error: Option<String> = None;
+        for retry in 0u32.. {
+            let admission = resilience.breakers.admit(&breaker_key, probe_ttl).await;
+            if let Admission::Open { reason, retry_in } = &admission {
+                run.retry_later = true;
+                let reason = format!(
+                    "circuit open ({reason}), next probe in {:.0} s",
+                    retry_in.as_secs_f64()
+                );
+                return Err(Failure::failed(
+                    join_reasons(last_error, reason),
+                    Outcome::Failed,
+                    None,
+                ));
+            }
+            let prompt = self.prompt(
+                entry,
+                request,
+                profile,
+                &run.partial,
+                provider.supports_prefill(),
+            );
+            let prompt = match prompt {
+                Ok(prompt) => prompt,
+                Err(e) => {
+                    resilience.breakers.abandon(&breaker_key, &admission).await;
+                    return Err(Failure::OverBudget(e));
+                }
+            };
+            let waited_from = Instant::now();
+            let admit_by = (waited_from + run.waits.left()).min(run.deadline);
+            let reservation = resilience
+                .governor
+                .admit(
+                    &quota_key,
+                    request.kind,
+                    quota,
+                    chat::estimate_tokens(&prompt.text()) as u64,
+                    u64::from(prompt.request.max_tokens),
+                    admit_by,
+                )
+                .await;
+            run.waits.try_spend(waited_from.elapsed());
+            let reservation = match reservation {
+                Ok(reservation) => reservation,
+                Err(starved) => {
+                    resilience.breakers.abandon(&breaker_key, &admission).await;
+                    run.retry_later = true;
+                    return Err(Failure::failed(
+                        join_reasons(last_error, starved.to_string()),
+                        Outcome::Failed,
+                        None,
+                    ));
+                }
+            };
+            if retry == 0 {
+                self.earn_retry(&account).await;
+            }
+            progress(Progress::Trying {
+                provider: entry.provider.to_owned(),
+                model: entry.model.to_owned(),
+                tier: entry.tier,
+            });
+            let attempt = self
+                .attempt(
+                    entry,
+                    provider.as_ref(),
+                    prompt.request,
+                    profile,
+                    run.deadline,
+                    cancel,
+                    progress,
+                )
+                .await;
+            resilience
+                .governor
+                .observe(&reservation, &attempt.rate_limits)
+                .await;
+            let usage = attempt.result.as_ref().ok().map(|(_, usage)| *usage);
+            resilience.governor.settle(reservation, usage).await;
+            let failed = match attempt.result {
+                Ok((text, usage)) => {
+                    resilience
+                        .breakers
+                        .record(&breaker_key, &admission, true, "")
+                        .await;
+                    return Ok((prompt.prefill + &text, usage));
+                }
+                Err(Failure::Failed(failed)) => failed,
+                Err(other) => {
+                    resilience.breakers.abandon(&breaker_key, &admission).await;
+                    return Err(other);
+                }
+            };
+            let healthy_answer = failed
+                .class
+                .as_ref()
+                .is_none_or(|class| !class.counts_against_health());
+            resilience
+                .breakers
+                .record(&breaker_key, &admission, healthy_answer, &failed.reason)
+                .await;
+            if failed.partial.len() > run.partial.len() {
+                run.partial = prompt.prefill.clone() + &failed.partial;
+            }
+            let Some(class) = failed.class.clone() else {
+                return Err(Failure::Failed(failed));
+            };
+            // Slow now, or already part-way through an answer: the next entry
+            // (continuing the partial answer) beats another wait here.
+            if class.retryable() && (failed.slow || !failed.partial.is_empty()) {
+                return Err(Failure::Failed(failed));
+            }
+            let delay = resilience.backoff.delay(&class, retry, failed.retry_after);
+            if class == ErrorClass::RateLimit {
+                let pause = delay.unwrap_or(Duration::from_secs(1));
+                resilience.governor.pause(&quota_key, pause).await;
+            }
+            let Some(delay) = delay else {
+                let reason = match class {
+                    ErrorClass::Fatal(fatal) => match fatal.remedy(entry.provider) {
+                        Some(remedy) => format!("{}: {remedy}", failed.reason),
+                        None => failed.reason.clone(),
+                    },
+                    _ => failed.reason.clone(),
+                };
+                return Err(Failure::Failed(Failed { reason, ..failed }));
+            };
+            let give_up = |why: &str| {
+                Err(Failure::Failed(Failed {
+                    reason: format!("{}; {why}", failed.reason),
+                    ..failed.clone()
+                }))
+            };
+            if admission == Admission::Probe {
+                run.retry_later = true;
+                return give_up("the recovery probe failed");
+            }
+            if Instant::now() + delay > run.deadline || !run.waits.try_spend(delay) {
+                run.retry_later = true;
+                return give_up(&format!(
+                    "a retry in {:.1} s would exceed the task's wait budget",
+                    delay.as_secs_f64()
+                ));
+            }
+            if !self.spend_retry(&account).await {
+                run.retry_later = true;
+                return give_up("the account's retry budget is spent");
+            }
+            tracing::info!(
+                "{}/{}: {} ({}), retrying in {:.1} s",
+                entry.provider,
+                entry.model,
+                failed.reason,
+                class.as_str(),
+                delay.as_secs_f64()
+            );
+            tokio::select! {
+                _ = cancel.cancelled() => return Err(Failure::Cancelled),
+                _ = tokio::time::sleep(delay) => {}
+            }
+            last_error = Some(failed.reason);
+        }
+        unreachable!("the retry loop returns")
+    }
+
+    /// The request for one entry: the rendered prompt within the entry's input
+    /// budget, continuing `partial` as a prefill where the provider allows it
+    /// (others restart cleanly).
+    fn prompt(
+        &self,
+        entry: &Entry<'_>,
+        request: &TaskRequest,
+        profile: &TaskProfile,
+        partial: &str,
+        supports_prefill: bool,
+    ) -> Result<Prompt, OverBudget> {
+        let (input_budget, max_tokens) = self.limits(entry.provider, profile);
+        let user = chat::render(
+            &request.parts,
+            input_budget.saturating_sub(chat::estimate_tokens(&request.system)),
+        )?;
+        let mut messages = vec![ChatMessage {
+            role: Role::User,
+            content: user,
+        }];
+        let prefill = if supports_prefill && !partial.trim().is_empty() {
+            // Providers reject a prefill that ends in whitespace.
+            let prefill = partial.trim_end().to_owned();
+            messages.push(ChatMessage {
+                role: Role::Assistant,
+                content: prefill.clone(),
+            });
+            prefill
+        } else {
+            String::new()
+        };
+        Ok(Prompt {
+            request: ChatRequest {
+                model: entry.model.to_owned(),
+                system: Some(request.system.clone()),
+                messages,
+                max_tokens: max_tokens as u32,
+                temperature: Some(0.2),
+            },
+            prefill,
+        })
+    }
+
+    fn account(&self, provider: &str) -> String {
+        self.config
+            .all_providers()
+            .get(provider)
+            .map_or(provider, |p| p.account(provider))
+            .to_owned()
+    }
+
+    fn quota(&self, provider: &str) -> Quota {
+        self.config
+            .all_providers()
+            .get(provider)
+            .map(|p| p.quota)
+            .unwrap_or_default()
+    }
+
+    async fn earn_retry(&self, account: &str) {
+        if let Err(error) = AccountRetries::earn(self.resilience.state.as_ref(), account).await {
+            tracing::warn!("retry budget unavailable: {error}");
+        }
+    }
+
+    async fn spend_retry(&self, account: &str) -> bool {
+        AccountRetries::spend(self.resilience.state.as_ref(), account)
+            .await
+            .unwrap_or_else(|error| {
+                tracing::warn!("retry budget unavailable: {error}");
+                self.config.resilience.when_unavailable == WhenUnavailable::Open
+            })
     }
 
     /// One call to one entry, recorded in its beacon whatever the outcome.
     #[allow(clippy::too_many_arguments)]
     async fn attempt(
         &self,
-        provider_name: &str,
-        model: &str,
-        request: &TaskRequest,
+        entry: &Entry<'_>,
+        provider: &dyn Provider,
+        chat_request: ChatRequest,
         profile: &TaskProfile,
         deadline: Instant,
         cancel: &CancellationToken,
         progress: &(dyn Fn(Progress) + Send + Sync),
-    ) -> Result<(String, Usage), Failure> {
-        let Some(provider) = self.providers.get(provider_name).cloned() else {
-            return Err(Failure::Failed(
-                format!("provider `{provider_name}` is not configured"),
-                Outcome::Failed,
-            ));
-        };
-        let (input_budget, max_tokens) = self.limits(provider_name, profile);
-        let user = chat::render(
-            &request.parts,
-            input_budget.saturating_sub(chat::estimate_tokens(&request.system)),
-        )
-        .map_err(Failure::OverBudget)?;
-        let chat_request = ChatRequest {
-            model: model.to_owned(),
-            system: Some(request.system.clone()),
-            messages: vec![ChatMessage {
-                role: Role::User,
-                content: user,
-            }],
-            max_tokens: max_tokens as u32,
-            temperature: Some(0.2),
-        };
+    ) -> AttemptResult {
         let started = Instant::now();
+        // Each attempt gets the task's full ceiling, within the task's deadline.
+        let deadline = (started + profile.total_ceiling()).min(deadline);
         let first_token_deadline = (started + profile.first_token_ceiling()).min(deadline);
         let timeouts = Timeouts {
             connect: CONNECT_TIMEOUT.min(profile.first_token_ceiling()),
@@ -408,33 +810,48 @@ impl Router {
             idle: IDLE_TIMEOUT,
         };
         let mut first_token = None;
+        let mut seen = Seen::default();
         let call = consume(
-            provider.as_ref(),
+            provider,
             chat_request,
             timeouts,
             started,
             first_token_deadline,
             &mut first_token,
+            &mut seen,
             progress,
         );
         let result = tokio::select! {
             _ = cancel.cancelled() => Err(Failure::Cancelled),
-            timed = tokio::time::timeout_at(deadline, call) => timed.unwrap_or_else(|_| Err(Failure::Failed(
-                format!("no complete answer within the {:.0} s ceiling", profile.total_ceiling().as_secs_f64()), Outcome::Failed))),
+            timed = tokio::time::timeout_at(deadline, call) => timed.unwrap_or_else(|_| Err(Failure::too_slow(
+                format!("no complete answer within the {:.0} s ceiling", profile.total_ceiling().as_secs_f64()),
+            ))),
         };
+        let result = result.map_err(|failure| match failure {
+            Failure::Failed(failed) if failed.partial.is_empty() => Failure::Failed(Failed {
+                partial: seen.text.clone(),
+                ..failed
+            }),
+            other => other,
+        });
         let outcome = match &result {
-            Ok(_) => Outcome::Ok,
-            Err(Failure::Failed(_, outcome)) => *outcome,
-            Err(Failure::Cancelled | Failure::OverBudget(_)) => return result,
+            Ok(_) => Some(Outcome::Ok),
+            Err(Failure::Failed(failed)) => Some(failed.outcome),
+            Err(Failure::Cancelled | Failure::OverBudget(_)) => None,
         };
-        let sample = Sample {
-            at: Instant::now(),
-            first_token,
-            total: started.elapsed(),
-            outcome,
-        };
-        self.beacons.record(provider_name, model, sample);
-        result
+        if let Some(outcome) = outcome {
+            let sample = Sample {
+                at: Instant::now(),
+                first_token,
+                total: started.elapsed(),
+                outcome,
+            };
+            self.beacons.record(entry.provider, entry.model, sample);
+        }
+        AttemptResult {
+            result,
+            rate_limits: seen.rate_limits,
+        }
     }
 
     /// Autocomplete from the remote entries that `autocomplete.chain` puts before
@@ -458,6 +875,7 @@ impl Router {
             output_tokens: autocomplete.output_tokens,
             first_token_ms: share.as_millis() as u64,
             total_ms: share.as_millis() as u64,
+            wait_ms: 0,
         };
         let request = TaskRequest {
             kind: TaskKind::Autocomplete,
@@ -470,6 +888,7 @@ impl Router {
                 after: text.suffix.clone(),
                 instruction: FIM_INSTRUCTION.into(),
             },
+            continuation: String::new(),
         };
         for entry in autocomplete.chain.iter().take_while(|e| *e != LOCAL) {
             let Some((provider, model)) = entry.split_once('/') else {
@@ -484,16 +903,20 @@ impl Router {
             {
                 continue;
             }
+            // No waiting: a miss goes to the next entry or the local engine at once.
+            let mut run = RunState {
+                deadline,
+                waits: WaitBudget::new(Duration::ZERO),
+                partial: String::new(),
+                retry_later: false,
+            };
+            let entry = Entry {
+                provider,
+                model,
+                tier: Tier::Small,
+            };
             match self
-                .attempt(
-                    provider,
-                    model,
-                    &request,
-                    &profile,
-                    deadline,
-                    cancel,
-                    &|_| {},
-                )
+                .serve_entry(&entry, &request, &profile, &mut run, cancel, &|_| {})
                 .await
             {
                 Ok((text, _)) => {
@@ -506,8 +929,11 @@ impl Router {
                     };
                     return Some((text, route));
                 }
-                Err(Failure::Failed(reason, _)) => {
-                    tracing::debug!("autocomplete by {entry} missed: {reason}")
+                Err(Failure::Failed(failed)) => {
+                    tracing::debug!(
+                        "autocomplete by {provider}/{model} missed: {}",
+                        failed.reason
+                    )
                 }
                 Err(_) => return None,
             }
@@ -526,6 +952,37 @@ impl Router {
             ),
             None => (profile.input_tokens, profile.output_tokens),
         }
+    }
+
+    pub fn resilience(&self) -> &Resilience {
+        &self.resilience
+    }
+
+    /// Re-reads breakers and quota headroom from the shared state (other
+    /// processes change them too) and publishes the status if it changed.
+    pub async fn refresh_shared(&self) {
+        let views = SharedViews {
+            breakers: self.resilience.breakers.views().await,
+            quota: self.resilience.governor.views().await,
+        };
+        *self.shared.lock().expect("shared views lock") = views;
+        self.publish();
+    }
+
+    pub(crate) fn shared_views(&self) -> SharedViews {
+        self.shared.lock().expect("shared views lock").clone()
+    }
+
+    /// The list of parked tasks this router reports; front ends share theirs
+    /// with each router they build.
+    pub fn use_parked(mut self, parked: Arc<Mutex<Vec<ParkedStatus>>>) -> Router {
+        self.parked = parked;
+        self.publish();
+        self
+    }
+
+    pub(crate) fn parked(&self) -> Vec<ParkedStatus> {
+        self.parked.lock().expect("parked lock").clone()
     }
 
     pub(crate) fn beacons(&self) -> &Beacons {
@@ -553,7 +1010,15 @@ impl Router {
     }
 }
 
+/// What an attempt saw before it ended, kept whether it succeeded or not.
+#[derive(Default)]
+struct Seen {
+    text: String,
+    rate_limits: RateLimits,
+}
+
 /// Streams one answer, holding the first-token ceiling; classifies the outcome.
+#[allow(clippy::too_many_arguments)]
 async fn consume(
     provider: &dyn Provider,
     request: ChatRequest,
@@ -561,25 +1026,28 @@ async fn consume(
     started: Instant,
     first_token_deadline: Instant,
     first_token: &mut Option<Duration>,
+    seen: &mut Seen,
     progress: &(dyn Fn(Progress) + Send + Sync),
 ) -> Result<(String, Usage), Failure> {
-    let failed = |e: ProviderError| Failure::Failed(describe(&e), Outcome::Failed);
     let ceiling_breach = || {
-        Failure::Failed(
-            format!(
-                "no first token within {:.1} s",
-                first_token_deadline.duration_since(started).as_secs_f64()
-            ),
-            Outcome::Failed,
-        )
+        Failure::too_slow(format!(
+            "no first token within {:.1} s",
+            first_token_deadline.duration_since(started).as_secs_f64()
+        ))
     };
-    let mut stream =
+    let response =
         tokio::time::timeout_at(first_token_deadline, provider.stream(request, timeouts))
             .await
-            .map_err(|_| ceiling_breach())?
-            .map_err(failed)?
-            .events;
-    let mut text = String::new();
+            .map_err(|_| ceiling_breach())?;
+    let response = match response {
+        Ok(response) => response,
+        Err(e) => {
+            seen.rate_limits = e.rate_limits.clone();
+            return Err(Failure::from_provider(e));
+        }
+    };
+    seen.rate_limits = response.rate_limits;
+    let mut stream = response.events;
     loop {
         let next = match first_token {
             None => tokio::time::timeout_at(first_token_deadline, stream.next())
@@ -590,31 +1058,38 @@ async fn consume(
         match next {
             Some(Ok(StreamEvent::Delta(delta))) => {
                 first_token.get_or_insert_with(|| started.elapsed());
-                text.push_str(&delta);
-                progress(Progress::Received { chars: text.len() });
+                seen.text.push_str(&delta);
+                progress(Progress::Received {
+                    chars: seen.text.len(),
+                });
             }
             Some(Ok(StreamEvent::End(finish))) => {
-                let degraded =
-                    |d: Degradation, why: String| Err(Failure::Failed(why, Outcome::Degraded(d)));
+                let degraded = |d: Degradation, why: &str, class: Option<ErrorClass>| {
+                    Err(Failure::failed(why.into(), Outcome::Degraded(d), class))
+                };
                 return match finish.reason {
                     FinishReason::MaxTokens => degraded(
                         Degradation::Truncated,
-                        "answer truncated at max_tokens".into(),
+                        "answer truncated at max_tokens",
+                        None,
                     ),
-                    FinishReason::Refusal => {
-                        degraded(Degradation::Refused, "the model refused".into())
+                    FinishReason::Refusal => degraded(
+                        Degradation::Refused,
+                        "the model refused",
+                        Some(ErrorClass::Fatal(Fatal::Refusal)),
+                    ),
+                    _ if seen.text.trim().is_empty() => {
+                        degraded(Degradation::Empty, "empty answer", None)
                     }
-                    _ if text.trim().is_empty() => {
-                        degraded(Degradation::Empty, "empty answer".into())
-                    }
-                    _ => Ok((text, finish.usage)),
+                    _ => Ok((std::mem::take(&mut seen.text), finish.usage)),
                 };
             }
-            Some(Err(e)) => return Err(failed(e)),
+            Some(Err(e)) => return Err(Failure::from_provider(e)),
             None => {
-                return Err(Failure::Failed(
+                return Err(Failure::failed(
                     "the stream ended without its terminal event".into(),
                     Outcome::Failed,
+                    Some(ErrorClass::Transient),
                 ));
             }
         }
@@ -655,10 +1130,21 @@ mod tests {
             reason: FinishReason,
         },
         Fail(u16),
+        /// An error with a body type and `retry-after`.
+        FailWith {
+            status: u16,
+            error_type: &'static str,
+            retry_after: Option<Duration>,
+        },
+        /// Streams `partial`, then the connection drops.
+        Cut(&'static str),
     }
 
     struct Scripted {
         name: String,
+        prefill: bool,
+        /// Each request's messages, and when it arrived.
+        seen: Mutex<Vec<(Instant, Vec<ChatMessage>)>>,
         script: Mutex<VecDeque<Behaviour>>,
         otherwise: Behaviour,
         calls: AtomicUsize,
@@ -668,6 +1154,8 @@ mod tests {
         fn new(name: &str, script: Vec<Behaviour>, otherwise: Behaviour) -> Arc<Scripted> {
             Arc::new(Scripted {
                 name: name.into(),
+                prefill: false,
+                seen: Mutex::new(Vec::new()),
                 script: Mutex::new(script.into()),
                 otherwise,
                 calls: AtomicUsize::new(0),
@@ -698,14 +1186,18 @@ mod tests {
             &self.name
         }
         fn supports_prefill(&self) -> bool {
-            false
+            self.prefill
         }
         fn stream(
             &self,
-            _: ChatRequest,
+            request: ChatRequest,
             _: Timeouts,
         ) -> BoxFuture<'static, Result<ResponseStream, ProviderError>> {
             self.calls.fetch_add(1, Ordering::SeqCst);
+            self.seen
+                .lock()
+                .unwrap()
+                .push((Instant::now(), request.messages));
             let behaviour = self
                 .script
                 .lock()
@@ -720,6 +1212,28 @@ mod tests {
                         error_type: Some("overloaded_error".into()),
                         ..ProviderError::new(name, FailureKind::Status, "overloaded")
                     }),
+                    Behaviour::FailWith {
+                        status,
+                        error_type,
+                        retry_after,
+                    } => Err(ProviderError {
+                        status: Some(status),
+                        error_type: Some(error_type.into()),
+                        retry_after,
+                        ..ProviderError::new(name, FailureKind::Status, error_type)
+                    }),
+                    Behaviour::Cut(partial) => {
+                        let cut = ProviderError {
+                            partial: partial.into(),
+                            ..ProviderError::new(name, FailureKind::StreamCut, "connection closed")
+                        };
+                        let events =
+                            stream::iter([Ok(StreamEvent::Delta(partial.into())), Err(cut)]);
+                        Ok(ResponseStream {
+                            events: Box::pin(events),
+                            rate_limits: RateLimits::default(),
+                        })
+                    }
                     Behaviour::Answer {
                         first_token,
                         reason,
@@ -757,6 +1271,7 @@ mod tests {
             EngineSlot::default(),
             Arc::default(),
             watch::channel(StatusReport::default()).0,
+            Arc::new(Resilience::in_memory()),
         )
     }
 
@@ -789,6 +1304,7 @@ mod tests {
             kind,
             system: "system".into(),
             parts,
+            continuation: String::new(),
         }
     }
 
@@ -908,5 +1424,213 @@ mod tests {
         cancel.cancel();
         let err = router.run(explain(), cancel, &|_| {}).await.unwrap_err();
         assert!(matches!(err, RouteError::Cancelled));
+    }
+
+    fn fail_with(status: u16, error_type: &'static str, retry_after: Option<u64>) -> Behaviour {
+        Behaviour::FailWith {
+            status,
+            error_type,
+            retry_after: retry_after.map(Duration::from_secs),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_transient_error_is_retried_once_on_the_same_entry() {
+        let primary = Scripted::new("primary", vec![Behaviour::Fail(500)], ok());
+        let secondary = Scripted::new("secondary", vec![], ok());
+        let router = router(
+            chains(&[], &["primary/m", "secondary/m"]),
+            &[&primary, &secondary],
+        );
+        let answer = run(&router, explain()).await.unwrap();
+        assert_eq!(answer.route.provider, "primary");
+        assert_eq!((primary.calls(), secondary.calls()), (2, 0));
+        // Full jitter on a 1 s base: the retry came within a second.
+        let seen = primary.seen.lock().unwrap();
+        assert!(seen[1].0 - seen[0].0 <= Duration::from_secs(1));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn retry_after_is_waited_out_before_the_one_retry() {
+        let primary = Scripted::new(
+            "primary",
+            vec![fail_with(429, "rate_limit_error", Some(2))],
+            ok(),
+        );
+        let router = router(chains(&[], &["primary/m"]), &[&primary]);
+        run(&router, explain()).await.unwrap();
+        let seen = primary.seen.lock().unwrap();
+        assert_eq!(seen.len(), 2);
+        let gap = seen[1].0 - seen[0].0;
+        assert!(
+            gap >= Duration::from_secs(2) && gap <= Duration::from_millis(2_300),
+            "{gap:?}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn persistent_overload_fails_over_once_the_wait_budget_is_spent() {
+        let primary = Scripted::new("primary", vec![], Behaviour::Fail(503));
+        let secondary = Scripted::new("secondary", vec![], ok());
+        let router = router(
+            chains(&[], &["primary/m", "secondary/m"]),
+            &[&primary, &secondary],
+        );
+        let started = Instant::now();
+        let answer = run(&router, explain()).await.unwrap();
+        assert_eq!(answer.route.provider, "secondary");
+        assert!(primary.calls() >= 2, "retried within the budget");
+        assert!(
+            started.elapsed() <= Duration::from_secs(30),
+            "{:?}",
+            started.elapsed()
+        );
+        assert!(
+            answer.attempts[0].outcome.contains("wait budget"),
+            "{:?}",
+            answer.attempts
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn fatal_errors_never_retry_and_say_what_to_fix() {
+        let primary = Scripted::new(
+            "primary",
+            vec![],
+            fail_with(401, "authentication_error", None),
+        );
+        let long = Scripted::new("long", vec![], ok());
+        let first = router(chains(&[], &["primary/m", "long/m"]), &[&primary, &long]);
+        let answer = run(&first, explain()).await.unwrap();
+        assert_eq!(primary.calls(), 1);
+        assert!(
+            answer.attempts[0]
+                .outcome
+                .contains("check the API key for `primary`"),
+            "{:?}",
+            answer.attempts
+        );
+
+        let short = Scripted::new(
+            "short",
+            vec![],
+            fail_with(400, "context_length_exceeded", None),
+        );
+        let second = router(chains(&[], &["short/m", "long/m"]), &[&short, &long]);
+        assert_eq!(
+            run(&second, explain()).await.unwrap().route.provider,
+            "long"
+        );
+        assert_eq!(
+            short.calls(),
+            1,
+            "context length goes to the next (larger-context) entry"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_refusal_propagates_its_reason_without_trying_elsewhere() {
+        let primary = Scripted::new("primary", vec![], fail_with(400, "content_filter", None));
+        let secondary = Scripted::new("secondary", vec![], ok());
+        let router = router(
+            chains(&[], &["primary/m", "secondary/m"]),
+            &[&primary, &secondary],
+        );
+        let err = run(&router, explain()).await.unwrap_err();
+        assert!(matches!(err, RouteError::Refused { .. }), "{err}");
+        assert!(err.to_string().contains("content_filter"), "{err}");
+        assert_eq!((primary.calls(), secondary.calls()), (1, 0));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_cut_answer_is_continued_by_a_prefill_provider() {
+        let primary = Scripted::new("primary", vec![], Behaviour::Cut("fn renamed("));
+        let mut fallback = Scripted::new("fallback", vec![], ok());
+        Arc::get_mut(&mut fallback).unwrap().prefill = true;
+        let router = router(
+            chains(&[], &["primary/m", "fallback/m"]),
+            &[&primary, &fallback],
+        );
+        let answer = run(&router, explain()).await.unwrap();
+        assert_eq!(primary.calls(), 1, "no retry once text has flowed");
+        assert_eq!(answer.text, "fn renamed(answer from fallback");
+        let seen = fallback.seen.lock().unwrap();
+        let last = seen[0].1.last().unwrap();
+        assert_eq!(
+            (last.role, last.content.as_str()),
+            (Role::Assistant, "fn renamed(")
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_fallback_without_prefill_restarts_cleanly() {
+        let primary = Scripted::new("primary", vec![], Behaviour::Cut("fn renamed("));
+        let fallback = Scripted::new("fallback", vec![], ok());
+        let router = router(
+            chains(&[], &["primary/m", "fallback/m"]),
+            &[&primary, &fallback],
+        );
+        let answer = run(&router, explain()).await.unwrap();
+        assert_eq!(answer.text, "answer from fallback");
+        assert_eq!(fallback.seen.lock().unwrap()[0].1.len(), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_open_breaker_is_shared_and_a_refactor_can_wait_for_it() {
+        let resilience = Arc::new(Resilience::in_memory());
+        let shared = |config: Config, providers: &[&Arc<Scripted>]| {
+            let map = providers
+                .iter()
+                .map(|p| (p.name.clone(), (*p).clone() as Arc<dyn Provider>))
+                .collect();
+            Router::with_providers(
+                &config,
+                map,
+                HashMap::new(),
+                EngineSlot::default(),
+                Arc::default(),
+                watch::channel(StatusReport::default()).0,
+                resilience.clone(),
+            )
+        };
+        let down = Scripted::new("down", vec![], Behaviour::Fail(503));
+        let first = shared(chains(&["down/m"], &[]), &[&down]);
+        let err = run(&first, request(TaskKind::Refactor)).await.unwrap_err();
+        assert!(
+            matches!(
+                err,
+                RouteError::NothingHealthy {
+                    retry_later: true,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        let calls = down.calls();
+        assert_eq!(calls, 6, "the breaker opened after six failures in a row");
+
+        // Another process (same shared state) does not call it at all.
+        let second = shared(chains(&["down/m"], &[]), &[&down]);
+        let err = run(&second, request(TaskKind::Refactor)).await.unwrap_err();
+        assert!(err.to_string().contains("circuit open"), "{err}");
+        assert_eq!(down.calls(), calls);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn autocomplete_never_waits_to_retry() {
+        let remote = Scripted::new("remote", vec![Behaviour::Fail(500)], ok());
+        let mut config = chains(&[], &[]);
+        config.autocomplete.chain = vec!["remote/m".into(), "local".into()];
+        let router = router(config, &[&remote]);
+        let text = FimText {
+            prefix: "fn a() {".into(),
+            suffix: "}".into(),
+        };
+        let deadline = Instant::now() + Duration::from_millis(600);
+        let served = router
+            .autocomplete_remote(&text, deadline, &CancellationToken::new())
+            .await;
+        assert!(served.is_none());
+        assert_eq!(remote.calls(), 1);
     }
 }

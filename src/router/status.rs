@@ -6,6 +6,8 @@ use serde::{Deserialize, Serialize};
 use super::Router;
 use super::beacon::MIN_SAMPLES;
 use crate::providers::local::chat::LOCAL;
+use crate::resilience::breaker::BreakerView;
+use crate::resilience::governor::MeterView;
 use crate::task::{TaskKind, Tier};
 
 /// Where a task kind was last served (or would be served next).
@@ -63,6 +65,25 @@ pub struct StatusReport {
     pub local_only: bool,
     pub tasks: Vec<TaskStatus>,
     pub health: Vec<EntryHealth>,
+    /// Every breaker any switchyard process sharing this state has recorded.
+    #[serde(default)]
+    pub breakers: Vec<BreakerView>,
+    /// Governor headroom per governed meter.
+    #[serde(default)]
+    pub quota: Vec<MeterView>,
+    /// This editor's parked tasks, waiting for a route to open.
+    #[serde(default)]
+    pub parked: Vec<ParkedStatus>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ParkedStatus {
+    pub id: String,
+    pub kind: TaskKind,
+    /// Why it is parked.
+    pub note: String,
+    pub parked_at_ms: u64,
 }
 
 impl StatusReport {
@@ -74,9 +95,17 @@ impl StatusReport {
                 .map(|h| (h.provider.clone(), h.model.clone(), h.state))
                 .collect::<Vec<_>>()
         };
+        let phases = |r: &StatusReport| {
+            r.breakers
+                .iter()
+                .map(|b| (b.key.clone(), b.phase.clone()))
+                .collect::<Vec<_>>()
+        };
         self.tasks == other.tasks
             && self.local_only == other.local_only
             && states(self) == states(other)
+            && phases(self) == phases(other)
+            && self.parked == other.parked
     }
 
     /// One line for `window/showMessage` describing what changed, if it is worth telling.
@@ -173,6 +202,7 @@ pub(super) fn report(router: &Router) -> StatusReport {
         }
     }
     let latest = router.last_route();
+    let shared = router.shared_views();
     StatusReport {
         provider: latest.as_ref().map(|r| r.provider.clone()),
         model: latest.as_ref().map(|r| r.model.clone()),
@@ -182,6 +212,9 @@ pub(super) fn report(router: &Router) -> StatusReport {
         local_only,
         tasks,
         health,
+        breakers: shared.breakers,
+        quota: shared.quota,
+        parked: router.parked(),
     }
 }
 

@@ -58,6 +58,7 @@ impl LspClient {
             .args(&options.args)
             .env("SWITCHYARD_MODEL_DIR", &options.model_dir)
             .env("SWITCHYARD_CONFIG", home.path().join("config.toml"))
+            .env("SWITCHYARD_STATE_DIR", home.path().join("state"))
             .env("SWITCHYARD_LOG", "debug")
             .envs(options.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .stdin(Stdio::piped())

@@ -1,0 +1,506 @@
+//! One circuit breaker per (account, provider, model), shared by every
+//! switchyard process through [`SharedState`].
+//!
+//! Closed → open after `failures` consecutive failures or an error rate of
+//! `error_rate` over the window (with at least `min_samples`). Open → after the
+//! cooldown, exactly one process holds the half-open probe lease and sends one
+//! request; everyone else keeps routing around it until the probe's verdict.
+//! Success closes it for all; failure re-opens it with a doubled cooldown. A
+//! crashed prober's lease expires.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::state::{Json, SharedState, WhenUnavailable};
+
+#[derive(Clone, Debug, PartialEq, Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct BreakerConfig {
+    /// Consecutive failures that open the breaker.
+    pub failures: u32,
+    /// Failure share over the window that opens it.
+    pub error_rate: f64,
+    pub min_samples: u32,
+    pub window_ms: u64,
+    pub cooldown_ms: u64,
+    /// Repeated trips double the cooldown up to this.
+    pub max_cooldown_ms: u64,
+}
+
+impl Default for BreakerConfig {
+    fn default() -> Self {
+        BreakerConfig {
+            failures: 6,
+            error_rate: 0.5,
+            min_samples: 10,
+            window_ms: 60_000,
+            cooldown_ms: 300_000,
+            max_cooldown_ms: 3_600_000,
+        }
+    }
+}
+
+/// Breakers live this long after their last event, then start closed again.
+const RECORD_TTL: Duration = Duration::from_secs(24 * 3600);
+/// The window is kept as this many slots, so the record stays small.
+const SLOTS: u64 = 6;
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct Record {
+    pub open: bool,
+    pub consecutive: u32,
+    /// (slot start ms, successes, failures), oldest first.
+    pub window: Vec<(u64, u32, u32)>,
+    pub open_until: u64,
+    /// Trips since the breaker last closed: each doubles the cooldown.
+    pub trips: u32,
+    pub reason: String,
+    /// Lifetime counts, for status and the dashboard.
+    pub total_trips: u64,
+    pub recoveries: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    Closed,
+    Open,
+    /// Cooled down; waiting for (or running) the one probe.
+    HalfOpen,
+}
+
+/// What a caller may do with the entry now.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Admission {
+    Closed,
+    /// This caller holds the probe lease: its request is the probe.
+    Probe,
+    /// Route around it.
+    Open {
+        reason: String,
+        retry_in: Duration,
+    },
+}
+
+/// One breaker as status shows it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BreakerView {
+    pub key: String,
+    pub phase: String,
+    pub reason: String,
+    /// How much longer it stays open.
+    pub open_for_ms: u64,
+    pub consecutive_failures: u32,
+    pub trips: u64,
+    pub recoveries: u64,
+}
+
+pub struct Breakers {
+    state: Arc<dyn SharedState>,
+    config: BreakerConfig,
+    /// Names this process in probe leases.
+    holder: String,
+    when_unavailable: WhenUnavailable,
+}
+
+pub fn key(account: &str, provider: &str, model: &str) -> String {
+    format!("breaker/{account}/{provider}/{model}")
+}
+
+fn lease_key(breaker: &str) -> String {
+    format!("lease/{breaker}")
+}
+
+fn decode(stored: Option<Json>) -> Record {
+    stored
+        .and_then(|json| serde_json::from_value(json).ok())
+        .unwrap_or_default()
+}
+
+fn encode(record: &Record) -> Option<Json> {
+    Some(serde_json::to_value(record).expect("breaker record serialises"))
+}
+
+impl Record {
+    fn phase(&self, now: u64) -> Phase {
+        match (self.open, now >= self.open_until) {
+            (false, _) => Phase::Closed,
+            (true, false) => Phase::Open,
+            (true, true) => Phase::HalfOpen,
+        }
+    }
+
+    fn note(&mut self, success: bool, now: u64, config: &BreakerConfig) {
+        let width = (config.window_ms / SLOTS).max(1);
+        let start = now - now % width;
+        self.window.retain(|(at, _, _)| at + config.window_ms > now);
+        match self.window.last_mut() {
+            Some(slot) if slot.0 == start => {
+                if success {
+                    slot.1 += 1
+                } else {
+                    slot.2 += 1
+                }
+            }
+            _ => self.window.push((start, success as u32, !success as u32)),
+        }
+    }
+
+    fn error_rate(&self) -> (u32, f64) {
+        let (ok, failed) = self
+            .window
+            .iter()
+            .fold((0, 0), |(o, f), (_, so, sf)| (o + so, f + sf));
+        let total = ok + failed;
+        (
+            total,
+            if total == 0 {
+                0.0
+            } else {
+                failed as f64 / total as f64
+            },
+        )
+    }
+
+    fn trip(&mut self, now: u64, reason: String, config: &BreakerConfig) {
+        let cooldown = config
+            .cooldown_ms
+            .saturating_mul(1u64 << self.trips.min(20))
+            .min(config.max_cooldown_ms.max(config.cooldown_ms));
+        self.open = true;
+        self.open_until = now + cooldown;
+        self.trips += 1;
+        self.total_trips += 1;
+        self.reason = reason;
+    }
+
+    fn close(&mut self) {
+        self.open = false;
+        self.consecutive = 0;
+        self.trips = 0;
+        self.window.clear();
+        self.recoveries += 1;
+        self.reason.clear();
+    }
+}
+
+impl Breakers {
+    pub fn new(
+        state: Arc<dyn SharedState>,
+        config: BreakerConfig,
+        when_unavailable: WhenUnavailable,
+    ) -> Breakers {
+        Breakers {
+            state,
+            config,
+            holder: format!("{}-{:08x}", std::process::id(), fastrand::u32(..)),
+            when_unavailable,
+        }
+    }
+
+    pub fn config(&self) -> &BreakerConfig {
+        &self.config
+    }
+
+    /// May a request go to this entry now? `probe_ttl` bounds how long a probe
+    /// may hold the half-open lease (the probe request's own ceiling).
+    pub async fn admit(&self, key: &str, probe_ttl: Duration) -> Admission {
+        let read = async {
+            Ok::<_, crate::state::StateError>((
+                self.state.get(key).await?,
+                self.state.now_ms().await?,
+            ))
+        };
+        let (record, now) = match read.await {
+            Ok((stored, now)) => (decode(stored), now),
+            Err(error) => return self.unavailable(&error.to_string()),
+        };
+        match record.phase(now) {
+            Phase::Closed => Admission::Closed,
+            Phase::Open => Admission::Open {
+                reason: record.reason,
+                retry_in: Duration::from_millis(record.open_until - now),
+            },
+            Phase::HalfOpen => match self
+                .state
+                .try_lease(&lease_key(key), &self.holder, probe_ttl)
+                .await
+            {
+                Ok(true) => Admission::Probe,
+                Ok(false) => Admission::Open {
+                    reason: format!("{}; another request is probing it", record.reason),
+                    retry_in: probe_ttl,
+                },
+                Err(error) => self.unavailable(&error.to_string()),
+            },
+        }
+    }
+
+    fn unavailable(&self, error: &str) -> Admission {
+        tracing::warn!("breaker state unavailable: {error}");
+        match self.when_unavailable {
+            WhenUnavailable::Open => Admission::Closed,
+            WhenUnavailable::Closed => Admission::Open {
+                reason: format!("breaker state unavailable ({error})"),
+                retry_in: Duration::from_secs(5),
+            },
+        }
+    }
+
+    /// Records how a request admitted by [`Breakers::admit`] went. Failures that
+    /// say nothing about the provider's health are not recorded at all.
+    pub async fn record(&self, key: &str, admission: &Admission, success: bool, reason: &str) {
+        let probe = *admission == Admission::Probe;
+        let config = &self.config;
+        let result = self
+            .state
+            .update(
+                key,
+                Some(RECORD_TTL),
+                Box::new(|stored, now| {
+                    let mut record = decode(stored);
+                    match (record.phase(now), probe, success) {
+                        // Only the probe's verdict moves an open breaker.
+                        (Phase::Open | Phase::HalfOpen, true, true) => record.close(),
+                        (Phase::Open | Phase::HalfOpen, true, false) => {
+                            record.trip(now, format!("probe failed: {reason}"), config)
+                        }
+                        (Phase::Open | Phase::HalfOpen, false, _) => {}
+                        (Phase::Closed, _, true) => {
+                            record.consecutive = 0;
+                            record.note(true, now, config);
+                        }
+                        (Phase::Closed, _, false) => {
+                            record.consecutive += 1;
+                            record.note(false, now, config);
+                            let (samples, rate) = record.error_rate();
+                            if record.consecutive >= config.failures {
+                                record.trip(
+                                    now,
+                                    format!(
+                                        "{} failures in a row, last: {reason}",
+                                        record.consecutive
+                                    ),
+                                    config,
+                                );
+                            } else if samples >= config.min_samples && rate >= config.error_rate {
+                                record.trip(
+                                    now,
+                                    format!(
+                                        "{:.0}% of {samples} requests failed, last: {reason}",
+                                        rate * 100.0
+                                    ),
+                                    config,
+                                );
+                            }
+                        }
+                    }
+                    encode(&record)
+                }),
+            )
+            .await;
+        if let Err(error) = result {
+            tracing::warn!("breaker {key}: could not record the outcome: {error}");
+        }
+        if probe
+            && let Err(error) = self
+                .state
+                .release_lease(&lease_key(key), &self.holder)
+                .await
+        {
+            tracing::warn!("breaker {key}: could not release the probe lease: {error}");
+        }
+    }
+
+    /// The request never went out (cancelled, or refused before sending): a
+    /// probe lease goes back unused, so the next caller probes.
+    pub async fn abandon(&self, key: &str, admission: &Admission) {
+        if *admission == Admission::Probe
+            && let Err(error) = self
+                .state
+                .release_lease(&lease_key(key), &self.holder)
+                .await
+        {
+            tracing::warn!("breaker {key}: could not release the probe lease: {error}");
+        }
+    }
+
+    /// Every breaker some process has recorded.
+    pub async fn views(&self) -> Vec<BreakerView> {
+        let now = self.state.now_ms().await.unwrap_or_default();
+        let records = self.state.scan("breaker/").await.unwrap_or_default();
+        records
+            .into_iter()
+            .map(|(key, json)| {
+                let record = decode(Some(json));
+                let phase = record.phase(now);
+                BreakerView {
+                    key: key.trim_start_matches("breaker/").to_owned(),
+                    phase: match phase {
+                        Phase::Closed => "closed",
+                        Phase::Open => "open",
+                        Phase::HalfOpen => "half-open",
+                    }
+                    .into(),
+                    reason: record.reason.clone(),
+                    open_for_ms: if phase == Phase::Open {
+                        record.open_until - now
+                    } else {
+                        0
+                    },
+                    consecutive_failures: record.consecutive,
+                    trips: record.total_trips,
+                    recoveries: record.recoveries,
+                }
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::memory::MemoryState;
+
+    const TTL: Duration = Duration::from_secs(30);
+
+    fn breakers(state: &Arc<MemoryState>) -> Breakers {
+        Breakers::new(
+            state.clone(),
+            BreakerConfig::default(),
+            WhenUnavailable::Open,
+        )
+    }
+
+    async fn fail(b: &Breakers, key: &str, n: usize) {
+        for _ in 0..n {
+            let admission = b.admit(key, TTL).await;
+            b.record(key, &admission, false, "HTTP 503").await;
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn opens_after_consecutive_failures_and_says_why() {
+        let state = Arc::new(MemoryState::new());
+        let b = breakers(&state);
+        fail(&b, "k", 5).await;
+        assert_eq!(b.admit("k", TTL).await, Admission::Closed);
+        fail(&b, "k", 1).await;
+        match b.admit("k", TTL).await {
+            Admission::Open { reason, retry_in } => {
+                assert!(reason.contains("6 failures in a row"), "{reason}");
+                assert_eq!(retry_in, Duration::from_secs(300));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn opens_on_the_error_rate_over_the_window() {
+        let state = Arc::new(MemoryState::new());
+        let b = breakers(&state);
+        for i in 0..10 {
+            let admission = b.admit("k", TTL).await;
+            b.record("k", &admission, i % 2 == 0, "HTTP 500").await;
+        }
+        assert!(matches!(b.admit("k", TTL).await, Admission::Open { .. }));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn old_failures_leave_the_window() {
+        let state = Arc::new(MemoryState::new());
+        let b = breakers(&state);
+        for _ in 0..9 {
+            let admission = b.admit("k", TTL).await;
+            b.record("k", &admission, false, "x").await;
+            b.record("k", &admission, true, "").await;
+            tokio::time::advance(Duration::from_secs(20)).await;
+        }
+        assert_eq!(b.admit("k", TTL).await, Admission::Closed);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn one_probe_among_many_processes_and_its_verdict_is_for_all() {
+        let state = Arc::new(MemoryState::new());
+        let k = key("acct", "p", "m");
+        let processes: Vec<_> = (0..4).map(|_| breakers(&state)).collect();
+        fail(&processes[0], &k, 6).await;
+        tokio::time::advance(Duration::from_secs(301)).await;
+        let mut admissions = Vec::new();
+        for b in &processes {
+            for _ in 0..3 {
+                admissions.push(b.admit(&k, TTL).await);
+            }
+        }
+        let probes = admissions
+            .iter()
+            .filter(|a| **a == Admission::Probe)
+            .count();
+        assert_eq!(probes, 1, "{admissions:?}");
+        let prober = admissions
+            .iter()
+            .position(|a| *a == Admission::Probe)
+            .unwrap()
+            / 3;
+        processes[prober]
+            .record(&k, &Admission::Probe, true, "")
+            .await;
+        for b in &processes {
+            assert_eq!(b.admit(&k, TTL).await, Admission::Closed);
+        }
+        assert_eq!(processes[0].views().await[0].recoveries, 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failed_probe_reopens_with_a_longer_cooldown() {
+        let state = Arc::new(MemoryState::new());
+        let b = breakers(&state);
+        fail(&b, "k", 6).await;
+        tokio::time::advance(Duration::from_secs(300)).await;
+        assert_eq!(b.admit("k", TTL).await, Admission::Probe);
+        b.record("k", &Admission::Probe, false, "HTTP 503").await;
+        match b.admit("k", TTL).await {
+            Admission::Open { reason, retry_in } => {
+                assert!(reason.starts_with("probe failed"), "{reason}");
+                assert_eq!(retry_in, Duration::from_secs(600));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_crashed_probers_lease_expires() {
+        let state = Arc::new(MemoryState::new());
+        let (a, b) = (breakers(&state), breakers(&state));
+        fail(&a, "k", 6).await;
+        tokio::time::advance(Duration::from_secs(300)).await;
+        assert_eq!(a.admit("k", TTL).await, Admission::Probe);
+        drop(a); // crashed: never records a verdict
+        assert!(matches!(b.admit("k", TTL).await, Admission::Open { .. }));
+        tokio::time::advance(TTL + Duration::from_secs(1)).await;
+        assert_eq!(b.admit("k", TTL).await, Admission::Probe);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn late_answers_do_not_move_an_open_breaker() {
+        let state = Arc::new(MemoryState::new());
+        let b = breakers(&state);
+        fail(&b, "k", 6).await;
+        b.record("k", &Admission::Closed, true, "").await;
+        assert!(matches!(b.admit("k", TTL).await, Admission::Open { .. }));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn views_show_every_breaker() {
+        let state = Arc::new(MemoryState::new());
+        let b = breakers(&state);
+        fail(&b, &key("acct", "anthropic", "m"), 6).await;
+        let views = b.views().await;
+        assert_eq!(views.len(), 1);
+        assert_eq!(views[0].key, "acct/anthropic/m");
+        assert_eq!(views[0].phase, "open");
+        assert_eq!(views[0].open_for_ms, 300_000);
+    }
+}

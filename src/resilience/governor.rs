@@ -1,0 +1,682 @@
+//! The quota governor: a client-side token bucket per (account, provider,
+//! model) on each meter the provider has (requests per minute, tokens per
+//! minute, input and output tokens per minute), shared by every process.
+//!
+//! A request reserves its input estimate plus its max output before it leaves
+//! and is corrected with the real usage afterwards. Each response's rate-limit
+//! headers reset the buckets to the remaining capacity the provider reports,
+//! so the fleet uses whatever the account has spare, not a fixed share, while
+//! a floor of headroom stays for the other users of the account. Before any
+//! header is seen, buckets refill at `share` of the configured quota.
+//!
+//! Priority is the floor: autocomplete may draw the bucket nearly to the
+//! headroom, a refactor stops well above it, so a large refactor waits while
+//! interactive work still gets through. No request leaves without its tokens
+//! in hand.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tokio::time::Instant;
+
+use crate::providers::{RateLimits, Usage};
+use crate::state::{BucketOp, BucketSpec, SharedState, WhenUnavailable};
+use crate::task::TaskKind;
+
+#[derive(Clone, Debug, PartialEq, Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct GovernorConfig {
+    /// Share of the quota this fleet takes while it knows only the configured
+    /// quota; once headers report the remaining capacity, it takes what is spare.
+    pub share: f64,
+}
+
+impl Default for GovernorConfig {
+    fn default() -> Self {
+        GovernorConfig { share: 0.9 }
+    }
+}
+
+/// Per-minute quotas an account has with one provider (configured, or learned
+/// from the `*-limit` headers).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Quota {
+    pub requests_per_minute: Option<u64>,
+    pub tokens_per_minute: Option<u64>,
+    pub input_tokens_per_minute: Option<u64>,
+    pub output_tokens_per_minute: Option<u64>,
+}
+
+impl Quota {
+    fn learned(limits: &RateLimits) -> Quota {
+        Quota {
+            requests_per_minute: limits.requests_limit,
+            tokens_per_minute: limits.tokens_limit,
+            input_tokens_per_minute: limits.input_tokens_limit,
+            output_tokens_per_minute: limits.output_tokens_limit,
+        }
+    }
+
+    /// Configured values win; learned ones fill the gaps.
+    fn or(self, other: Quota) -> Quota {
+        Quota {
+            requests_per_minute: self.requests_per_minute.or(other.requests_per_minute),
+            tokens_per_minute: self.tokens_per_minute.or(other.tokens_per_minute),
+            input_tokens_per_minute: self
+                .input_tokens_per_minute
+                .or(other.input_tokens_per_minute),
+            output_tokens_per_minute: self
+                .output_tokens_per_minute
+                .or(other.output_tokens_per_minute),
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        *self == Quota::default()
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+enum Meter {
+    Requests,
+    Tokens,
+    InputTokens,
+    OutputTokens,
+}
+
+impl Meter {
+    const ALL: [Meter; 4] = [
+        Meter::Requests,
+        Meter::Tokens,
+        Meter::InputTokens,
+        Meter::OutputTokens,
+    ];
+
+    fn as_str(self) -> &'static str {
+        match self {
+            Meter::Requests => "requests",
+            Meter::Tokens => "tokens",
+            Meter::InputTokens => "input_tokens",
+            Meter::OutputTokens => "output_tokens",
+        }
+    }
+
+    fn limit(self, quota: &Quota) -> Option<u64> {
+        match self {
+            Meter::Requests => quota.requests_per_minute,
+            Meter::Tokens => quota.tokens_per_minute,
+            Meter::InputTokens => quota.input_tokens_per_minute,
+            Meter::OutputTokens => quota.output_tokens_per_minute,
+        }
+    }
+
+    fn remaining(self, limits: &RateLimits) -> Option<u64> {
+        match self {
+            Meter::Requests => limits.requests_remaining,
+            Meter::Tokens => limits.tokens_remaining,
+            Meter::InputTokens => limits.input_tokens_remaining,
+            Meter::OutputTokens => limits.output_tokens_remaining,
+        }
+    }
+
+    fn amount(self, input: u64, output: u64) -> f64 {
+        (match self {
+            Meter::Requests => 1,
+            Meter::Tokens => input + output,
+            Meter::InputTokens => input,
+            Meter::OutputTokens => output,
+        }) as f64
+    }
+}
+
+/// How far above the headroom a task kind stops drawing: interactive work
+/// may go lowest.
+fn priority_floor(kind: TaskKind) -> f64 {
+    match kind {
+        TaskKind::Autocomplete => 1.0,
+        TaskKind::Explain => 1.5,
+        TaskKind::Refactor => 2.0,
+    }
+}
+
+/// Tokens left for the other users of the account: what their share of the
+/// quota brings in ten seconds, enough for their next request.
+fn headroom(limit: f64, share: f64) -> f64 {
+    (limit * (1.0 - share) / 6.0).max(1.0)
+}
+
+/// Tokens held for one request until [`Governor::settle`].
+#[derive(Clone, Debug)]
+pub struct Reservation {
+    key: String,
+    /// (meter, amount reserved, ticket), per governed meter.
+    held: Vec<(Meter, f64, f64)>,
+    quota: Quota,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("quota for {key}: {reason}")]
+pub struct Starved {
+    pub key: String,
+    pub reason: String,
+    /// How long until it would have fitted.
+    pub wait: Duration,
+}
+
+/// One meter's headroom as status shows it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MeterView {
+    pub key: String,
+    pub meter: String,
+    pub limit: u64,
+    pub available: f64,
+}
+
+pub struct Governor {
+    state: Arc<dyn SharedState>,
+    config: GovernorConfig,
+    when_unavailable: WhenUnavailable,
+}
+
+pub fn key(account: &str, provider: &str, model: &str) -> String {
+    format!("{account}/{provider}/{model}")
+}
+
+fn bucket_key(key: &str, meter: Meter) -> String {
+    format!("quota/{key}/{}", meter.as_str())
+}
+
+fn pause_key(key: &str) -> String {
+    format!("pause/{key}")
+}
+
+fn learned_key(key: &str) -> String {
+    format!("limits/{key}")
+}
+
+impl Governor {
+    pub fn new(
+        state: Arc<dyn SharedState>,
+        config: GovernorConfig,
+        when_unavailable: WhenUnavailable,
+    ) -> Governor {
+        Governor {
+            state,
+            config,
+            when_unavailable,
+        }
+    }
+
+    fn spec(&self, limit: u64, observed: bool) -> BucketSpec {
+        let per_minute = limit as f64;
+        let share = if observed { 1.0 } else { self.config.share };
+        BucketSpec {
+            capacity: per_minute,
+            refill_per_sec: per_minute * share / 60.0,
+        }
+    }
+
+    async fn quota(&self, key: &str, configured: Quota) -> (Quota, bool) {
+        let learned = self
+            .state
+            .get(&learned_key(key))
+            .await
+            .ok()
+            .flatten()
+            .and_then(|json| serde_json::from_value::<Quota>(json).ok());
+        let observed = learned.is_some_and(|q| !q.is_empty());
+        (configured.or(learned.unwrap_or_default()), observed)
+    }
+
+    /// Reserves what one request needs, waiting (until `deadline`) for the
+    /// buckets to refill or a shared pause to end. A request whose tokens cannot
+    /// be in hand by `deadline` is refused: fail over, downshift or park it.
+    pub async fn admit(
+        &self,
+        key: &str,
+        kind: TaskKind,
+        configured: Quota,
+        input_tokens: u64,
+        max_output_tokens: u64,
+        deadline: Instant,
+    ) -> Result<Reservation, Starved> {
+        let starved = |reason: String, wait: Duration| Starved {
+            key: key.to_owned(),
+            reason,
+            wait,
+        };
+        loop {
+            let wait = match self
+                .try_admit(key, kind, configured, input_tokens, max_output_tokens)
+                .await
+            {
+                Ok(Ok(reservation)) => return Ok(reservation),
+                Ok(Err((reason, wait))) => (reason, wait),
+                Err(error) => match self.when_unavailable {
+                    WhenUnavailable::Open => {
+                        tracing::warn!("quota state unavailable, sending ungoverned: {error}");
+                        return Ok(Reservation {
+                            key: key.to_owned(),
+                            held: Vec::new(),
+                            quota: configured,
+                        });
+                    }
+                    WhenUnavailable::Closed => {
+                        return Err(starved(
+                            format!("quota state unavailable ({error})"),
+                            Duration::ZERO,
+                        ));
+                    }
+                },
+            };
+            let (reason, wait) = wait;
+            // A little jitter so waiters on one bucket do not all return at once.
+            let wait = wait + Duration::from_millis(fastrand::u64(0..=50));
+            if Instant::now() + wait > deadline {
+                return Err(starved(reason, wait));
+            }
+            tokio::time::sleep(wait).await;
+        }
+    }
+
+    #[allow(clippy::type_complexity)]
+    async fn try_admit(
+        &self,
+        key: &str,
+        kind: TaskKind,
+        configured: Quota,
+        input_tokens: u64,
+        max_output_tokens: u64,
+    ) -> Result<Result<Reservation, (String, Duration)>, crate::state::StateError> {
+        if let Some(until) = self
+            .state
+            .get(&pause_key(key))
+            .await?
+            .and_then(|j| j.as_u64())
+        {
+            let now = self.state.now_ms().await?;
+            if until > now {
+                return Ok(Err((
+                    "paused by a rate limit".into(),
+                    Duration::from_millis(until - now),
+                )));
+            }
+        }
+        let (quota, observed) = self.quota(key, configured).await;
+        let mut held = Vec::new();
+        for meter in Meter::ALL {
+            let Some(limit) = meter.limit(&quota) else {
+                continue;
+            };
+            let amount = meter.amount(input_tokens, max_output_tokens);
+            let spec = self.spec(limit, observed);
+            let floor = headroom(limit as f64, self.config.share) * priority_floor(kind);
+            // A request too large to ever fit above the floor may draw into it
+            // from a full bucket rather than starve forever.
+            let floor = floor.min((spec.capacity - amount).max(0.0));
+            let reply = self
+                .state
+                .bucket(
+                    &bucket_key(key, meter),
+                    spec,
+                    BucketOp::Take { amount, floor },
+                )
+                .await?;
+            if !reply.granted {
+                self.release(key, &held, &quota, observed).await;
+                let reason = format!(
+                    "{} needs {amount:.0} {} with {:.0} available above the {floor:.0} kept for others",
+                    kind.as_str(),
+                    meter.as_str(),
+                    reply.level
+                );
+                return Ok(Err((reason, reply.wait)));
+            }
+            held.push((meter, amount, reply.ticket));
+        }
+        Ok(Ok(Reservation {
+            key: key.to_owned(),
+            held,
+            quota: configured,
+        }))
+    }
+
+    async fn release(&self, key: &str, held: &[(Meter, f64, f64)], quota: &Quota, observed: bool) {
+        for (meter, amount, _) in held {
+            let Some(limit) = meter.limit(quota) else {
+                continue;
+            };
+            let op = BucketOp::Adjust { delta: *amount };
+            if let Err(error) = self
+                .state
+                .bucket(&bucket_key(key, *meter), self.spec(limit, observed), op)
+                .await
+            {
+                tracing::warn!("quota {key}: could not give back a reservation: {error}");
+            }
+        }
+    }
+
+    /// Learns from the response's rate-limit headers (sent before the answer):
+    /// the limits, and the remaining capacity as of this request.
+    pub async fn observe(&self, reservation: &Reservation, limits: &RateLimits) {
+        let learned = Quota::learned(limits);
+        if !learned.is_empty() {
+            let result = self
+                .state
+                .update(
+                    &learned_key(&reservation.key),
+                    Some(crate::state::bucket::TTL),
+                    Box::new(|_, _| Some(serde_json::to_value(learned).expect("quota serialises"))),
+                )
+                .await;
+            if let Err(error) = result {
+                tracing::warn!(
+                    "quota {}: could not store learned limits: {error}",
+                    reservation.key
+                );
+            }
+        }
+        let quota = reservation.quota.or(learned);
+        for meter in Meter::ALL {
+            let (Some(limit), Some(remaining)) = (meter.limit(&quota), meter.remaining(limits))
+            else {
+                continue;
+            };
+            let ticket = reservation
+                .held
+                .iter()
+                .find(|(m, _, _)| *m == meter)
+                .map_or(f64::MAX, |(_, _, t)| *t);
+            let op = BucketOp::Observe {
+                remaining: remaining as f64,
+                ticket,
+            };
+            if let Err(error) = self
+                .state
+                .bucket(
+                    &bucket_key(&reservation.key, meter),
+                    self.spec(limit, true),
+                    op,
+                )
+                .await
+            {
+                tracing::warn!(
+                    "quota {}: could not record remaining capacity: {error}",
+                    reservation.key
+                );
+            }
+        }
+    }
+
+    /// Corrects a finished request's reservation with what it really used.
+    /// `None` usage (the request failed before the provider counted it) gives
+    /// back the whole output reservation and keeps the input charged.
+    pub async fn settle(&self, reservation: Reservation, usage: Option<Usage>) {
+        let (quota, observed) = self.quota(&reservation.key, reservation.quota).await;
+        for (meter, amount, _) in &reservation.held {
+            let used = match usage {
+                Some(usage) => meter.amount(usage.input_tokens, usage.output_tokens),
+                None if *meter == Meter::Requests => 1.0,
+                None => 0.0,
+            };
+            let refund = amount - used;
+            let Some(limit) = meter.limit(&quota) else {
+                continue;
+            };
+            if refund.abs() < f64::EPSILON {
+                continue;
+            }
+            let op = BucketOp::Adjust { delta: refund };
+            if let Err(error) = self
+                .state
+                .bucket(
+                    &bucket_key(&reservation.key, *meter),
+                    self.spec(limit, observed),
+                    op,
+                )
+                .await
+            {
+                tracing::warn!("quota {}: could not settle usage: {error}", reservation.key);
+            }
+        }
+    }
+
+    /// Stops every process from sending to `key` for `wait` (a 429 said so).
+    pub async fn pause(&self, key: &str, wait: Duration) {
+        let result = self
+            .state
+            .update(
+                &pause_key(key),
+                Some(wait + Duration::from_secs(1)),
+                Box::new(|stored, now| {
+                    let until = now + wait.as_millis() as u64;
+                    Some(
+                        stored
+                            .and_then(|j| j.as_u64())
+                            .unwrap_or(0)
+                            .max(until)
+                            .into(),
+                    )
+                }),
+            )
+            .await;
+        if let Err(error) = result {
+            tracing::warn!("quota {key}: could not share the pause: {error}");
+        }
+    }
+
+    /// Every governed meter with its limit and what is available now.
+    pub async fn views(&self) -> Vec<MeterView> {
+        let mut views = Vec::new();
+        for (learned, json) in self.state.scan("limits/").await.unwrap_or_default() {
+            let key = learned.trim_start_matches("limits/").to_owned();
+            let Ok(quota) = serde_json::from_value::<Quota>(json) else {
+                continue;
+            };
+            for meter in Meter::ALL {
+                let Some(limit) = meter.limit(&quota) else {
+                    continue;
+                };
+                let Ok(reply) = self
+                    .state
+                    .bucket(
+                        &bucket_key(&key, meter),
+                        self.spec(limit, true),
+                        BucketOp::Peek,
+                    )
+                    .await
+                else {
+                    continue;
+                };
+                views.push(MeterView {
+                    key: key.clone(),
+                    meter: meter.as_str().into(),
+                    limit,
+                    available: reply.level.max(0.0).floor(),
+                });
+            }
+        }
+        views
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::memory::MemoryState;
+
+    const TPM: Quota = Quota {
+        requests_per_minute: Some(60),
+        tokens_per_minute: Some(60_000),
+        input_tokens_per_minute: None,
+        output_tokens_per_minute: None,
+    };
+
+    fn governor(state: &Arc<MemoryState>) -> Governor {
+        Governor::new(
+            state.clone(),
+            GovernorConfig::default(),
+            WhenUnavailable::Open,
+        )
+    }
+
+    fn soon() -> Instant {
+        Instant::now() + Duration::from_millis(1)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn reserves_on_every_configured_meter_and_refuses_past_the_deadline() {
+        let state = Arc::new(MemoryState::new());
+        let g = governor(&state);
+        // Headroom: 60,000 x 10 % / 6 = 1,000 tokens; autocomplete keeps 1,000 back.
+        let r = g
+            .admit("k", TaskKind::Autocomplete, TPM, 40_000, 10_000, soon())
+            .await
+            .unwrap();
+        assert_eq!(r.held.len(), 2);
+        let refused = g
+            .admit("k", TaskKind::Autocomplete, TPM, 8_000, 2_000, soon())
+            .await
+            .unwrap_err();
+        assert!(refused.reason.contains("tokens"), "{}", refused.reason);
+        // 10,000 short of 10,000 + 1,000 floor at 900 tokens/s (90 % of 60,000/min).
+        assert!(refused.wait > Duration::from_secs(1), "{:?}", refused.wait);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn waits_for_the_refill_within_the_deadline() {
+        let state = Arc::new(MemoryState::new());
+        let g = governor(&state);
+        g.admit("k", TaskKind::Explain, TPM, 50_000, 8_000, soon())
+            .await
+            .unwrap();
+        let started = Instant::now();
+        g.admit(
+            "k",
+            TaskKind::Explain,
+            TPM,
+            5_000,
+            1_000,
+            started + Duration::from_secs(30),
+        )
+        .await
+        .unwrap();
+        let waited = started.elapsed();
+        assert!(
+            waited >= Duration::from_secs(5) && waited < Duration::from_secs(10),
+            "{waited:?}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn interactive_work_gets_through_where_a_refactor_waits() {
+        let state = Arc::new(MemoryState::new());
+        let g = governor(&state);
+        g.admit("k", TaskKind::Refactor, TPM, 55_000, 1_500, soon())
+            .await
+            .unwrap();
+        // 3,500 left: a refactor stops 2,000 above, autocomplete 1,000 above.
+        assert!(
+            g.admit("k", TaskKind::Refactor, TPM, 1_000, 1_000, soon())
+                .await
+                .is_err()
+        );
+        assert!(
+            g.admit("k", TaskKind::Autocomplete, TPM, 1_000, 1_000, soon())
+                .await
+                .is_ok()
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn settling_gives_back_what_was_not_used() {
+        let state = Arc::new(MemoryState::new());
+        let g = governor(&state);
+        let r = g
+            .admit("k", TaskKind::Explain, TPM, 20_000, 38_000, soon())
+            .await
+            .unwrap();
+        assert!(
+            g.admit("k", TaskKind::Explain, TPM, 20_000, 0, soon())
+                .await
+                .is_err()
+        );
+        g.settle(
+            r,
+            Some(Usage {
+                input_tokens: 20_000,
+                output_tokens: 500,
+            }),
+        )
+        .await;
+        assert!(
+            g.admit("k", TaskKind::Explain, TPM, 20_000, 0, soon())
+                .await
+                .is_ok()
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn headers_teach_the_limits_and_the_spare_capacity() {
+        let state = Arc::new(MemoryState::new());
+        let g = governor(&state);
+        let none = Quota::default();
+        let first = g
+            .admit("k", TaskKind::Explain, none, 1_000, 1_000, soon())
+            .await
+            .unwrap();
+        assert!(
+            first.held.is_empty(),
+            "nothing to govern before the limits are known"
+        );
+        let limits = RateLimits {
+            tokens_limit: Some(100_000),
+            tokens_remaining: Some(10_000),
+            ..RateLimits::default()
+        };
+        g.observe(&first, &limits).await;
+        // Someone else on the account used most of it: 10,000 left.
+        assert!(
+            g.admit("k", TaskKind::Explain, none, 9_000, 0, soon())
+                .await
+                .is_err()
+        );
+        assert!(
+            g.admit("k", TaskKind::Explain, none, 6_000, 0, soon())
+                .await
+                .is_ok()
+        );
+        let views = g.views().await;
+        assert_eq!(views.len(), 1);
+        assert_eq!(views[0].limit, 100_000);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_shared_pause_holds_every_process() {
+        let state = Arc::new(MemoryState::new());
+        let (a, b) = (governor(&state), governor(&state));
+        a.pause("k", Duration::from_secs(2)).await;
+        let refused = b
+            .admit("k", TaskKind::Autocomplete, TPM, 10, 10, soon())
+            .await
+            .unwrap_err();
+        assert!(refused.reason.contains("paused"));
+        let started = Instant::now();
+        b.admit(
+            "k",
+            TaskKind::Explain,
+            TPM,
+            10,
+            10,
+            started + Duration::from_secs(5),
+        )
+        .await
+        .unwrap();
+        assert!(started.elapsed() >= Duration::from_secs(2));
+    }
+}

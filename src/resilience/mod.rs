@@ -1,0 +1,57 @@
+//! Resilience shared by every switchyard process: error classes, backoff and
+//! retry budgets, circuit breakers, the quota governor, and checkpoint-and-park
+//! for long work. State lives in [`crate::state`].
+
+pub mod backoff;
+pub mod breaker;
+pub mod classify;
+pub mod governor;
+pub mod park;
+
+use std::sync::Arc;
+
+use crate::config::ResilienceConfig;
+use crate::state::{SharedState, StateError};
+use backoff::BackoffConfig;
+use breaker::Breakers;
+use governor::Governor;
+
+/// The resilience machinery one process uses, over one shared state.
+pub struct Resilience {
+    pub state: Arc<dyn SharedState>,
+    pub breakers: Breakers,
+    pub governor: Governor,
+    pub backoff: BackoffConfig,
+}
+
+impl Resilience {
+    pub fn new(state: Arc<dyn SharedState>, config: &ResilienceConfig) -> Resilience {
+        Resilience {
+            breakers: Breakers::new(
+                state.clone(),
+                config.breaker.clone(),
+                config.when_unavailable,
+            ),
+            governor: Governor::new(
+                state.clone(),
+                config.governor.clone(),
+                config.when_unavailable,
+            ),
+            backoff: config.backoff.clone(),
+            state,
+        }
+    }
+
+    /// Opens the configured backend.
+    pub fn open(config: &ResilienceConfig) -> Result<Resilience, StateError> {
+        Ok(Resilience::new(crate::state::open(&config.state)?, config))
+    }
+
+    /// Unshared state in this process (tests, benchmarks).
+    pub fn in_memory() -> Resilience {
+        Resilience::new(
+            Arc::new(crate::state::memory::MemoryState::new()),
+            &ResilienceConfig::default(),
+        )
+    }
+}

@@ -1,0 +1,258 @@
+//! Checkpoint and park: a refactor that meets an open breaker or runs out of
+//! budget is kept, not failed. Its checkpoint (the request, the document
+//! versions it was made against, the partial output so far, completed steps,
+//! a note) is written atomically to the state dir, so it survives a restart or
+//! a `kill -9`. When a route opens again it resumes from the checkpoint: the
+//! partial output is continued, not thrown away.
+//!
+//! One process resumes a checkpoint at a time: the claim is a lease in the
+//! shared state, so a crashed resumer's claim expires and another takes over.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+
+use crate::context::chat::PromptParts;
+use crate::state::SharedState;
+use crate::state::file::{create_private_dir, replace_file};
+use crate::task::TaskKind;
+
+/// A document as the parked task saw it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DocumentVersion {
+    pub uri: String,
+    pub version: i32,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Checkpoint {
+    pub id: String,
+    pub kind: TaskKind,
+    pub system: String,
+    pub parts: PromptParts,
+    pub documents: Vec<DocumentVersion>,
+    /// Output streamed before the task was parked; resumed as a continuation.
+    pub partial: String,
+    /// Completed sub-steps of multi-file work.
+    pub steps_done: Vec<String>,
+    /// Why it was parked, for the editor.
+    pub note: String,
+    /// Where the answer goes when it comes: opaque to everything but the front
+    /// end that parked it (the LSP keeps the edit range here).
+    pub target: serde_json::Value,
+    /// Which front end may resume it (a workspace root), so a restarted server
+    /// picks up its own work and not another window's.
+    pub owner: String,
+    pub parked_at_ms: u64,
+    pub attempts: u32,
+}
+
+pub struct ParkingLot {
+    dir: PathBuf,
+    state: Arc<dyn SharedState>,
+    holder: String,
+}
+
+/// How long a resumer's claim lives without renewal: a resumed refactor that
+/// outlives it is re-claimable, so keep it above the refactor ceiling.
+pub const CLAIM_TTL: Duration = Duration::from_secs(600);
+
+impl ParkingLot {
+    pub fn open(dir: PathBuf, state: Arc<dyn SharedState>) -> std::io::Result<ParkingLot> {
+        create_private_dir(&dir)?;
+        Ok(ParkingLot {
+            dir,
+            state,
+            holder: format!("{}-{:08x}", std::process::id(), fastrand::u32(..)),
+        })
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn path(&self, id: &str) -> PathBuf {
+        self.dir.join(format!("{id}.json"))
+    }
+
+    /// Writes (or rewrites) a checkpoint; atomic and private (0600).
+    pub fn park(&self, checkpoint: &Checkpoint) -> std::io::Result<()> {
+        let bytes = serde_json::to_vec_pretty(checkpoint).map_err(std::io::Error::other)?;
+        replace_file(&self.path(&checkpoint.id), &bytes)
+    }
+
+    /// Every readable checkpoint, oldest first. A corrupt file is reported and
+    /// moved aside (never a crash, never silently deleted).
+    pub fn list(&self) -> Vec<Checkpoint> {
+        let Ok(entries) = std::fs::read_dir(&self.dir) else {
+            return Vec::new();
+        };
+        let mut parked: Vec<Checkpoint> = entries
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|x| x == "json"))
+            .filter_map(|path| {
+                let bytes = std::fs::read(&path).ok()?;
+                match serde_json::from_slice(&bytes) {
+                    Ok(checkpoint) => Some(checkpoint),
+                    Err(error) => {
+                        let aside = path.with_extension("corrupt");
+                        tracing::warn!(
+                            "parked task {} is unreadable ({error}); moved to {}",
+                            path.display(),
+                            aside.display()
+                        );
+                        let _ = std::fs::rename(&path, aside);
+                        None
+                    }
+                }
+            })
+            .collect();
+        parked.sort_by_key(|c| c.parked_at_ms);
+        parked
+    }
+
+    /// Parked tasks of one owner.
+    pub fn owned_by(&self, owner: &str) -> Vec<Checkpoint> {
+        self.list()
+            .into_iter()
+            .filter(|c| c.owner == owner)
+            .collect()
+    }
+
+    /// Claims a checkpoint for resuming; `false` when another process has it.
+    pub async fn claim(&self, id: &str) -> bool {
+        match self
+            .state
+            .try_lease(&format!("park/{id}"), &self.holder, CLAIM_TTL)
+            .await
+        {
+            Ok(claimed) => claimed,
+            Err(error) => {
+                tracing::warn!("cannot claim parked task {id}: {error}");
+                false
+            }
+        }
+    }
+
+    /// Gives a claim back (the task stays parked).
+    pub async fn unclaim(&self, id: &str) {
+        let _ = self
+            .state
+            .release_lease(&format!("park/{id}"), &self.holder)
+            .await;
+    }
+
+    /// The task is done (or the user discarded it).
+    pub async fn finish(&self, id: &str) {
+        if let Err(error) = std::fs::remove_file(self.path(id))
+            && error.kind() != std::io::ErrorKind::NotFound
+        {
+            tracing::warn!("could not remove parked task {id}: {error}");
+        }
+        self.unclaim(id).await;
+    }
+}
+
+pub fn new_id() -> String {
+    format!("{}-{:08x}", now_ms(), fastrand::u32(..))
+}
+
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::memory::MemoryState;
+
+    fn checkpoint(owner: &str) -> Checkpoint {
+        Checkpoint {
+            id: new_id(),
+            kind: TaskKind::Refactor,
+            system: "s".into(),
+            parts: PromptParts {
+                language: "rust".into(),
+                file_name: "a.rs".into(),
+                before: "fn a() {}\n".into(),
+                selection: "fn b() {}".into(),
+                after: String::new(),
+                instruction: "rename".into(),
+            },
+            documents: vec![DocumentVersion {
+                uri: "file:///a.rs".into(),
+                version: 3,
+            }],
+            partial: "fn renamed(".into(),
+            steps_done: Vec::new(),
+            note: "breaker open".into(),
+            target: serde_json::json!({"range": [1, 2]}),
+            owner: owner.into(),
+            parked_at_ms: now_ms(),
+            attempts: 1,
+        }
+    }
+
+    fn lot(dir: &Path, state: &Arc<MemoryState>) -> ParkingLot {
+        ParkingLot::open(dir.join("parked"), state.clone()).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_parked_task_survives_a_new_lot_on_the_same_dir() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = Arc::new(MemoryState::new());
+        let parked = checkpoint("file:///ws");
+        lot(dir.path(), &state).park(&parked).unwrap();
+        // A restarted process opens the same directory.
+        let restarted = lot(dir.path(), &state);
+        assert_eq!(restarted.owned_by("file:///ws"), vec![parked.clone()]);
+        assert!(restarted.owned_by("file:///other").is_empty());
+        restarted.finish(&parked.id).await;
+        assert!(restarted.list().is_empty());
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn checkpoints_are_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let state = Arc::new(MemoryState::new());
+        let lot = lot(dir.path(), &state);
+        let parked = checkpoint("o");
+        lot.park(&parked).unwrap();
+        let mode = std::fs::metadata(lot.path(&parked.id))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
+
+    #[test]
+    fn a_corrupt_checkpoint_is_moved_aside() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = Arc::new(MemoryState::new());
+        let lot = lot(dir.path(), &state);
+        std::fs::write(lot.dir().join("broken.json"), b"{\"id\": ").unwrap();
+        lot.park(&checkpoint("o")).unwrap();
+        assert_eq!(lot.list().len(), 1);
+        assert!(lot.dir().join("broken.corrupt").exists());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn one_process_resumes_a_checkpoint_at_a_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = Arc::new(MemoryState::new());
+        let (a, b) = (lot(dir.path(), &state), lot(dir.path(), &state));
+        let parked = checkpoint("o");
+        a.park(&parked).unwrap();
+        assert!(a.claim(&parked.id).await);
+        assert!(!b.claim(&parked.id).await);
+        a.unclaim(&parked.id).await;
+        assert!(b.claim(&parked.id).await);
+    }
+}

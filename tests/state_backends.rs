@@ -1,0 +1,605 @@
+//! One contract, three backends: what `SharedState` promises must hold for the
+//! in-memory, file and Redis backends alike. The Redis tests start a real
+//! `redis-server` (Debian package `redis-server`, installed by scripts/setup) on
+//! a free local port, and fail rather than skip when it is missing.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use switchyard::state::bucket::{self, Record};
+use switchyard::state::file::FileState;
+use switchyard::state::memory::MemoryState;
+use switchyard::state::redis::RedisState;
+use switchyard::state::{BucketOp, BucketSpec, Json, SharedState};
+
+const SHORT_TTL: Duration = Duration::from_millis(300);
+const PAST_SHORT_TTL: Duration = Duration::from_millis(500);
+
+// ---------------------------------------------------------------- the contract
+
+async fn contract(state: &dyn SharedState) {
+    records_update_and_read_back(state).await;
+    scan_lists_live_records_under_a_prefix_in_key_order(state).await;
+    records_expire_after_their_ttl(state).await;
+    leases_have_one_holder_until_release_or_expiry(state).await;
+    buckets_take_refill_and_observe(state).await;
+    bucket_operations_match_bucket_apply_on_the_backend_clock(state).await;
+}
+
+async fn records_update_and_read_back(state: &dyn SharedState) {
+    assert_eq!(state.get("breaker/openai:gpt-4.1").await.unwrap(), None);
+    let mut first_now = 0;
+    let stored = state
+        .update(
+            "breaker/openai:gpt-4.1",
+            None,
+            Box::new(|old, now| {
+                assert_eq!(old, None);
+                first_now = now;
+                Some(json!({"failures": 1, "open": false}))
+            }),
+        )
+        .await
+        .unwrap();
+    assert_eq!(stored, Some(json!({"failures": 1, "open": false})));
+    let stored = state
+        .update(
+            "breaker/openai:gpt-4.1",
+            None,
+            Box::new(|old, now| {
+                assert!(now >= first_now, "the backend clock does not go back");
+                let failures = old
+                    .as_ref()
+                    .and_then(|o| o["failures"].as_u64())
+                    .unwrap_or(0);
+                Some(json!({"failures": failures + 1, "open": true}))
+            }),
+        )
+        .await
+        .unwrap();
+    assert_eq!(stored, Some(json!({"failures": 2, "open": true})));
+    assert_eq!(state.get("breaker/openai:gpt-4.1").await.unwrap(), stored);
+
+    let removed = state
+        .update("breaker/openai:gpt-4.1", None, Box::new(|_, _| None))
+        .await
+        .unwrap();
+    assert_eq!(removed, None);
+    assert_eq!(state.get("breaker/openai:gpt-4.1").await.unwrap(), None);
+}
+
+async fn scan_lists_live_records_under_a_prefix_in_key_order(state: &dyn SharedState) {
+    let keys = [
+        "scan/b",
+        "scan/a:1",
+        "scan/*[x]?",
+        "scanner/c",
+        "other/scan/d",
+    ];
+    for key in keys {
+        state
+            .update(key, None, Box::new(move |_, _| Some(Json::from(key))))
+            .await
+            .unwrap();
+    }
+    let found = state.scan("scan/").await.unwrap();
+    let expected: Vec<(String, Json)> = ["scan/*[x]?", "scan/a:1", "scan/b"]
+        .into_iter()
+        .map(|k| (k.to_owned(), Json::from(k)))
+        .collect();
+    assert_eq!(found, expected);
+    assert_eq!(
+        state.scan("scan/*").await.unwrap().len(),
+        1,
+        "glob characters are literal"
+    );
+    assert!(state.scan("nothing/").await.unwrap().is_empty());
+}
+
+async fn records_expire_after_their_ttl(state: &dyn SharedState) {
+    state
+        .update(
+            "ttl/short",
+            Some(SHORT_TTL),
+            Box::new(|_, _| Some(json!(1))),
+        )
+        .await
+        .unwrap();
+    state
+        .update(
+            "ttl/long",
+            Some(Duration::from_secs(60)),
+            Box::new(|_, _| Some(json!(2))),
+        )
+        .await
+        .unwrap();
+    assert_eq!(state.get("ttl/short").await.unwrap(), Some(json!(1)));
+    tokio::time::sleep(PAST_SHORT_TTL).await;
+    assert_eq!(state.get("ttl/short").await.unwrap(), None);
+    assert_eq!(state.get("ttl/long").await.unwrap(), Some(json!(2)));
+    let keys: Vec<String> = state
+        .scan("ttl/")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(k, _)| k)
+        .collect();
+    assert_eq!(keys, ["ttl/long"]);
+    state
+        .update(
+            "ttl/short",
+            None,
+            Box::new(|old, _| {
+                assert_eq!(old, None, "an update sees an expired record as absent");
+                Some(json!(3))
+            }),
+        )
+        .await
+        .unwrap();
+}
+
+async fn leases_have_one_holder_until_release_or_expiry(state: &dyn SharedState) {
+    let ttl = Duration::from_secs(30);
+    assert!(state.try_lease("lease/probe", "a", ttl).await.unwrap());
+    assert!(!state.try_lease("lease/probe", "b", ttl).await.unwrap());
+    assert!(
+        !state.try_lease("lease/probe", "a", ttl).await.unwrap(),
+        "a lease is not re-entrant"
+    );
+    assert_eq!(state.get("lease/probe").await.unwrap(), Some(json!("a")));
+    state.release_lease("lease/probe", "b").await.unwrap();
+    assert!(
+        !state.try_lease("lease/probe", "b", ttl).await.unwrap(),
+        "only the holder releases"
+    );
+    state.release_lease("lease/probe", "a").await.unwrap();
+    assert!(state.try_lease("lease/probe", "b", ttl).await.unwrap());
+
+    assert!(
+        state
+            .try_lease("lease/crashed", "a", SHORT_TTL)
+            .await
+            .unwrap()
+    );
+    tokio::time::sleep(PAST_SHORT_TTL).await;
+    assert!(
+        state.try_lease("lease/crashed", "c", ttl).await.unwrap(),
+        "a crashed holder's lease expires"
+    );
+}
+
+async fn buckets_take_refill_and_observe(state: &dyn SharedState) {
+    // No refill: every level is exact.
+    let still = BucketSpec {
+        capacity: 1000.0,
+        refill_per_sec: 0.0,
+    };
+    let first = state
+        .bucket(
+            "bucket/still",
+            still,
+            BucketOp::Take {
+                amount: 100.0,
+                floor: 0.0,
+            },
+        )
+        .await
+        .unwrap();
+    assert!(first.granted);
+    assert_eq!(first.level, 900.0);
+    let second = state
+        .bucket(
+            "bucket/still",
+            still,
+            BucketOp::Take {
+                amount: 300.0,
+                floor: 0.0,
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!((second.level, second.ticket), (600.0, 400.0));
+    let refused = state
+        .bucket(
+            "bucket/still",
+            still,
+            BucketOp::Take {
+                amount: 600.0,
+                floor: 100.0,
+            },
+        )
+        .await
+        .unwrap();
+    assert!(!refused.granted);
+    assert_eq!(
+        refused.wait,
+        Duration::from_secs(86_400),
+        "no refill: wait the maximum"
+    );
+    // The provider saw only the first request and reports 850 left.
+    let observed = state
+        .bucket(
+            "bucket/still",
+            still,
+            BucketOp::Observe {
+                remaining: 850.0,
+                ticket: first.ticket,
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(observed.level, 550.0);
+    let adjusted = state
+        .bucket("bucket/still", still, BucketOp::Adjust { delta: 25.5 })
+        .await
+        .unwrap();
+    assert_eq!(adjusted.level, 575.5);
+    let peeked = state
+        .bucket("bucket/still", still, BucketOp::Peek)
+        .await
+        .unwrap();
+    assert_eq!(peeked.level, 575.5);
+    let record: Record =
+        serde_json::from_value(state.get("bucket/still").await.unwrap().unwrap()).unwrap();
+    assert_eq!(
+        (record.level, record.reserved),
+        (575.5, 400.0),
+        "get reads the bucket record"
+    );
+
+    // 1000 per second: emptied, refused, refilled after a pause.
+    let fast = BucketSpec {
+        capacity: 100.0,
+        refill_per_sec: 1000.0,
+    };
+    let take_all = BucketOp::Take {
+        amount: 100.0,
+        floor: 0.0,
+    };
+    assert!(
+        state
+            .bucket("bucket/fast", fast, take_all)
+            .await
+            .unwrap()
+            .granted
+    );
+    let refused = state.bucket("bucket/fast", fast, take_all).await.unwrap();
+    if !refused.granted {
+        assert!(refused.wait <= Duration::from_millis(100), "{refused:?}");
+    }
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    assert!(
+        state
+            .bucket("bucket/fast", fast, take_all)
+            .await
+            .unwrap()
+            .granted,
+        "refilled"
+    );
+}
+
+/// Reads each stored record before and after an operation; the record's `at`
+/// is the backend's now, so [`bucket::apply`] must reproduce the reply and the
+/// stored record exactly. For Redis this checks the Lua script against Rust.
+async fn bucket_operations_match_bucket_apply_on_the_backend_clock(state: &dyn SharedState) {
+    let spec = BucketSpec {
+        capacity: 1000.0,
+        refill_per_sec: 7.3,
+    };
+    let key = "bucket/mirror";
+    // Start from a record that was left idle two minutes ago, half spent.
+    state
+        .update(
+            key,
+            Some(bucket::TTL),
+            Box::new(|_, now| {
+                let ago = now.saturating_sub(120_000);
+                let record = Record {
+                    level: 400.25,
+                    at: ago,
+                    reserved: 600.0,
+                    last_take: ago,
+                };
+                Some(serde_json::to_value(record).unwrap())
+            }),
+        )
+        .await
+        .unwrap();
+    let ops = [
+        BucketOp::Take {
+            amount: 333.3,
+            floor: 0.0,
+        },
+        BucketOp::Take {
+            amount: 150.0,
+            floor: 50.0,
+        },
+        BucketOp::Take {
+            amount: 10_000.0,
+            floor: 0.0,
+        },
+        BucketOp::Adjust { delta: 123.456 },
+        BucketOp::Observe {
+            remaining: 777.7,
+            ticket: 700.0,
+        },
+        BucketOp::Adjust { delta: -2_000.0 },
+        BucketOp::Peek,
+        BucketOp::Take {
+            amount: 0.1,
+            floor: -5_000.0,
+        },
+    ];
+    for op in ops {
+        let before = state.get(key).await.unwrap();
+        let reply = state.bucket(key, spec, op).await.unwrap();
+        let after = state.get(key).await.unwrap().expect("the bucket is stored");
+        let now = serde_json::from_value::<Record>(after.clone()).unwrap().at;
+        let (expected_record, expected_reply) = bucket::apply(before, &spec, &op, now);
+        assert_eq!(reply, expected_reply, "{op:?}");
+        assert_eq!(
+            serde_json::from_value::<Record>(after).unwrap(),
+            serde_json::from_value::<Record>(expected_record).unwrap(),
+            "{op:?}"
+        );
+    }
+}
+
+// ---------------------------------------------------------------- backends
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn memory_backend_keeps_the_contract() {
+    contract(&MemoryState::new()).await;
+}
+
+#[tokio::test]
+async fn file_backend_keeps_the_contract() {
+    let dir = tempfile::tempdir().unwrap();
+    contract(&FileState::open(dir.path().join("shared")).unwrap()).await;
+}
+
+#[tokio::test]
+async fn redis_backend_keeps_the_contract() {
+    let server = RedisServer::start();
+    contract(&RedisState::open(&server.url()).unwrap()).await;
+}
+
+#[tokio::test]
+async fn open_picks_the_backend_from_the_url() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = switchyard::state::open(&format!("file://{}", dir.path().display())).unwrap();
+    assert!(file.describe().starts_with("file "), "{}", file.describe());
+    assert_eq!(
+        switchyard::state::open("memory").unwrap().describe(),
+        "memory"
+    );
+    let redis = switchyard::state::open("redis://:hunter2@127.0.0.1:6399/0").unwrap();
+    assert_eq!(redis.describe(), "redis://***@127.0.0.1:6399/0");
+    assert!(switchyard::state::open("ftp://x").is_err());
+}
+
+// ---------------------------------------------------------------- processes racing
+
+/// `count` separately opened instances (as separate processes would have), each
+/// on its own thread and runtime, start together and run `work`.
+fn race<S, T>(
+    count: usize,
+    open: impl Fn() -> S,
+    work: impl Fn(S, usize) -> T + Send + Sync + 'static,
+) -> Vec<T>
+where
+    S: Send + 'static,
+    T: Send + 'static,
+{
+    let barrier = Arc::new(Barrier::new(count));
+    let work = Arc::new(work);
+    let threads: Vec<_> = (0..count)
+        .map(|i| {
+            let state = open();
+            let barrier = barrier.clone();
+            let work = work.clone();
+            std::thread::spawn(move || {
+                barrier.wait();
+                work(state, i)
+            })
+        })
+        .collect();
+    threads.into_iter().map(|t| t.join().unwrap()).collect()
+}
+
+fn exactly_one_takes_the_lease<S: SharedState + 'static>(open: impl Fn() -> S) {
+    let winners = race(8, open, |state, i| {
+        runtime()
+            .block_on(state.try_lease(
+                "breaker/probe",
+                &format!("holder-{i}"),
+                Duration::from_secs(30),
+            ))
+            .unwrap()
+    });
+    assert_eq!(winners.iter().filter(|won| **won).count(), 1, "{winners:?}");
+}
+
+fn increments_are_never_lost<S: SharedState + 'static>(open: impl Fn() -> S) {
+    race(8, &open, |state, _| {
+        runtime().block_on(async {
+            for _ in 0..50 {
+                state
+                    .update(
+                        "count",
+                        None,
+                        Box::new(|n, _| Some(json!(n.and_then(|n| n.as_u64()).unwrap_or(0) + 1))),
+                    )
+                    .await
+                    .unwrap();
+            }
+        })
+    });
+    assert_eq!(
+        runtime().block_on(open().get("count")).unwrap(),
+        Some(json!(400))
+    );
+}
+
+#[test]
+fn file_instances_on_one_dir_share_leases_and_counts() {
+    let dir = tempfile::tempdir().unwrap();
+    let open = || FileState::open(dir.path().to_path_buf()).unwrap();
+    exactly_one_takes_the_lease(open);
+    increments_are_never_lost(open);
+}
+
+#[test]
+fn redis_instances_on_one_server_share_leases_and_counts() {
+    let server = RedisServer::start();
+    let open = || RedisState::open(&server.url()).unwrap();
+    exactly_one_takes_the_lease(open);
+    increments_are_never_lost(open);
+}
+
+// ---------------------------------------------------------------- Redis down
+
+#[tokio::test]
+async fn an_unreachable_redis_fails_fast_without_revealing_the_password() {
+    let closed_port = free_port();
+    let state =
+        switchyard::state::open(&format!("redis://:hunter2@127.0.0.1:{closed_port}")).unwrap();
+    let started = Instant::now();
+    let err = state
+        .update("k", None, Box::new(|_, _| Some(json!(1))))
+        .await
+        .unwrap_err();
+    assert!(
+        started.elapsed() < Duration::from_millis(1500),
+        "{:?}: {err}",
+        started.elapsed()
+    );
+    let text = format!("{err} {err:?}");
+    assert!(!text.contains("hunter2"), "{text}");
+    assert!(err.backend.starts_with("redis://***@127.0.0.1:"), "{text}");
+}
+
+#[tokio::test]
+async fn a_redis_that_never_answers_fails_within_a_second() {
+    // Accepts connections, never replies.
+    let silent = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("redis://:hunter2@{}", silent.local_addr().unwrap());
+    let _accepting = std::thread::spawn(move || {
+        let held: Vec<_> = silent.incoming().take(16).collect();
+        std::thread::sleep(Duration::from_secs(5));
+        drop(held);
+    });
+    let state = RedisState::open(&url).unwrap();
+    for _ in 0..2 {
+        let started = Instant::now();
+        let err = state.get("k").await.unwrap_err();
+        assert!(
+            started.elapsed() < Duration::from_millis(1500),
+            "{:?}: {err}",
+            started.elapsed()
+        );
+        assert!(!err.to_string().contains("hunter2"), "{err}");
+    }
+}
+
+#[tokio::test]
+async fn the_redis_backend_recovers_when_the_server_comes_back() {
+    let server = RedisServer::start();
+    let port = server.port;
+    let state = RedisState::open(&server.url()).unwrap();
+    state
+        .update("k", None, Box::new(|_, _| Some(json!(1))))
+        .await
+        .unwrap();
+    drop(server);
+    let started = Instant::now();
+    assert!(state.get("k").await.is_err(), "the server is gone");
+    assert!(started.elapsed() < Duration::from_millis(1500));
+
+    let _server = RedisServer::start_on(port);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match state.get("k").await {
+            // A fresh server without persistence: the record is gone, the connection is back.
+            Ok(value) => break assert_eq!(value, None),
+            Err(err) => assert!(Instant::now() < deadline, "never reconnected: {err}"),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+// ---------------------------------------------------------------- test Redis
+
+/// A throwaway `redis-server` on a free local port, killed on drop.
+struct RedisServer {
+    child: Child,
+    port: u16,
+}
+
+impl RedisServer {
+    fn start() -> RedisServer {
+        RedisServer::start_on(free_port())
+    }
+
+    fn start_on(port: u16) -> RedisServer {
+        let child = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!("cannot start redis-server ({e}): install it with scripts/setup (Debian package redis-server)")
+            });
+        let server = RedisServer { child, port };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !server.answers_ping() {
+            assert!(
+                Instant::now() < deadline,
+                "redis-server on port {port} did not answer within 10 s"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        server
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    fn answers_ping(&self) -> bool {
+        let Ok(mut stream) = TcpStream::connect(("127.0.0.1", self.port)) else {
+            return false;
+        };
+        let _ = stream.set_read_timeout(Some(Duration::from_secs(1)));
+        let mut reply = [0u8; 7];
+        stream.write_all(b"PING\r\n").is_ok()
+            && stream.read_exact(&mut reply).is_ok()
+            && &reply == b"+PONG\r\n"
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
