@@ -40,6 +40,8 @@ pub struct ResilienceConfig {
     pub backoff: crate::resilience::backoff::BackoffConfig,
     pub breaker: crate::resilience::breaker::BreakerConfig,
     pub governor: crate::resilience::governor::GovernorConfig,
+    /// How often parked tasks are retried and shared status re-read.
+    pub resume_interval_ms: u64,
 }
 
 impl Default for ResilienceConfig {
@@ -50,6 +52,7 @@ impl Default for ResilienceConfig {
             backoff: Default::default(),
             breaker: Default::default(),
             governor: Default::default(),
+            resume_interval_ms: 5_000,
         }
     }
 }
@@ -512,6 +515,12 @@ impl ResilienceConfig {
             self.breaker.cooldown_ms as usize,
             100,
             86_400_000,
+        )?;
+        check(
+            "resilience.resume_interval_ms",
+            self.resume_interval_ms as usize,
+            50,
+            3_600_000,
         )?;
         let b = &self.backoff;
         check("resilience.backoff.cap_ms", b.cap_ms as usize, 1, 3_600_000)?;

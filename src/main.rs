@@ -46,6 +46,13 @@ enum Command {
         #[command(subcommand)]
         action: cli::models::ModelsAction,
     },
+    /// Show who serves each task now, breakers, quota headroom and parked tasks,
+    /// as every switchyard process sharing this state sees them.
+    Status {
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
     /// Check configuration.
     Config {
         #[command(subcommand)]
@@ -92,6 +99,7 @@ fn main() -> ExitCode {
                 cold,
             } => cli::complete::run(config_file, &location, json, cold).await,
             Command::Models { action } => cli::models::run(action).await,
+            Command::Status { json } => cli::status::run(config_file, json).await,
             Command::Config {
                 action: ConfigAction::Check { file },
             } => cli::check_config(file.or(config_file)),

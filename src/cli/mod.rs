@@ -2,6 +2,7 @@
 
 pub mod complete;
 pub mod models;
+pub mod status;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

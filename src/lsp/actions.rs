@@ -13,10 +13,11 @@ use tower_lsp_server::jsonrpc::{Error, Result};
 use tower_lsp_server::ls_types::*;
 
 use super::edits;
+use super::parked::ParkRequest;
 use super::position;
 use super::server::Backend;
 use crate::context::chat::{PromptParts, code_block};
-use crate::router::{Progress, TaskRequest};
+use crate::router::{Progress, RouteError, TaskRequest};
 use crate::task::TaskKind;
 
 pub const EXPLAIN: &str = "switchyard.explain";
@@ -211,7 +212,7 @@ impl Backend {
         kind: TaskKind,
         system: &str,
         parts: PromptParts,
-    ) -> Result<crate::router::Answer> {
+    ) -> std::result::Result<crate::router::Answer, RouteError> {
         let cancel = CancellationToken::new();
         let token = NumberOrString::String(format!("switchyard/{}/{}", kind.as_str(), nanos()));
         let (events, mut rx) = tokio::sync::mpsc::unbounded_channel();
@@ -281,18 +282,15 @@ impl Backend {
         if let Some(progress) = progress {
             let message = match &result {
                 Ok(answer) => format!("done by {}/{}", answer.route.provider, answer.route.model),
+                Err(e) if parkable(kind, e) => format!("parked: {e}"),
                 Err(e) => e.to_string(),
             };
             progress.finish_with_message(message).await;
         }
-        result.map_err(|e| {
+        if let Err(e) = &result {
             tracing::warn!("{} failed: {e}", kind.as_str());
-            Error {
-                code: tower_lsp_server::jsonrpc::ErrorCode::ServerError(REQUEST_FAILED),
-                message: e.to_string().into(),
-                data: None,
-            }
-        })
+        }
+        result
     }
 
     async fn explain(&self, uri: Uri, range: Range) -> Result<Option<Value>> {
@@ -303,7 +301,8 @@ impl Backend {
         )?;
         let answer = self
             .routed(TaskKind::Explain, EXPLAIN_SYSTEM, parts)
-            .await?;
+            .await
+            .map_err(request_failed)?;
         let by = format!(
             "{}/{} ({} tier)",
             answer.route.provider, answer.route.model, answer.route.tier
@@ -342,9 +341,39 @@ impl Backend {
     async fn refactor(&self, uri: Uri, range: Range, instruction: String) -> Result<Option<Value>> {
         let (parts, start, end, version) = self.parts(&uri, range, &instruction)?;
         let original = parts.selection.clone();
-        let answer = self
-            .routed(TaskKind::Refactor, REFACTOR_SYSTEM, parts)
-            .await?;
+        let answer = match self
+            .routed(TaskKind::Refactor, REFACTOR_SYSTEM, parts.clone())
+            .await
+        {
+            Ok(answer) => answer,
+            Err(e) => {
+                let (Some(parking), RouteError::NothingHealthy { partial, .. }) =
+                    (&self.parking, &e)
+                else {
+                    return Err(request_failed(e));
+                };
+                if !parkable(TaskKind::Refactor, &e) {
+                    return Err(request_failed(e));
+                }
+                let request = ParkRequest {
+                    system: REFACTOR_SYSTEM.into(),
+                    parts,
+                    uri,
+                    version,
+                    start,
+                    end,
+                    partial: partial.clone(),
+                    note: e.to_string(),
+                };
+                return match parking.park(request).await {
+                    Ok(parked) => Ok(Some(parked)),
+                    Err(io) => {
+                        tracing::error!("could not park the refactor: {io}");
+                        Err(request_failed(e))
+                    }
+                };
+            }
+        };
         let mut rewritten = code_block(&answer.text);
         if original.ends_with('\n') && !rewritten.ends_with('\n') {
             rewritten.push('\n');
@@ -380,6 +409,26 @@ impl Backend {
         Ok(Some(
             json!({"applied": applied, "edits": text_edits.len(), "provider": answer.route.provider, "model": answer.route.model, "tier": answer.route.tier}),
         ))
+    }
+}
+
+/// Long work that only temporary trouble stopped waits for a route instead of failing.
+fn parkable(kind: TaskKind, e: &RouteError) -> bool {
+    kind == TaskKind::Refactor
+        && matches!(
+            e,
+            RouteError::NothingHealthy {
+                retry_later: true,
+                ..
+            }
+        )
+}
+
+fn request_failed(e: RouteError) -> Error {
+    Error {
+        code: tower_lsp_server::jsonrpc::ErrorCode::ServerError(REQUEST_FAILED),
+        message: e.to_string().into(),
+        data: None,
     }
 }
 

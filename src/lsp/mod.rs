@@ -7,6 +7,7 @@ mod edits;
 mod framing;
 mod handlers;
 mod loader;
+mod parked;
 pub mod position;
 mod server;
 

@@ -15,11 +15,13 @@ use tokio_util::sync::CancellationToken;
 
 use super::actions;
 use super::documents::DocumentStore;
+use super::parked::Parking;
 use super::position::PositionEncoding;
 use crate::completion::CompletionService;
 use crate::config::{Config, ConfigError, ConfigLayers, ResilienceConfig};
 use crate::providers::local::chat::EngineSlot;
 use crate::resilience::Resilience;
+use crate::resilience::park::ParkingLot;
 use crate::router::Router;
 use crate::router::beacon::Beacons;
 use crate::router::status::{StatusNotification, StatusReport};
@@ -30,7 +32,7 @@ const CONCURRENCY: usize = 64;
 
 pub struct Backend {
     pub(super) client: Client,
-    pub(super) documents: DocumentStore,
+    pub(super) documents: Arc<DocumentStore>,
     pub(super) completion: Arc<CompletionService>,
     pub(super) encoding: RwLock<PositionEncoding>,
     layers: Mutex<ConfigLayers>,
@@ -46,7 +48,9 @@ pub struct Backend {
     status: watch::Sender<StatusReport>,
     /// Shared resilience state, reopened only when `[resilience]` changes.
     resilience: RwLock<(ResilienceConfig, Arc<Resilience>)>,
-    router: RwLock<Arc<Router>>,
+    router: Arc<RwLock<Arc<Router>>>,
+    /// Parked refactors; `None` when the state dir cannot hold them.
+    pub(super) parking: Option<Arc<Parking>>,
     /// Cancel buttons of running actions, by progress token.
     pub(super) progress_cancels: DashMap<NumberOrString, CancellationToken>,
 }
@@ -80,6 +84,18 @@ pub async fn serve_stdio(layers: ConfigLayers, config_path: Option<PathBuf>) {
     }
 }
 
+/// Which workspace this window is: parked work belongs to it.
+#[allow(deprecated)] // root_uri: older clients send only it.
+fn workspace_owner(params: &InitializeParams) -> String {
+    params
+        .workspace_folders
+        .as_ref()
+        .and_then(|folders| folders.first())
+        .map(|f| f.uri.to_string())
+        .or_else(|| params.root_uri.as_ref().map(|u| u.to_string()))
+        .unwrap_or_default()
+}
+
 /// The configured shared state; one that cannot be opened is reported and
 /// replaced by process-local state, so the server keeps serving.
 fn open_resilience(config: &ResilienceConfig) -> Arc<Resilience> {
@@ -103,16 +119,33 @@ impl Backend {
         let beacons = Arc::new(Beacons::default());
         let status = watch::channel(StatusReport::default()).0;
         let resilience = open_resilience(&config.resilience);
-        let router = Router::new(
+        let router = Arc::new(RwLock::new(Arc::new(Router::new(
             &config,
             local_engine.clone(),
             beacons.clone(),
             status.clone(),
             resilience.clone(),
-        );
+        ))));
+        let documents = Arc::new(DocumentStore::default());
+        let parked_dir = crate::paths::state_dir().join("parked");
+        let parking = match ParkingLot::open(parked_dir.clone(), resilience.state.clone()) {
+            Ok(lot) => Some(Arc::new(Parking::new(
+                lot,
+                client.clone(),
+                documents.clone(),
+                router.clone(),
+            ))),
+            Err(error) => {
+                tracing::error!(
+                    "cannot keep parked tasks in {}: {error}; refactors that cannot be served now will fail instead",
+                    parked_dir.display()
+                );
+                None
+            }
+        };
         Backend {
             client,
-            documents: DocumentStore::default(),
+            documents,
             completion: Arc::new(CompletionService::new(config.autocomplete.clone())),
             encoding: RwLock::new(PositionEncoding::Utf16),
             layers: Mutex::new(layers),
@@ -124,7 +157,8 @@ impl Backend {
             local_engine,
             beacons,
             status,
-            router: RwLock::new(Arc::new(router)),
+            router,
+            parking,
             progress_cancels: DashMap::new(),
         }
     }
@@ -144,13 +178,16 @@ impl Backend {
             }
             current.1.clone()
         };
-        let router = Router::new(
+        let mut router = Router::new(
             config,
             self.local_engine.clone(),
             self.beacons.clone(),
             self.status.clone(),
             resilience,
         );
+        if let Some(parking) = &self.parking {
+            router = router.use_parked(parking.listed.clone());
+        }
         let router = Arc::new(router);
         self.completion.set_router(Some(router.clone()));
         *self.router.write().expect("router lock") = router;
@@ -259,11 +296,13 @@ impl Backend {
             &previous.tiers,
             &previous.tasks,
             previous.local_only,
+            &previous.resilience,
         ) != (
             &config.providers,
             &config.tiers,
             &config.tasks,
             config.local_only,
+            &config.resilience,
         ) {
             self.rebuild_router(&config);
         }
@@ -361,6 +400,9 @@ impl LanguageServer for Backend {
     async fn initialize(&self, params: InitializeParams) -> Result<InitializeResult> {
         let encoding = negotiate_encoding(&params.capabilities);
         *self.encoding.write().expect("encoding lock") = encoding;
+        if let Some(parking) = &self.parking {
+            parking.set_session(workspace_owner(&params), encoding);
+        }
         *self.capabilities.write().expect("capabilities lock") = params.capabilities;
         {
             let mut layers = self.layers.lock().expect("layers lock");
@@ -407,6 +449,10 @@ impl LanguageServer for Backend {
         self.fetch_workspace_configuration().await;
         self.watch_status();
         self.start_engine(self.config());
+        if let Some(parking) = &self.parking {
+            let every = Duration::from_millis(self.config().resilience.resume_interval_ms);
+            tokio::spawn(parking.clone().run(every));
+        }
     }
 
     async fn shutdown(&self) -> Result<()> {

@@ -16,7 +16,9 @@ pub const MIN_SAMPLES: usize = 3;
 /// At most this many recent samples per entry: enough for a p95, and bounded
 /// work per request however busy the entry is.
 pub const MAX_SAMPLES: usize = 256;
-/// Share of failed (or degraded) answers at which an entry is unhealthy.
+/// Share of degraded answers at which an entry is unhealthy. Failed requests
+/// are the circuit breaker's business (shared by every process); the beacon
+/// judges what a breaker cannot see: slowness and silent degradation.
 pub const MAX_BAD_SHARE: f64 = 0.5;
 
 /// A sign that an answer came back worse than asked, though with status 200.
@@ -58,13 +60,6 @@ impl Summary {
         if self.samples < MIN_SAMPLES {
             return None;
         }
-        if self.error_rate >= MAX_BAD_SHARE {
-            return Some(format!(
-                "{:.0}% of the last {} requests failed",
-                self.error_rate * 100.0,
-                self.samples
-            ));
-        }
         if self.degraded_rate >= MAX_BAD_SHARE {
             return Some(format!(
                 "{:.0}% of the last {} answers were degraded (truncated, refused or empty)",
@@ -74,7 +69,7 @@ impl Summary {
         }
         if let Some(p95) = self
             .p95_first_token
-            .filter(|p| *p > profile.first_token_ceiling())
+            .filter(|p| *p >= profile.first_token_ceiling())
         {
             return Some(format!(
                 "time to first token p95 {:.1} s is over the {:.1} s ceiling",
@@ -82,7 +77,7 @@ impl Summary {
                 profile.first_token_ceiling().as_secs_f64()
             ));
         }
-        if let Some(p95) = self.p95_total.filter(|p| *p > profile.total_ceiling()) {
+        if let Some(p95) = self.p95_total.filter(|p| *p >= profile.total_ceiling()) {
             return Some(format!(
                 "latency p95 {:.1} s is over the {:.1} s ceiling",
                 p95.as_secs_f64(),

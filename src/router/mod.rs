@@ -8,6 +8,7 @@
 //! its beacon (invariant 5).
 
 pub mod beacon;
+pub mod runbook;
 pub mod status;
 
 use std::collections::HashMap;
@@ -756,7 +757,7 @@ impl Router {
         })
     }
 
-    fn account(&self, provider: &str) -> String {
+    pub(crate) fn account(&self, provider: &str) -> String {
         self.config
             .all_providers()
             .get(provider)
@@ -840,6 +841,9 @@ impl Router {
             Err(Failure::Cancelled | Failure::OverBudget(_)) => None,
         };
         if let Some(outcome) = outcome {
+            // An attempt abandoned for slowness waited this long without a token.
+            let slow = matches!(&result, Err(Failure::Failed(f)) if f.slow);
+            let first_token = first_token.or(slow.then(|| started.elapsed()));
             let sample = Sample {
                 at: Instant::now(),
                 first_token,
@@ -1383,9 +1387,9 @@ mod tests {
         let primary = Scripted::new(
             "primary",
             vec![
-                Behaviour::Fail(500),
-                Behaviour::Fail(500),
-                Behaviour::Fail(500),
+                silently_degraded(),
+                silently_degraded(),
+                silently_degraded(),
             ],
             ok(),
         );

@@ -173,6 +173,48 @@ pub struct FakeProvider {
 struct Shared {
     script: Mutex<Script>,
     requests: Mutex<Vec<RecordedRequest>>,
+    quota: Mutex<Option<Quota>>,
+}
+
+/// A requests-per-minute quota the fake enforces like a provider: a token
+/// bucket that starts full and refills continuously; a request that finds it
+/// empty gets a 429 with `retry-after`, and every response reports the
+/// remaining capacity in its rate-limit headers.
+struct Quota {
+    per_minute: u64,
+    level: f64,
+    at: Instant,
+    rejected: usize,
+}
+
+impl Quota {
+    /// Charges one request; `Err(seconds until one fits)` when empty.
+    fn charge(&mut self) -> Result<(), u64> {
+        let now = Instant::now();
+        let rate = self.per_minute as f64 / 60.0;
+        self.level = (self.level + now.duration_since(self.at).as_secs_f64() * rate)
+            .min(self.per_minute as f64);
+        self.at = now;
+        if self.level >= 1.0 {
+            self.level -= 1.0;
+            Ok(())
+        } else {
+            self.rejected += 1;
+            Err(((1.0 - self.level) / rate).ceil() as u64)
+        }
+    }
+
+    fn limits(&self) -> FakeRateLimits {
+        let missing = self.per_minute as f64 - self.level;
+        FakeRateLimits {
+            requests_limit: self.per_minute,
+            requests_remaining: self.level.floor() as u64,
+            requests_reset: Duration::from_secs_f64(missing * 60.0 / self.per_minute as f64),
+            tokens_limit: 10_000_000,
+            tokens_remaining: 10_000_000,
+            tokens_reset: Duration::ZERO,
+        }
+    }
 }
 
 struct Script {
@@ -198,6 +240,7 @@ impl FakeProvider {
                 default,
             }),
             requests: Mutex::new(Vec::new()),
+            quota: Mutex::new(None),
         });
         let server = tokio::spawn(accept(listener, shared.clone()));
         FakeProvider {
@@ -242,6 +285,26 @@ impl FakeProvider {
         self.shared.requests.lock().unwrap().clone()
     }
 
+    /// Enforces a requests-per-minute quota from now on (the bucket starts full).
+    pub fn set_quota(&self, requests_per_minute: u64) {
+        *self.shared.quota.lock().unwrap() = Some(Quota {
+            per_minute: requests_per_minute,
+            level: requests_per_minute as f64,
+            at: Instant::now(),
+            rejected: 0,
+        });
+    }
+
+    /// How many requests the quota turned away with a 429.
+    pub fn quota_rejections(&self) -> usize {
+        self.shared
+            .quota
+            .lock()
+            .unwrap()
+            .as_ref()
+            .map_or(0, |q| q.rejected)
+    }
+
     pub fn request_count(&self) -> usize {
         self.shared.requests.lock().unwrap().len()
     }
@@ -281,13 +344,22 @@ async fn serve(mut socket: TcpStream, shared: Arc<Shared>) {
     let Some(request) = read_request(&mut socket).await else {
         return;
     };
-    let behaviour = {
+    let mut behaviour = {
         let mut script = shared.script.lock().unwrap();
         script
             .queue
             .pop_front()
             .unwrap_or_else(|| script.default.clone())
     };
+    if let Some(quota) = shared.quota.lock().unwrap().as_mut() {
+        behaviour = match quota.charge() {
+            Ok(()) => behaviour,
+            Err(wait) => Behaviour::RateLimited {
+                retry_after: Some(wait),
+            },
+        }
+        .with_rate_limits(quota.limits());
+    }
     let wire = if request.path.ends_with("/v1/messages") {
         Some(Wire::Anthropic)
     } else if request.path.ends_with("/chat/completions") {

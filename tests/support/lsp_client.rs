@@ -143,6 +143,13 @@ impl LspClient {
         .await
     }
 
+    /// Waits for a request from the server (already answered, as every server
+    /// request is) with this method.
+    pub async fn server_request(&mut self, method: &str) -> Value {
+        self.next_matching(|m| m["method"] == method && m.get("id").is_some())
+            .await
+    }
+
     /// Waits for a `window/showMessage` whose text contains `needle`.
     pub async fn show_message_containing(&mut self, needle: &str) -> Value {
         self.notification("window/showMessage", |p| {

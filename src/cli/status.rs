@@ -1,0 +1,123 @@
+//! `switchyard status`: the one-paragraph runbook, live. Reads the shared
+//! state every switchyard process writes (breakers, quota, parked tasks).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
+
+use switchyard::providers::local::chat::EngineSlot;
+use switchyard::resilience::Resilience;
+use switchyard::resilience::park::ParkingLot;
+use switchyard::router::Router;
+use switchyard::router::runbook::Runbook;
+use switchyard::router::status::{ParkedStatus, StatusReport};
+
+pub async fn run(config_file: Option<PathBuf>, json: bool) -> ExitCode {
+    let (config, errors) = super::file_layers(config_file).resolve();
+    if !errors.is_empty() {
+        for e in errors {
+            eprintln!("{e}");
+        }
+        return ExitCode::from(2);
+    }
+    let resilience = match Resilience::open(&config.resilience) {
+        Ok(resilience) => Arc::new(resilience),
+        Err(e) => {
+            eprintln!("switchyard: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let parked = ParkingLot::open(
+        switchyard::paths::state_dir().join("parked"),
+        resilience.state.clone(),
+    )
+    .map(|lot| lot.list())
+    .unwrap_or_default()
+    .into_iter()
+    .map(|c| ParkedStatus {
+        id: c.id,
+        kind: c.kind,
+        note: c.note,
+        parked_at_ms: c.parked_at_ms,
+    })
+    .collect();
+    let status = tokio::sync::watch::channel(StatusReport::default()).0;
+    let router = Router::new(
+        &config,
+        EngineSlot::default(),
+        Arc::default(),
+        status,
+        resilience,
+    )
+    .use_parked(Arc::new(Mutex::new(parked)));
+    let runbook = router.runbook().await;
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&runbook).expect("runbook serialises")
+        );
+    } else {
+        print!("{}", human(&runbook));
+    }
+    ExitCode::SUCCESS
+}
+
+fn human(runbook: &Runbook) -> String {
+    let mut out = format!(
+        "switchyard status (shared state: {})\n",
+        runbook.shared_state
+    );
+    if runbook.status.local_only {
+        out += "local-only mode is on: only the local model serves\n";
+    }
+    for task in &runbook.tasks {
+        out += &format!(
+            "{:<9} {} tier: now {}, next {}\n",
+            task.kind.as_str(),
+            task.tier,
+            task.now
+                .as_deref()
+                .unwrap_or("nothing (the task fails or parks)"),
+            task.next.as_deref().unwrap_or("none"),
+        );
+        for skipped in &task.skipped {
+            out += &format!("          skipped {skipped}\n");
+        }
+    }
+    out += "breakers:\n";
+    if runbook.status.breakers.is_empty() {
+        out += "  none recorded\n";
+    }
+    for b in &runbook.status.breakers {
+        out += &format!(
+            "  {:<48} {:<9} trips {}, recoveries {}",
+            b.key, b.phase, b.trips, b.recoveries
+        );
+        if b.phase != "closed" {
+            out += &format!(
+                ", open {:.0} s more: {}",
+                b.open_for_ms as f64 / 1000.0,
+                b.reason
+            );
+        }
+        out += "\n";
+    }
+    out += "quota:\n";
+    if runbook.status.quota.is_empty() {
+        out += "  nothing governed yet (limits are learned from the first response)\n";
+    }
+    for q in &runbook.status.quota {
+        out += &format!(
+            "  {:<48} {:<14} {:>10.0} of {} available\n",
+            q.key, q.meter, q.available, q.limit
+        );
+    }
+    out += "parked:\n";
+    if runbook.status.parked.is_empty() {
+        out += "  none\n";
+    }
+    for p in &runbook.status.parked {
+        out += &format!("  {} {}: {}\n", p.id, p.kind.as_str(), p.note);
+    }
+    out
+}

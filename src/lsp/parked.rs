@@ -1,0 +1,355 @@
+//! The editor side of checkpoint-and-park. A refactor that only temporary
+//! trouble stopped (an open breaker, an empty quota, a spent wait budget) is
+//! parked with its checkpoint instead of failed. A background loop resumes
+//! parked refactors (this window's, including ones a killed server left) as
+//! soon as a route serves them, continuing the partial answer, and applies the
+//! result: directly when the document is unchanged, after asking when it
+//! changed meanwhile.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+use tower_lsp_server::Client;
+use tower_lsp_server::ls_types::*;
+
+use super::documents::DocumentStore;
+use super::edits;
+use super::position::PositionEncoding;
+use crate::context::chat::code_block;
+use crate::resilience::park::{Checkpoint, DocumentVersion, ParkingLot, new_id, now_ms};
+use crate::router::status::ParkedStatus;
+use crate::router::{RouteError, Router, TaskRequest};
+use crate::task::TaskKind;
+
+/// Where a parked refactor's answer goes.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+struct Target {
+    uri: Uri,
+    /// Character offsets of the selection in the version it was made against.
+    start: usize,
+    end: usize,
+    /// The finished answer, once a route served it, waiting to be applied.
+    #[serde(default)]
+    ready: Option<String>,
+}
+
+pub(super) struct Parking {
+    lot: ParkingLot,
+    client: Client,
+    documents: Arc<DocumentStore>,
+    router: Arc<RwLock<Arc<Router>>>,
+    /// What status shows; shared with every router the server builds.
+    pub(super) listed: Arc<Mutex<Vec<ParkedStatus>>>,
+    /// This window's workspace: it resumes only its own parked work.
+    owner: RwLock<String>,
+    encoding: RwLock<PositionEncoding>,
+    /// Checkpoints whose "apply anyway?" question went unanswered in this
+    /// process: not asked again until a restart.
+    asked: Mutex<HashSet<String>>,
+}
+
+/// A refactor the router could not finish now but may later.
+pub(super) struct ParkRequest {
+    pub system: String,
+    pub parts: crate::context::chat::PromptParts,
+    pub uri: Uri,
+    pub version: i32,
+    pub start: usize,
+    pub end: usize,
+    pub partial: String,
+    pub note: String,
+}
+
+impl Parking {
+    pub(super) fn new(
+        lot: ParkingLot,
+        client: Client,
+        documents: Arc<DocumentStore>,
+        router: Arc<RwLock<Arc<Router>>>,
+    ) -> Parking {
+        Parking {
+            lot,
+            client,
+            documents,
+            router,
+            listed: Arc::default(),
+            owner: RwLock::new(String::new()),
+            encoding: RwLock::new(PositionEncoding::Utf16),
+            asked: Mutex::new(HashSet::new()),
+        }
+    }
+
+    pub(super) fn set_session(&self, owner: String, encoding: PositionEncoding) {
+        *self.owner.write().expect("owner lock") = owner;
+        *self.encoding.write().expect("encoding lock") = encoding;
+    }
+
+    fn owner(&self) -> String {
+        self.owner.read().expect("owner lock").clone()
+    }
+
+    fn router(&self) -> Arc<Router> {
+        self.router.read().expect("router lock").clone()
+    }
+
+    /// Writes the checkpoint; the answer tells the editor it was parked.
+    pub(super) async fn park(&self, request: ParkRequest) -> std::io::Result<Value> {
+        let id = new_id();
+        let target = Target {
+            uri: request.uri.clone(),
+            start: request.start,
+            end: request.end,
+            ready: None,
+        };
+        let checkpoint = Checkpoint {
+            id: id.clone(),
+            kind: TaskKind::Refactor,
+            system: request.system,
+            parts: request.parts,
+            documents: vec![DocumentVersion {
+                uri: request.uri.to_string(),
+                version: request.version,
+            }],
+            partial: request.partial,
+            steps_done: Vec::new(),
+            note: request.note.clone(),
+            target: serde_json::to_value(&target).expect("target serialises"),
+            owner: self.owner(),
+            parked_at_ms: now_ms(),
+            attempts: 1,
+        };
+        self.lot.park(&checkpoint)?;
+        tracing::info!("parked refactor {id}: {}", request.note);
+        self.relist();
+        self.client
+            .show_message(
+                MessageType::WARNING,
+                format!(
+                    "switchyard: refactor parked, it resumes by itself when a model can serve it ({})",
+                    request.note
+                ),
+            )
+            .await;
+        Ok(json!({"parked": id, "reason": request.note}))
+    }
+
+    /// Refreshes the parked list that status shows.
+    fn relist(&self) {
+        let listed = self
+            .lot
+            .owned_by(&self.owner())
+            .into_iter()
+            .map(|c| ParkedStatus {
+                id: c.id,
+                kind: c.kind,
+                note: c.note,
+                parked_at_ms: c.parked_at_ms,
+            })
+            .collect();
+        *self.listed.lock().expect("parked lock") = listed;
+        self.router().publish();
+    }
+
+    /// Resumes parked work every `every`, and refreshes the shared status.
+    pub(super) async fn run(self: Arc<Self>, every: Duration) {
+        loop {
+            tokio::time::sleep(every).await;
+            self.router().refresh_shared().await;
+            self.relist();
+            for checkpoint in self.lot.owned_by(&self.owner()) {
+                if self.lot.claim(&checkpoint.id).await {
+                    self.resume(checkpoint).await;
+                    self.relist();
+                }
+            }
+        }
+    }
+
+    async fn resume(&self, mut checkpoint: Checkpoint) {
+        let Ok(mut target) = serde_json::from_value::<Target>(checkpoint.target.clone()) else {
+            tracing::warn!(
+                "parked task {} has no usable target; dropping it",
+                checkpoint.id
+            );
+            self.lot.finish(&checkpoint.id).await;
+            return;
+        };
+        let answer = match target.ready.clone() {
+            Some(answer) => answer,
+            None => {
+                let request = TaskRequest {
+                    kind: checkpoint.kind,
+                    system: checkpoint.system.clone(),
+                    parts: checkpoint.parts.clone(),
+                    continuation: checkpoint.partial.clone(),
+                };
+                match self
+                    .router()
+                    .run(request, CancellationToken::new(), &|_| {})
+                    .await
+                {
+                    Ok(answer) => {
+                        tracing::info!(
+                            "resumed parked refactor {} on {}/{}",
+                            checkpoint.id,
+                            answer.route.provider,
+                            answer.route.model
+                        );
+                        answer.text
+                    }
+                    Err(RouteError::NothingHealthy {
+                        retry_later: true,
+                        partial,
+                        ..
+                    }) => {
+                        if partial.len() > checkpoint.partial.len() {
+                            checkpoint.partial = partial;
+                        }
+                        checkpoint.attempts += 1;
+                        self.keep(&checkpoint).await;
+                        return;
+                    }
+                    Err(e) => {
+                        self.lot.finish(&checkpoint.id).await;
+                        self.client
+                            .show_message(
+                                MessageType::ERROR,
+                                format!("switchyard: the parked refactor failed: {e}"),
+                            )
+                            .await;
+                        return;
+                    }
+                }
+            }
+        };
+        target.ready = Some(answer.clone());
+        checkpoint.target = serde_json::to_value(&target).expect("target serialises");
+        match self.apply(&checkpoint, &target, &answer).await {
+            Applied::Done => self.lot.finish(&checkpoint.id).await,
+            Applied::Later(note) => {
+                checkpoint.note = note;
+                self.keep(&checkpoint).await;
+            }
+        }
+    }
+
+    /// Rewrites the checkpoint and gives up the claim: it stays parked.
+    async fn keep(&self, checkpoint: &Checkpoint) {
+        if let Err(error) = self.lot.park(checkpoint) {
+            tracing::warn!("could not update parked task {}: {error}", checkpoint.id);
+        }
+        self.lot.unclaim(&checkpoint.id).await;
+    }
+
+    async fn apply(&self, checkpoint: &Checkpoint, target: &Target, answer: &str) -> Applied {
+        let Ok(doc) = self.documents.get(&target.uri) else {
+            return Applied::Later("answer ready; open the file to apply it".into());
+        };
+        let mut rewritten = code_block(answer);
+        if checkpoint.parts.selection.ends_with('\n') && !rewritten.ends_with('\n') {
+            rewritten.push('\n');
+        }
+        let parked_version = checkpoint.documents.first().map(|d| d.version);
+        let (start, end) = if parked_version == Some(doc.version) {
+            (target.start, target.end)
+        } else {
+            match self.ask_to_apply(checkpoint, &target.uri).await {
+                Some(true) => {}
+                Some(false) => return Applied::Done,
+                None => {
+                    return Applied::Later(
+                        "answer ready; waiting for you to apply or discard it".into(),
+                    );
+                }
+            }
+            // Find the code the refactor was made for in the changed document.
+            let text = doc.rope.to_string();
+            let selection = &checkpoint.parts.selection;
+            match (
+                text.find(selection.as_str()),
+                text.rfind(selection.as_str()),
+            ) {
+                (Some(first), Some(last)) if first == last && !selection.is_empty() => {
+                    let start = doc.rope.byte_to_char(first);
+                    (start, start + selection.chars().count())
+                }
+                _ => {
+                    self.client
+                        .show_message(
+                            MessageType::WARNING,
+                            "switchyard: the code the parked refactor was made for changed too much to apply it; run the refactor again",
+                        )
+                        .await;
+                    return Applied::Done;
+                }
+            }
+        };
+        let encoding = *self.encoding.read().expect("encoding lock");
+        let text_edits = edits::minimal_edits(&doc.rope, start, end, &rewritten, encoding);
+        let edit = WorkspaceEdit {
+            document_changes: Some(DocumentChanges::Edits(vec![TextDocumentEdit {
+                text_document: OptionalVersionedTextDocumentIdentifier {
+                    uri: target.uri.clone(),
+                    version: Some(doc.version),
+                },
+                edits: text_edits.into_iter().map(OneOf::Left).collect(),
+            }])),
+            ..Default::default()
+        };
+        match self.client.apply_edit(edit).await {
+            Ok(response) if response.applied => {
+                self.client
+                    .show_message(
+                        MessageType::INFO,
+                        "switchyard: the parked refactor finished and was applied",
+                    )
+                    .await;
+                Applied::Done
+            }
+            _ => Applied::Later("answer ready; the editor did not apply it".into()),
+        }
+    }
+
+    /// `Some(apply?)`, or `None` when the question went unanswered.
+    async fn ask_to_apply(&self, checkpoint: &Checkpoint, uri: &Uri) -> Option<bool> {
+        if self
+            .asked
+            .lock()
+            .expect("asked lock")
+            .contains(&checkpoint.id)
+        {
+            return None;
+        }
+        let file = uri.as_str().rsplit('/').next().unwrap_or_default();
+        let choice = self
+            .client
+            .show_message_request(
+                MessageType::WARNING,
+                format!("switchyard: {file} changed since the refactor was parked. Apply its result anyway?"),
+                Some(vec![
+                    MessageActionItem { title: "Apply".into(), properties: Default::default() },
+                    MessageActionItem { title: "Discard".into(), properties: Default::default() },
+                ]),
+            )
+            .await;
+        match choice {
+            Ok(Some(item)) => Some(item.title == "Apply"),
+            _ => {
+                self.asked
+                    .lock()
+                    .expect("asked lock")
+                    .insert(checkpoint.id.clone());
+                None
+            }
+        }
+    }
+}
+
+enum Applied {
+    Done,
+    /// Stays parked, with a new note.
+    Later(String),
+}

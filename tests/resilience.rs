@@ -1,0 +1,254 @@
+//! Shared resilience across real switchyard processes: several language
+//! servers (one per editor window) share one breaker and one quota through the
+//! default file backend, against fake providers on loopback. Waits are the
+//! fast profile: backoff and cooldowns scaled down with the ceilings.
+
+mod support;
+
+use std::path::Path;
+use std::time::Duration;
+
+use futures::future::join_all;
+use serde_json::{Value, json};
+use support::fake_provider::{Behaviour, FakeProvider};
+use support::lsp_client::{LspClient, ServerOptions};
+
+const URI: &str = "file:///work/store.rs";
+const DOC: &str = "use std::collections::HashMap;\n\nfn count(words: &[&str]) -> HashMap<String, usize> {\n    let mut map = HashMap::new();\n    for w in words {\n        *map.entry(w.to_string()).or_insert(0) += 1;\n    }\n    map\n}\n";
+const REWRITE: &str = "```rust\nfn count(words: &[&str]) -> HashMap<String, usize> {\n    words.iter().fold(HashMap::new(), |mut m, w| { *m.entry(w.to_string()).or_insert(0) += 1; m })\n}\n```";
+const KEY: &str = "sk-test-shared-0123456789abcdef";
+
+/// A server sharing `state` with every other server the test starts.
+async fn server(
+    state: &Path,
+    primary: &FakeProvider,
+    secondary: &FakeProvider,
+    extra: Value,
+) -> LspClient {
+    let options = ServerOptions {
+        model_dir: tempfile::tempdir().unwrap().keep(),
+        env: vec![
+            ("SY_KEY".into(), KEY.into()),
+            (
+                "SWITCHYARD_STATE_DIR".into(),
+                state.to_str().unwrap().into(),
+            ),
+        ],
+        ..Default::default()
+    };
+    let mut client = LspClient::spawn(options).await;
+    let mut init = json!({
+        "local": {"auto_pull": false},
+        "statusNotifications": true,
+        "providers": {
+            "primary": {"kind": "anthropic", "base_url": primary.anthropic_url(), "api_key_env": "SY_KEY"},
+            "secondary": {"kind": "openai", "base_url": secondary.openai_url(), "api_key_env": "SY_KEY"}
+        },
+        "tiers": {"large": ["primary/big"], "medium": ["primary/mid", "secondary/gpt-test"], "small": []},
+        "tasks": {
+            "explain": {"first_token_ms": 3000, "total_ms": 10000, "wait_ms": 0},
+            "refactor": {"first_token_ms": 3000, "total_ms": 10000, "wait_ms": 300}
+        },
+        "resilience": {
+            "backoff": {"rate_limit_ms": 50, "overloaded_ms": 50, "transient_ms": 50, "cap_ms": 200},
+            "breaker": {"failures": 3, "cooldown_ms": 1500},
+            "resume_interval_ms": 200
+        }
+    });
+    merge(&mut init, extra);
+    let capabilities = json!({"window": {"workDoneProgress": true, "showDocument": {"support": true}}, "workspace": {"applyEdit": true}});
+    client.initialize(capabilities, init).await;
+    client.open(URI, DOC).await;
+    client
+}
+
+fn merge(base: &mut Value, extra: Value) {
+    match (base, extra) {
+        (Value::Object(base), Value::Object(extra)) => {
+            for (k, v) in extra {
+                merge(base.entry(k).or_insert(Value::Null), v);
+            }
+        }
+        (base, extra) => *base = extra,
+    }
+}
+
+fn whole_function() -> Value {
+    json!({"start": {"line": 2, "character": 0}, "end": {"line": 9, "character": 0}})
+}
+
+async fn command(client: &mut LspClient, name: &str, arguments: Value) -> Value {
+    client
+        .request(
+            "workspace/executeCommand",
+            json!({"command": name, "arguments": arguments}),
+        )
+        .await
+}
+
+/// The provider that served an explain, or the error.
+async fn explain(client: &mut LspClient) -> String {
+    let response = command(client, "switchyard.explain", json!([URI, whole_function()])).await;
+    match response["result"]["provider"].as_str() {
+        Some(provider) => provider.to_owned(),
+        None => panic!("explain failed: {response}"),
+    }
+}
+
+#[tokio::test]
+async fn four_processes_share_one_quota_without_a_429_storm() {
+    let state = tempfile::tempdir().unwrap();
+    let primary = FakeProvider::start().await;
+    let secondary = FakeProvider::start().await;
+    primary.set_quota(20);
+    let quota = json!({"providers": {"primary": {"quota": {"requests_per_minute": 20}}}});
+    let mut clients = Vec::new();
+    for _ in 0..4 {
+        clients.push(server(state.path(), &primary, &secondary, quota.clone()).await);
+    }
+
+    let served = join_all(clients.iter_mut().map(|client| async move {
+        let mut served = Vec::new();
+        for _ in 0..8 {
+            served.push(explain(client).await);
+        }
+        served
+    }))
+    .await;
+
+    let served: Vec<String> = served.into_iter().flatten().collect();
+    assert_eq!(served.len(), 32, "every request was answered");
+    assert_eq!(
+        primary.quota_rejections(),
+        0,
+        "no request was sent without quota in hand"
+    );
+    let on_primary = served.iter().filter(|p| *p == "primary").count();
+    assert_eq!(on_primary, primary.request_count());
+    // The account's 20 requests, less the headroom kept for its other users;
+    // the rest went to the next entry instead of waiting or hammering.
+    assert!(
+        (15..=20).contains(&on_primary),
+        "{on_primary} on the primary"
+    );
+    assert_eq!(secondary.request_count(), 32 - on_primary);
+    for client in clients {
+        client.shutdown().await;
+    }
+}
+
+#[tokio::test]
+async fn after_an_outage_one_process_probes_and_its_verdict_holds_for_all() {
+    let state = tempfile::tempdir().unwrap();
+    let primary = FakeProvider::with_default(Behaviour::Unavailable).await;
+    let secondary = FakeProvider::start().await;
+    let mut clients = Vec::new();
+    for _ in 0..4 {
+        clients.push(server(state.path(), &primary, &secondary, json!({})).await);
+    }
+
+    // One after another, so each failure is counted before the next request:
+    // three failures anywhere open the breaker everywhere.
+    for round in 0..2 {
+        for client in clients.iter_mut() {
+            assert_eq!(explain(client).await, "secondary", "round {round}");
+        }
+    }
+    assert_eq!(
+        primary.request_count(),
+        3,
+        "the breaker opened after three failures"
+    );
+
+    // After the cooldown the primary is back, slowly: every window asks at once
+    // while the one probe is still in flight.
+    tokio::time::sleep(Duration::from_millis(1_600)).await;
+    primary.set_default(Behaviour::ok("back").after_latency(Duration::from_millis(1_000)));
+    let served = join_all(clients.iter_mut().map(explain)).await;
+    assert_eq!(primary.request_count(), 4, "exactly one probe: {served:?}");
+    assert_eq!(
+        served.iter().filter(|p| *p == "primary").count(),
+        1,
+        "{served:?}"
+    );
+
+    // The probe's success closed the breaker for every process.
+    primary.set_default(Behaviour::ok("back"));
+    for client in clients.iter_mut() {
+        assert_eq!(explain(client).await, "primary");
+    }
+    let status = clients[0]
+        .notification("switchyard/status", |p| {
+            p["breakers"].as_array().is_some_and(|b| {
+                b.iter().any(|b| {
+                    b["key"] == "primary/primary/mid"
+                        && b["phase"] == "closed"
+                        && b["recoveries"] == 1
+                })
+            })
+        })
+        .await;
+    assert_eq!(status["params"]["breakers"][0]["trips"], 1, "{status}");
+    for client in clients {
+        client.shutdown().await;
+    }
+}
+
+#[tokio::test]
+async fn a_parked_refactor_survives_kill_9_and_resumes_when_the_breaker_closes() {
+    let state = tempfile::tempdir().unwrap();
+    let primary = FakeProvider::with_default(Behaviour::Unavailable).await;
+    let secondary = FakeProvider::start().await;
+
+    // Refactors have only the primary: nowhere to downshift.
+    let only_primary = json!({"tiers": {"medium": []}});
+    let mut first = server(state.path(), &primary, &secondary, only_primary.clone()).await;
+    let response = command(
+        &mut first,
+        "switchyard.refactor",
+        json!([URI, whole_function(), "Simplify this code."]),
+    )
+    .await;
+    let id = response["result"]["parked"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{response}"))
+        .to_owned();
+    assert!(
+        response["result"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("HTTP 503"),
+        "{response}"
+    );
+    first
+        .notification("switchyard/status", |p| p["parked"][0]["id"] == id.as_str())
+        .await;
+    let checkpoint = state.path().join("parked").join(format!("{id}.json"));
+    assert!(checkpoint.exists());
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&checkpoint).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
+    drop(first); // SIGKILL: no shutdown, no chance to clean up
+
+    primary.set_default(Behaviour::ok(REWRITE));
+    let mut second = server(state.path(), &primary, &secondary, only_primary).await;
+    let edit = second.server_request("workspace/applyEdit").await;
+    let edits = &edit["params"]["edit"]["documentChanges"][0]["edits"];
+    let inserted: String = edits
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["newText"].as_str().unwrap())
+        .collect();
+    assert!(inserted.contains("fold"), "{edit}");
+    second
+        .notification("switchyard/status", |p| {
+            p["parked"].as_array().is_some_and(Vec::is_empty) && p["provider"] == "primary"
+        })
+        .await;
+    assert!(!checkpoint.exists(), "a finished task leaves no checkpoint");
+    second.shutdown().await;
+}
