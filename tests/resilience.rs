@@ -12,6 +12,7 @@ use futures::future::join_all;
 use serde_json::{Value, json};
 use support::fake_provider::{Behaviour, FakeProvider};
 use support::lsp_client::{LspClient, ServerOptions};
+use support::redis_server::RedisServer;
 
 const URI: &str = "file:///work/store.rs";
 const DOC: &str = "use std::collections::HashMap;\n\nfn count(words: &[&str]) -> HashMap<String, usize> {\n    let mut map = HashMap::new();\n    for w in words {\n        *map.entry(w.to_string()).or_insert(0) += 1;\n    }\n    map\n}\n";
@@ -146,7 +147,36 @@ async fn after_an_outage_one_process_probes_and_its_verdict_holds_for_all() {
     for _ in 0..4 {
         clients.push(server(state.path(), &primary, &secondary, json!({})).await);
     }
+    one_probe_after_an_outage(clients, &primary).await;
+}
 
+/// The same across machines: each process has its own state directory and
+/// shares only the Redis server.
+#[tokio::test]
+async fn processes_on_different_machines_share_the_breaker_through_redis() {
+    let redis = RedisServer::start();
+    let primary = FakeProvider::with_default(Behaviour::Unavailable).await;
+    let secondary = FakeProvider::start().await;
+    let shared = json!({"resilience": {"state": redis.url()}});
+    let mut clients = Vec::new();
+    let mut dirs = Vec::new();
+    for _ in 0..4 {
+        let own = tempfile::tempdir().unwrap();
+        clients.push(server(own.path(), &primary, &secondary, shared.clone()).await);
+        dirs.push(own);
+    }
+    one_probe_after_an_outage(clients, &primary).await;
+    let breaker_files = dirs
+        .iter()
+        .filter_map(|d| std::fs::read_dir(d.path().join("shared")).ok())
+        .flatten()
+        .flatten()
+        .filter(|f| f.file_name().to_string_lossy().contains("breaker"))
+        .count();
+    assert_eq!(breaker_files, 0, "the breaker lived in Redis, not in files");
+}
+
+async fn one_probe_after_an_outage(mut clients: Vec<LspClient>, primary: &FakeProvider) {
     // One after another, so each failure is counted before the next request:
     // three failures anywhere open the breaker everywhere.
     for round in 0..2 {

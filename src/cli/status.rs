@@ -27,20 +27,17 @@ pub async fn run(config_file: Option<PathBuf>, json: bool) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let parked = ParkingLot::open(
-        switchyard::paths::state_dir().join("parked"),
-        resilience.state.clone(),
-    )
-    .map(|lot| lot.list())
-    .unwrap_or_default()
-    .into_iter()
-    .map(|c| ParkedStatus {
-        id: c.id,
-        kind: c.kind,
-        note: c.note,
-        parked_at_ms: c.parked_at_ms,
-    })
-    .collect();
+    let parked = ParkingLot::open(switchyard::paths::state_dir().join("parked"))
+        .map(|lot| lot.list())
+        .unwrap_or_default()
+        .into_iter()
+        .map(|c| ParkedStatus {
+            id: c.id,
+            kind: c.kind,
+            note: c.note,
+            parked_at_ms: c.parked_at_ms,
+        })
+        .collect();
     let status = tokio::sync::watch::channel(StatusReport::default()).0;
     let router = Router::new(
         &config,

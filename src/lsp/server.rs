@@ -128,7 +128,7 @@ impl Backend {
         ))));
         let documents = Arc::new(DocumentStore::default());
         let parked_dir = crate::paths::state_dir().join("parked");
-        let parking = match ParkingLot::open(parked_dir.clone(), resilience.state.clone()) {
+        let parking = match ParkingLot::open(parked_dir.clone()) {
             Ok(lot) => Some(Arc::new(Parking::new(
                 lot,
                 client.clone(),

@@ -5,18 +5,19 @@
 //! a `kill -9`. When a route opens again it resumes from the checkpoint: the
 //! partial output is continued, not thrown away.
 //!
-//! One process resumes a checkpoint at a time: the claim is a lease in the
-//! shared state, so a crashed resumer's claim expires and another takes over.
+//! One process resumes a checkpoint at a time: the claim is a lease in a file
+//! state beside the checkpoints (the processes that see this directory are the
+//! ones that could resume them), so a crashed resumer's claim expires and
+//! another takes over.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
 use crate::context::chat::PromptParts;
 use crate::state::SharedState;
-use crate::state::file::{create_private_dir, replace_file};
+use crate::state::file::{FileState, create_private_dir, replace_file};
 use crate::task::TaskKind;
 
 /// A document as the parked task saw it.
@@ -51,7 +52,7 @@ pub struct Checkpoint {
 
 pub struct ParkingLot {
     dir: PathBuf,
-    state: Arc<dyn SharedState>,
+    claims: FileState,
     holder: String,
 }
 
@@ -60,11 +61,12 @@ pub struct ParkingLot {
 pub const CLAIM_TTL: Duration = Duration::from_secs(600);
 
 impl ParkingLot {
-    pub fn open(dir: PathBuf, state: Arc<dyn SharedState>) -> std::io::Result<ParkingLot> {
+    pub fn open(dir: PathBuf) -> std::io::Result<ParkingLot> {
         create_private_dir(&dir)?;
+        let claims = FileState::open(dir.join("claims")).map_err(std::io::Error::other)?;
         Ok(ParkingLot {
             dir,
-            state,
+            claims,
             holder: format!("{}-{:08x}", std::process::id(), fastrand::u32(..)),
         })
     }
@@ -125,7 +127,7 @@ impl ParkingLot {
     /// Claims a checkpoint for resuming; `false` when another process has it.
     pub async fn claim(&self, id: &str) -> bool {
         match self
-            .state
+            .claims
             .try_lease(&format!("park/{id}"), &self.holder, CLAIM_TTL)
             .await
         {
@@ -140,7 +142,7 @@ impl ParkingLot {
     /// Gives a claim back (the task stays parked).
     pub async fn unclaim(&self, id: &str) {
         let _ = self
-            .state
+            .claims
             .release_lease(&format!("park/{id}"), &self.holder)
             .await;
     }
@@ -169,7 +171,6 @@ pub fn now_ms() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::state::memory::MemoryState;
 
     fn checkpoint(owner: &str) -> Checkpoint {
         Checkpoint {
@@ -198,18 +199,17 @@ mod tests {
         }
     }
 
-    fn lot(dir: &Path, state: &Arc<MemoryState>) -> ParkingLot {
-        ParkingLot::open(dir.join("parked"), state.clone()).unwrap()
+    fn lot(dir: &Path) -> ParkingLot {
+        ParkingLot::open(dir.join("parked")).unwrap()
     }
 
     #[tokio::test]
     async fn a_parked_task_survives_a_new_lot_on_the_same_dir() {
         let dir = tempfile::tempdir().unwrap();
-        let state = Arc::new(MemoryState::new());
         let parked = checkpoint("file:///ws");
-        lot(dir.path(), &state).park(&parked).unwrap();
+        lot(dir.path()).park(&parked).unwrap();
         // A restarted process opens the same directory.
-        let restarted = lot(dir.path(), &state);
+        let restarted = lot(dir.path());
         assert_eq!(restarted.owned_by("file:///ws"), vec![parked.clone()]);
         assert!(restarted.owned_by("file:///other").is_empty());
         restarted.finish(&parked.id).await;
@@ -221,8 +221,7 @@ mod tests {
     fn checkpoints_are_private() {
         use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().unwrap();
-        let state = Arc::new(MemoryState::new());
-        let lot = lot(dir.path(), &state);
+        let lot = lot(dir.path());
         let parked = checkpoint("o");
         lot.park(&parked).unwrap();
         let mode = std::fs::metadata(lot.path(&parked.id))
@@ -235,19 +234,17 @@ mod tests {
     #[test]
     fn a_corrupt_checkpoint_is_moved_aside() {
         let dir = tempfile::tempdir().unwrap();
-        let state = Arc::new(MemoryState::new());
-        let lot = lot(dir.path(), &state);
+        let lot = lot(dir.path());
         std::fs::write(lot.dir().join("broken.json"), b"{\"id\": ").unwrap();
         lot.park(&checkpoint("o")).unwrap();
         assert_eq!(lot.list().len(), 1);
         assert!(lot.dir().join("broken.corrupt").exists());
     }
 
-    #[tokio::test(start_paused = true)]
+    #[tokio::test]
     async fn one_process_resumes_a_checkpoint_at_a_time() {
         let dir = tempfile::tempdir().unwrap();
-        let state = Arc::new(MemoryState::new());
-        let (a, b) = (lot(dir.path(), &state), lot(dir.path(), &state));
+        let (a, b) = (lot(dir.path()), lot(dir.path()));
         let parked = checkpoint("o");
         a.park(&parked).unwrap();
         assert!(a.claim(&parked.id).await);

@@ -4,6 +4,7 @@
 
 pub mod fake_provider;
 pub mod lsp_client;
+pub mod redis_server;
 
 use std::path::PathBuf;
 
