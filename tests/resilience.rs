@@ -275,6 +275,11 @@ async fn a_parked_refactor_survives_kill_9_and_resumes_when_the_breaker_closes()
         .collect();
     assert!(inserted.contains("fold"), "{edit}");
     second
+        .notification("$/progress", |p| {
+            p["value"]["kind"] == "end" && p["value"]["message"] == "resumed and finished"
+        })
+        .await;
+    second
         .notification("switchyard/status", |p| {
             p["parked"].as_array().is_some_and(Vec::is_empty) && p["provider"] == "primary"
         })

@@ -7,6 +7,7 @@
 //! changed meanwhile.
 
 use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
@@ -46,6 +47,8 @@ pub(super) struct Parking {
     /// This window's workspace: it resumes only its own parked work.
     owner: RwLock<String>,
     encoding: RwLock<PositionEncoding>,
+    /// The client shows `$/progress`.
+    progress: AtomicBool,
     /// Checkpoints whose "apply anyway?" question went unanswered in this
     /// process: not asked again until a restart.
     asked: Mutex<HashSet<String>>,
@@ -78,13 +81,15 @@ impl Parking {
             listed: Arc::default(),
             owner: RwLock::new(String::new()),
             encoding: RwLock::new(PositionEncoding::Utf16),
+            progress: AtomicBool::new(false),
             asked: Mutex::new(HashSet::new()),
         }
     }
 
-    pub(super) fn set_session(&self, owner: String, encoding: PositionEncoding) {
+    pub(super) fn set_session(&self, owner: String, encoding: PositionEncoding, progress: bool) {
         *self.owner.write().expect("owner lock") = owner;
         *self.encoding.write().expect("encoding lock") = encoding;
+        self.progress.store(progress, Ordering::Release);
     }
 
     fn owner(&self) -> String {
@@ -161,21 +166,40 @@ impl Parking {
             self.relist();
             for checkpoint in self.lot.owned_by(&self.owner()) {
                 if self.lot.claim(&checkpoint.id).await {
-                    self.resume(checkpoint).await;
+                    let progress = self.begin_progress(&checkpoint).await;
+                    let outcome = self.resume(checkpoint).await;
+                    if let Some(progress) = progress {
+                        progress.finish_with_message(outcome).await;
+                    }
                     self.relist();
                 }
             }
         }
     }
 
-    async fn resume(&self, mut checkpoint: Checkpoint) {
+    /// `$/progress` for one resume attempt, where the client shows it.
+    async fn begin_progress(&self, checkpoint: &Checkpoint) -> Option<ResumeProgress> {
+        if !self.progress.load(Ordering::Acquire) {
+            return None;
+        }
+        let token = NumberOrString::String(format!("switchyard/resume/{}", checkpoint.id));
+        self.client
+            .create_work_done_progress(token.clone())
+            .await
+            .ok()?;
+        let title = format!("switchyard: resuming a parked {}", checkpoint.kind.as_str());
+        Some(self.client.progress(token, title).begin().await)
+    }
+
+    /// Tries one parked task; says how it went.
+    async fn resume(&self, mut checkpoint: Checkpoint) -> String {
         let Ok(mut target) = serde_json::from_value::<Target>(checkpoint.target.clone()) else {
             tracing::warn!(
                 "parked task {} has no usable target; dropping it",
                 checkpoint.id
             );
             self.lot.finish(&checkpoint.id).await;
-            return;
+            return "dropped: its checkpoint is unusable".into();
         };
         let answer = match target.ready.clone() {
             Some(answer) => answer,
@@ -210,17 +234,15 @@ impl Parking {
                         }
                         checkpoint.attempts += 1;
                         self.keep(&checkpoint).await;
-                        return;
+                        return "still parked: no model can serve it yet".into();
                     }
                     Err(e) => {
                         self.lot.finish(&checkpoint.id).await;
+                        let message = format!("the parked refactor failed: {e}");
                         self.client
-                            .show_message(
-                                MessageType::ERROR,
-                                format!("switchyard: the parked refactor failed: {e}"),
-                            )
+                            .show_message(MessageType::ERROR, format!("switchyard: {message}"))
                             .await;
-                        return;
+                        return message;
                     }
                 }
             }
@@ -228,10 +250,14 @@ impl Parking {
         target.ready = Some(answer.clone());
         checkpoint.target = serde_json::to_value(&target).expect("target serialises");
         match self.apply(&checkpoint, &target, &answer).await {
-            Applied::Done => self.lot.finish(&checkpoint.id).await,
+            Applied::Done => {
+                self.lot.finish(&checkpoint.id).await;
+                "resumed and finished".into()
+            }
             Applied::Later(note) => {
-                checkpoint.note = note;
+                checkpoint.note = note.clone();
                 self.keep(&checkpoint).await;
+                note
             }
         }
     }
@@ -347,6 +373,11 @@ impl Parking {
         }
     }
 }
+
+type ResumeProgress = tower_lsp_server::OngoingProgress<
+    tower_lsp_server::Unbounded,
+    tower_lsp_server::NotCancellable,
+>;
 
 enum Applied {
     Done,

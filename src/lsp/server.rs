@@ -400,8 +400,14 @@ impl LanguageServer for Backend {
     async fn initialize(&self, params: InitializeParams) -> Result<InitializeResult> {
         let encoding = negotiate_encoding(&params.capabilities);
         *self.encoding.write().expect("encoding lock") = encoding;
+        let progress = params
+            .capabilities
+            .window
+            .as_ref()
+            .and_then(|w| w.work_done_progress)
+            .unwrap_or(false);
         if let Some(parking) = &self.parking {
-            parking.set_session(workspace_owner(&params), encoding);
+            parking.set_session(workspace_owner(&params), encoding, progress);
         }
         *self.capabilities.write().expect("capabilities lock") = params.capabilities;
         {
