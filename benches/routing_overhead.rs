@@ -53,12 +53,7 @@ async fn direct(provider: &dyn Provider, request: &ChatRequest, timeouts: Timeou
 }
 
 async fn routed(router: &Router) -> Duration {
-    let request = TaskRequest {
-        kind: TaskKind::Explain,
-        system: SYSTEM.into(),
-        parts: parts(),
-        continuation: String::new(),
-    };
+    let request = TaskRequest::new(TaskKind::Explain, SYSTEM, parts());
     let started = Instant::now();
     router
         .run(request, CancellationToken::new(), &|_| {})

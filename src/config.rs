@@ -25,6 +25,16 @@ pub struct Config {
     /// The client handles `switchyard/status` notifications (editor integrations opt in).
     pub status_notifications: bool,
     pub resilience: ResilienceConfig,
+    pub gateway: GatewayConfig,
+}
+
+/// `[gateway]`: the local OpenAI-compatible front end.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct GatewayConfig {
+    /// Environment variable holding the bearer token callers must send; required
+    /// to listen beyond loopback.
+    pub token_env: Option<String>,
 }
 
 /// `[resilience]`: what every switchyard process shares, and how it backs off.

@@ -4,6 +4,7 @@ pub mod cancel;
 pub mod completion;
 pub mod config;
 pub mod context;
+pub mod gateway;
 pub mod local_setup;
 pub mod logging;
 pub mod lsp;

@@ -53,6 +53,14 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Serve an OpenAI-compatible API over the same routing, breakers and quota.
+    Gateway {
+        /// Address to listen on; beyond loopback needs --allow-remote and a token.
+        #[arg(long, default_value = "127.0.0.1:8787")]
+        listen: std::net::SocketAddr,
+        #[arg(long)]
+        allow_remote: bool,
+    },
     /// Check configuration.
     Config {
         #[command(subcommand)]
@@ -100,6 +108,10 @@ fn main() -> ExitCode {
             } => cli::complete::run(config_file, &location, json, cold).await,
             Command::Models { action } => cli::models::run(action).await,
             Command::Status { json } => cli::status::run(config_file, json).await,
+            Command::Gateway {
+                listen,
+                allow_remote,
+            } => cli::gateway::run(config_file, listen, allow_remote).await,
             Command::Config {
                 action: ConfigAction::Check { file },
             } => cli::check_config(file.or(config_file)),

@@ -1,6 +1,7 @@
 //! Subcommands other than the language server itself.
 
 pub mod complete;
+pub mod gateway;
 pub mod models;
 pub mod status;
 

@@ -30,11 +30,33 @@ pub struct PromptParts {
 
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "the selection is about {needed} tokens, over the {budget}-token budget for this task; select less code"
+    "the {subject} is about {needed} tokens, over the {budget}-token budget for this task; {remedy}"
 )]
 pub struct OverBudget {
+    pub subject: &'static str,
     pub needed: usize,
     pub budget: usize,
+    pub remedy: &'static str,
+}
+
+impl OverBudget {
+    pub fn selection(needed: usize, budget: usize) -> OverBudget {
+        OverBudget {
+            subject: "selection",
+            needed,
+            budget,
+            remedy: "select less code",
+        }
+    }
+
+    pub fn conversation(needed: usize, budget: usize) -> OverBudget {
+        OverBudget {
+            subject: "conversation",
+            needed,
+            budget,
+            remedy: "send fewer or shorter messages",
+        }
+    }
 }
 
 /// The user message for `parts` within `budget` tokens.
@@ -50,10 +72,7 @@ pub fn render(parts: &PromptParts, budget: usize) -> Result<String, OverBudget> 
     };
     let minimal = frame("", "");
     if estimate_tokens(&minimal) > budget {
-        return Err(OverBudget {
-            needed: estimate_tokens(&minimal),
-            budget,
-        });
+        return Err(OverBudget::selection(estimate_tokens(&minimal), budget));
     }
     let mut room = budget - estimate_tokens(&minimal);
     let mut before: Vec<&str> = Vec::new();

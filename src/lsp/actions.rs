@@ -227,6 +227,9 @@ impl Backend {
                         tier,
                     } => format!("trying {provider}/{model} ({tier} tier)"),
                     Progress::Received { chars } => format!("received {chars} characters"),
+                    Progress::Restarted => "starting over on another model".into(),
+                    // Counted by `Received`; the editor gets the text at the end.
+                    Progress::Delta(_) => continue,
                 };
                 if let (
                     None,
@@ -262,12 +265,7 @@ impl Backend {
             progress
         };
         let router = self.router();
-        let request = TaskRequest {
-            kind,
-            system: system.into(),
-            parts,
-            continuation: String::new(),
-        };
+        let request = TaskRequest::new(kind, system, parts);
         let run = async {
             let result = router
                 .run(request, cancel.clone(), &|event| {

@@ -205,10 +205,12 @@ impl Parking {
             Some(answer) => answer,
             None => {
                 let request = TaskRequest {
-                    kind: checkpoint.kind,
-                    system: checkpoint.system.clone(),
-                    parts: checkpoint.parts.clone(),
                     continuation: checkpoint.partial.clone(),
+                    ..TaskRequest::new(
+                        checkpoint.kind,
+                        checkpoint.system.clone(),
+                        checkpoint.parts.clone(),
+                    )
                 };
                 match self
                     .router()

@@ -7,7 +7,8 @@
 //! headers reset the buckets to the remaining capacity the provider reports,
 //! so the fleet uses whatever the account has spare, not a fixed share, while
 //! a floor of headroom stays for the other users of the account. Before any
-//! header is seen, buckets refill at `share` of the configured quota.
+//! header is seen, buckets start empty and refill at `share` of the configured
+//! quota: nothing yet says what the account has spent this minute.
 //!
 //! Priority is the floor: autocomplete may draw the bucket nearly to the
 //! headroom, a refactor stops well above it, so a large refactor waits while
@@ -21,7 +22,8 @@ use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
 use crate::providers::{RateLimits, Usage};
-use crate::state::{BucketOp, BucketSpec, SharedState, WhenUnavailable};
+use crate::state::bucket::{self, Record};
+use crate::state::{BucketOp, BucketSpec, SharedState, StateError, WhenUnavailable};
 use crate::task::TaskKind;
 
 #[derive(Clone, Debug, PartialEq, Deserialize, serde::Serialize)]
@@ -113,6 +115,15 @@ impl Meter {
         }
     }
 
+    fn reset(self, limits: &RateLimits) -> Option<Duration> {
+        match self {
+            Meter::Requests => limits.requests_reset,
+            Meter::Tokens => limits.tokens_reset,
+            Meter::InputTokens => limits.input_tokens_reset,
+            Meter::OutputTokens => limits.output_tokens_reset,
+        }
+    }
+
     fn remaining(self, limits: &RateLimits) -> Option<u64> {
         match self {
             Meter::Requests => limits.requests_remaining,
@@ -148,6 +159,22 @@ fn headroom(limit: f64, share: f64) -> f64 {
     (limit * (1.0 - share) / 6.0).max(1.0)
 }
 
+/// What the provider's bucket for a per-minute `limit` holds now, by the
+/// headers of one response: `remaining` as of when it counted the request,
+/// plus what it has refilled since. It counted the request after we reserved
+/// it, so the refill since the reservation bounds that from above; the reset
+/// time ("full again in ...") pins it where the provider sends one. Without
+/// this, every response would set the level back by the refill during its
+/// own latency, and the fleet would leave that much of the quota unused.
+fn spare_now(limit: f64, remaining: f64, reset: Option<Duration>, since_reserved: Duration) -> f64 {
+    let refill_per_sec = limit / 60.0;
+    let mut spare = remaining + refill_per_sec * since_reserved.as_secs_f64();
+    if let Some(reset) = reset {
+        spare = spare.min(limit - refill_per_sec * reset.as_secs_f64());
+    }
+    spare.max(remaining).min(limit)
+}
+
 /// Tokens held for one request until [`Governor::settle`].
 #[derive(Clone, Debug)]
 pub struct Reservation {
@@ -155,6 +182,8 @@ pub struct Reservation {
     /// (meter, amount reserved, ticket), per governed meter.
     held: Vec<(Meter, f64, f64)>,
     quota: Quota,
+    /// When it was granted, on this process's clock.
+    at: Instant,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -263,6 +292,7 @@ impl Governor {
                             key: key.to_owned(),
                             held: Vec::new(),
                             quota: configured,
+                            at: Instant::now(),
                         });
                     }
                     WhenUnavailable::Closed => {
@@ -291,7 +321,7 @@ impl Governor {
         configured: Quota,
         input_tokens: u64,
         max_output_tokens: u64,
-    ) -> Result<Result<Reservation, (String, Duration)>, crate::state::StateError> {
+    ) -> Result<Result<Reservation, (String, Duration)>, StateError> {
         if let Some(until) = self
             .state
             .get(&pause_key(key))
@@ -307,6 +337,11 @@ impl Governor {
             }
         }
         let (quota, observed) = self.quota(key, configured).await;
+        if !observed {
+            for meter in Meter::ALL.into_iter().filter(|m| m.limit(&quota).is_some()) {
+                self.cold_start(key, meter).await?;
+            }
+        }
         let mut held = Vec::new();
         for meter in Meter::ALL {
             let Some(limit) = meter.limit(&quota) else {
@@ -342,7 +377,37 @@ impl Governor {
             key: key.to_owned(),
             held,
             quota: configured,
+            at: Instant::now(),
         }))
+    }
+
+    /// Creates `meter`'s bucket empty unless it exists. Used before any header
+    /// is seen: a quota known only from configuration says nothing about what
+    /// the account spent this minute (other users, other machines, our own last
+    /// run), and a full bucket would send a burst into an exhausted account. It
+    /// earns at the share rate until the first response reports the real
+    /// remaining capacity, seconds later.
+    async fn cold_start(&self, key: &str, meter: Meter) -> Result<(), StateError> {
+        self.state
+            .update(
+                &bucket_key(key, meter),
+                Some(bucket::TTL),
+                Box::new(|stored, now| {
+                    let stored = stored
+                        .filter(|json| serde_json::from_value::<Record>(json.clone()).is_ok());
+                    Some(stored.unwrap_or_else(|| {
+                        let empty = Record {
+                            level: 0.0,
+                            at: now,
+                            reserved: 0.0,
+                            last_take: now,
+                        };
+                        serde_json::to_value(empty).expect("record serialises")
+                    }))
+                }),
+            )
+            .await
+            .map(|_| ())
     }
 
     async fn release(&self, key: &str, held: &[(Meter, f64, f64)], quota: &Quota, observed: bool) {
@@ -362,7 +427,8 @@ impl Governor {
     }
 
     /// Learns from the response's rate-limit headers (sent before the answer):
-    /// the limits, and the remaining capacity as of this request.
+    /// the limits, and the remaining capacity as of this request, brought
+    /// forward to now (see [`spare_now`]).
     pub async fn observe(&self, reservation: &Reservation, limits: &RateLimits) {
         let learned = Quota::learned(limits);
         if !learned.is_empty() {
@@ -393,7 +459,12 @@ impl Governor {
                 .find(|(m, _, _)| *m == meter)
                 .map_or(f64::MAX, |(_, _, t)| *t);
             let op = BucketOp::Observe {
-                remaining: remaining as f64,
+                remaining: spare_now(
+                    limit as f64,
+                    remaining as f64,
+                    meter.reset(limits),
+                    reservation.at.elapsed(),
+                ),
                 ticket,
             };
             if let Err(error) = self
@@ -529,9 +600,29 @@ mod tests {
         Instant::now() + Duration::from_millis(1)
     }
 
+    /// Fills the buckets of `k` to the quota. Governed buckets start empty
+    /// until headers are seen; these tests are about admission against a known
+    /// level, not about that cold start.
+    async fn full(state: &MemoryState, quota: Quota) {
+        for meter in Meter::ALL {
+            let Some(limit) = meter.limit(&quota) else {
+                continue;
+            };
+            let spec = BucketSpec {
+                capacity: limit as f64,
+                refill_per_sec: 0.0,
+            };
+            state
+                .bucket(&bucket_key("k", meter), spec, BucketOp::Peek)
+                .await
+                .unwrap();
+        }
+    }
+
     #[tokio::test(start_paused = true)]
     async fn reserves_on_every_configured_meter_and_refuses_past_the_deadline() {
         let state = Arc::new(MemoryState::new());
+        full(&state, TPM).await;
         let g = governor(&state);
         // Headroom: 60,000 x 10 % / 6 = 1,000 tokens; autocomplete keeps 1,000 back.
         let r = g
@@ -551,6 +642,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn waits_for_the_refill_within_the_deadline() {
         let state = Arc::new(MemoryState::new());
+        full(&state, TPM).await;
         let g = governor(&state);
         g.admit("k", TaskKind::Explain, TPM, 50_000, 8_000, soon())
             .await
@@ -576,6 +668,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn interactive_work_gets_through_where_a_refactor_waits() {
         let state = Arc::new(MemoryState::new());
+        full(&state, TPM).await;
         let g = governor(&state);
         g.admit("k", TaskKind::Refactor, TPM, 55_000, 1_500, soon())
             .await
@@ -596,6 +689,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn settling_gives_back_what_was_not_used() {
         let state = Arc::new(MemoryState::new());
+        full(&state, TPM).await;
         let g = governor(&state);
         let r = g
             .admit("k", TaskKind::Explain, TPM, 20_000, 38_000, soon())
@@ -657,8 +751,71 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn before_any_header_a_configured_quota_starts_empty_and_earns_its_share() {
+        let state = Arc::new(MemoryState::new());
+        let g = governor(&state);
+        // Nothing says the account has anything left this minute.
+        assert!(
+            g.admit("k", TaskKind::Refactor, TPM, 5_000, 4_000, soon())
+                .await
+                .is_err()
+        );
+        let started = Instant::now();
+        g.admit(
+            "k",
+            TaskKind::Refactor,
+            TPM,
+            5_000,
+            4_000,
+            started + Duration::from_secs(30),
+        )
+        .await
+        .unwrap();
+        // 9,000 plus the refactor's 2,000 above the headroom, at 900 tokens/s.
+        let waited = started.elapsed();
+        assert!(
+            waited >= Duration::from_millis(12_200) && waited < Duration::from_secs(13),
+            "{waited:?}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn headers_count_the_refill_since_the_provider_counted_the_request() {
+        let state = Arc::new(MemoryState::new());
+        let g = governor(&state);
+        let sent = g
+            .admit(
+                "k",
+                TaskKind::Explain,
+                Quota::default(),
+                1_000,
+                1_000,
+                soon(),
+            )
+            .await
+            .unwrap();
+        tokio::time::advance(Duration::from_secs(3)).await;
+        // 10,000 left when it was counted, at most 3 s ago, refilling 1,000/s.
+        let limits = RateLimits {
+            tokens_limit: Some(60_000),
+            tokens_remaining: Some(10_000),
+            ..RateLimits::default()
+        };
+        g.observe(&sent, &limits).await;
+        assert_eq!(g.views().await[0].available, 13_000.0);
+        // "Full again in 49 s" pins it at 11,000: it was counted 1 s after we sent it.
+        let limits = RateLimits {
+            tokens_reset: Some(Duration::from_secs(49)),
+            ..limits
+        };
+        g.observe(&sent, &limits).await;
+        assert_eq!(g.views().await[0].available, 11_000.0);
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn a_shared_pause_holds_every_process() {
         let state = Arc::new(MemoryState::new());
+        full(&state, TPM).await;
         let (a, b) = (governor(&state), governor(&state));
         a.pause("k", Duration::from_secs(2)).await;
         let refused = b

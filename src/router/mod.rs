@@ -47,7 +47,7 @@ const FIM_INSTRUCTION: &str =
     "Write the code that goes at the empty selection, continuing the code before it.";
 const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// A remote-grade task as the editor asked it.
+/// A remote-grade task as a front end asked it.
 #[derive(Clone, Debug)]
 pub struct TaskRequest {
     pub kind: TaskKind,
@@ -55,6 +55,36 @@ pub struct TaskRequest {
     pub parts: PromptParts,
     /// An answer already begun (a resumed checkpoint): continued, not restarted.
     pub continuation: String,
+    /// A conversation as the caller wrote it (the gateway): sent as it is,
+    /// within the input budget, instead of a prompt rendered from `parts`.
+    pub messages: Option<Vec<ChatMessage>>,
+    /// Serve from this tier or entry rather than the task's own tier.
+    pub pin: Option<Pin>,
+    /// The caller's output limit, within the task's.
+    pub max_tokens: Option<u32>,
+}
+
+impl TaskRequest {
+    pub fn new(kind: TaskKind, system: impl Into<String>, parts: PromptParts) -> TaskRequest {
+        TaskRequest {
+            kind,
+            system: system.into(),
+            parts,
+            continuation: String::new(),
+            messages: None,
+            pin: None,
+            max_tokens: None,
+        }
+    }
+}
+
+/// Where a request asked to be served.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Pin {
+    /// This tier first, downshifting below it as usual.
+    Tier(Tier),
+    /// Only this `provider/model`: no failover, no downshift.
+    Entry { provider: String, model: String },
 }
 
 /// One entry of a chain that was tried or skipped, and what happened.
@@ -130,6 +160,11 @@ pub enum Progress {
     Received {
         chars: usize,
     },
+    /// Text as it streams in (front ends that forward it).
+    Delta(String),
+    /// The next attempt starts the answer over: text already forwarded is not
+    /// part of it (its provider cannot continue a partial answer).
+    Restarted,
 }
 
 pub struct Router {
@@ -417,9 +452,19 @@ impl Router {
         };
         let mut tried = Vec::new();
         let mut downshift: Option<String> = None;
-        let mut tier = Some(profile.tier);
+        let first_tier = match &request.pin {
+            Some(Pin::Tier(tier)) => *tier,
+            Some(Pin::Entry { provider, model }) => {
+                self.tier_of(provider, model).unwrap_or(profile.tier)
+            }
+            None => profile.tier,
+        };
+        let mut tier = Some(first_tier);
         while let Some(current) = tier {
-            let mut entries = self.entries(current, kind);
+            let mut entries = match &request.pin {
+                Some(Pin::Entry { provider, model }) => vec![(provider.clone(), model.clone())],
+                _ => self.entries(current, kind),
+            };
             if self.local_only() {
                 entries.retain(|(provider, _)| provider == LOCAL);
             }
@@ -458,7 +503,7 @@ impl Router {
                             provider,
                             model,
                             tier: current,
-                            downshifted_from: (current != profile.tier).then_some(profile.tier),
+                            downshifted_from: (current != first_tier).then_some(first_tier),
                             reason: downshift.clone(),
                         };
                         tracing::info!(
@@ -513,7 +558,10 @@ impl Router {
                     }
                 ));
             }
-            tier = current.smaller();
+            tier = match request.pin {
+                Some(Pin::Entry { .. }) => None,
+                _ => current.smaller(),
+            };
         }
         Err(RouteError::NothingHealthy {
             kind: kind.as_str(),
@@ -577,6 +625,9 @@ impl Router {
                     return Err(Failure::OverBudget(e));
                 }
             };
+            if !run.partial.is_empty() && prompt.prefill.is_empty() {
+                progress(Progress::Restarted);
+            }
             let waited_from = Instant::now();
             let admit_by = (waited_from + run.waits.left()).min(run.deadline);
             let reservation = resilience
@@ -726,14 +777,26 @@ impl Router {
         supports_prefill: bool,
     ) -> Result<Prompt, OverBudget> {
         let (input_budget, max_tokens) = self.limits(entry.provider, profile);
-        let user = chat::render(
-            &request.parts,
-            input_budget.saturating_sub(chat::estimate_tokens(&request.system)),
-        )?;
-        let mut messages = vec![ChatMessage {
-            role: Role::User,
-            content: user,
-        }];
+        let max_tokens = request
+            .max_tokens
+            .map_or(max_tokens, |asked| max_tokens.min(asked as usize));
+        let budget = input_budget.saturating_sub(chat::estimate_tokens(&request.system));
+        let mut messages = match &request.messages {
+            Some(messages) => {
+                let needed = messages
+                    .iter()
+                    .map(|m| chat::estimate_tokens(&m.content))
+                    .sum();
+                if needed > budget {
+                    return Err(OverBudget::conversation(needed, budget));
+                }
+                messages.clone()
+            }
+            None => vec![ChatMessage {
+                role: Role::User,
+                content: chat::render(&request.parts, budget)?,
+            }],
+        };
         let prefill = if supports_prefill && !partial.trim().is_empty() {
             // Providers reject a prefill that ends in whitespace.
             let prefill = partial.trim_end().to_owned();
@@ -755,6 +818,19 @@ impl Router {
             },
             prefill,
         })
+    }
+
+    /// The first tier whose chain lists this entry.
+    fn tier_of(&self, provider: &str, model: &str) -> Option<Tier> {
+        [Tier::Large, Tier::Medium, Tier::Small]
+            .into_iter()
+            .find(|tier| {
+                self.config
+                    .tiers
+                    .get(*tier)
+                    .iter()
+                    .any(|e| e.split_once('/') == Some((provider, model)))
+            })
     }
 
     pub(crate) fn account(&self, provider: &str) -> String {
@@ -881,19 +957,15 @@ impl Router {
             total_ms: share.as_millis() as u64,
             wait_ms: 0,
         };
-        let request = TaskRequest {
-            kind: TaskKind::Autocomplete,
-            system: FIM_SYSTEM.into(),
-            parts: PromptParts {
-                language: String::new(),
-                file_name: String::new(),
-                before: text.prefix.clone(),
-                selection: String::new(),
-                after: text.suffix.clone(),
-                instruction: FIM_INSTRUCTION.into(),
-            },
-            continuation: String::new(),
+        let parts = PromptParts {
+            language: String::new(),
+            file_name: String::new(),
+            before: text.prefix.clone(),
+            selection: String::new(),
+            after: text.suffix.clone(),
+            instruction: FIM_INSTRUCTION.into(),
         };
+        let request = TaskRequest::new(TaskKind::Autocomplete, FIM_SYSTEM, parts);
         for entry in autocomplete.chain.iter().take_while(|e| *e != LOCAL) {
             let Some((provider, model)) = entry.split_once('/') else {
                 continue;
@@ -1063,6 +1135,7 @@ async fn consume(
             Some(Ok(StreamEvent::Delta(delta))) => {
                 first_token.get_or_insert_with(|| started.elapsed());
                 seen.text.push_str(&delta);
+                progress(Progress::Delta(delta));
                 progress(Progress::Received {
                     chars: seen.text.len(),
                 });
@@ -1304,12 +1377,7 @@ mod tests {
             after: String::new(),
             instruction: "Explain.".into(),
         };
-        TaskRequest {
-            kind,
-            system: "system".into(),
-            parts,
-            continuation: String::new(),
-        }
+        TaskRequest::new(kind, "system", parts)
     }
 
     async fn run(router: &Router, request: TaskRequest) -> Result<Answer, RouteError> {

@@ -1,0 +1,57 @@
+//! `switchyard gateway`: the OpenAI-compatible front end, with the local model
+//! loaded in the background for the small tier.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use switchyard::config::Config;
+use switchyard::gateway::{self, GatewayOptions};
+use switchyard::local_setup;
+use switchyard::models::NoProgress;
+use switchyard::providers::local::LocalEngine;
+use switchyard::providers::local::chat::EngineSlot;
+
+pub async fn run(config_file: Option<PathBuf>, listen: SocketAddr, allow_remote: bool) -> ExitCode {
+    let (config, errors) = super::file_layers(config_file).resolve();
+    if !errors.is_empty() {
+        for e in errors {
+            eprintln!("switchyard: {e}");
+        }
+        return ExitCode::from(2);
+    }
+    let local = EngineSlot::default();
+    tokio::spawn(load_local(config.clone(), local.clone()));
+    match gateway::run(
+        config,
+        GatewayOptions {
+            listen,
+            allow_remote,
+        },
+        local,
+    )
+    .await
+    {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("switchyard: {message}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// Loads the local model if it is (or may be fetched) here; without it the
+/// small tier has only its remote entries.
+async fn load_local(config: Config, slot: EngineSlot) {
+    let model = match local_setup::resolve(&config) {
+        Ok(model) => model,
+        Err(e) => return tracing::warn!("gateway: no local model: {e}"),
+    };
+    match local_setup::ensure_present(&model, config.local.auto_pull, &NoProgress).await {
+        Ok(path) => {
+            let engine = LocalEngine::spawn(local_setup::engine_options(&model, &path, &config));
+            slot.set(Some(engine));
+        }
+        Err(e) => tracing::warn!("gateway: local model unavailable: {e}"),
+    }
+}

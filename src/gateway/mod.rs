@@ -1,0 +1,473 @@
+//! The local gateway: an OpenAI-compatible HTTP front end over the same routing
+//! core as the language server, so agents and scripts on the machine share the
+//! editors' health knowledge, breakers and quota (through the shared state).
+//!
+//! - `POST /v1/chat/completions` (streaming and not). `model` names a tier
+//!   (`switchyard/large`), `switchyard` (the task's own tier) or a concrete
+//!   `provider/model`. The answer names the model that actually answered and
+//!   reports its usage only; failed attempts are not billed to the caller.
+//! - A stream that fails before its first byte reaches the caller fails over
+//!   unseen. After that it is continued on a provider that accepts the partial
+//!   answer as a prefill, or ended with an in-band error; a truncated stream
+//!   never ends looking successful (no `[DONE]` after an error).
+//! - `GET /v1/models`, `GET /health`, `GET /status`.
+//!
+//! Loopback only unless `--allow-remote`, which also requires a bearer token.
+
+pub mod openai;
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use axum::Json;
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Config;
+use crate::context::chat::PromptParts;
+use crate::providers::Secret;
+use crate::providers::local::chat::EngineSlot;
+use crate::resilience::Resilience;
+use crate::router::status::StatusReport;
+use crate::router::{Answer, Pin, Progress, RouteError, Router, TaskRequest};
+use crate::task::{TaskKind, Tier};
+
+/// The header a caller names its task kind with (`explain`, the default, or `refactor`).
+pub const TASK_HEADER: &str = "x-switchyard-task";
+
+pub struct GatewayOptions {
+    pub listen: SocketAddr,
+    /// Listening beyond loopback must be asked for explicitly.
+    pub allow_remote: bool,
+}
+
+struct Gateway {
+    router: Arc<Router>,
+    token: Option<Secret>,
+}
+
+/// Runs the gateway until the process is interrupted.
+pub async fn run(config: Config, options: GatewayOptions, local: EngineSlot) -> Result<(), String> {
+    let token = config
+        .gateway
+        .token_env
+        .as_ref()
+        .and_then(|var| std::env::var(var).ok())
+        .filter(|t| !t.is_empty())
+        .map(Secret::new);
+    if !options.listen.ip().is_loopback() {
+        if !options.allow_remote {
+            return Err(format!(
+                "{} is not a loopback address: pass --allow-remote to listen there",
+                options.listen
+            ));
+        }
+        if token.is_none() {
+            return Err(
+                "listening beyond loopback needs a bearer token: set gateway.token_env in the config and that variable"
+                    .into(),
+            );
+        }
+    }
+    let resilience = Arc::new(Resilience::open(&config.resilience).map_err(|e| e.to_string())?);
+    let status = tokio::sync::watch::channel(StatusReport::default()).0;
+    let router = Arc::new(Router::new(
+        &config,
+        local,
+        Arc::default(),
+        status,
+        resilience,
+    ));
+    let listener = tokio::net::TcpListener::bind(options.listen)
+        .await
+        .map_err(|e| format!("cannot listen on {}: {e}", options.listen))?;
+    let address = listener.local_addr().map_err(|e| e.to_string())?;
+    tracing::info!("gateway listening on http://{address}");
+    // The first line on stdout says where it listens (`--listen 127.0.0.1:0` picks a port).
+    println!("switchyard gateway listening on http://{address}");
+    let app = app(Arc::new(Gateway { router, token }));
+    axum::serve(listener, app)
+        .with_graceful_shutdown(async {
+            let _ = tokio::signal::ctrl_c().await;
+        })
+        .await
+        .map_err(|e| e.to_string())
+}
+
+fn app(gateway: Arc<Gateway>) -> axum::Router {
+    axum::Router::new()
+        .route("/v1/chat/completions", post(chat_completions))
+        .route("/v1/models", get(models))
+        .route("/health", get(|| async { Json(json!({"status": "ok"})) }))
+        .route("/status", get(status))
+        .with_state(gateway)
+}
+
+fn error(status: StatusCode, kind: &str, code: Option<&str>, message: &str) -> Response {
+    (status, Json(openai::error_body(kind, code, message))).into_response()
+}
+
+fn authorised(gateway: &Gateway, headers: &HeaderMap) -> bool {
+    let Some(token) = &gateway.token else {
+        return true;
+    };
+    headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .is_some_and(|given| given == token.expose())
+}
+
+async fn models(State(gateway): State<Arc<Gateway>>, headers: HeaderMap) -> Response {
+    if !authorised(&gateway, &headers) {
+        return unauthorised();
+    }
+    let config = gateway.router.config();
+    let mut ids: Vec<String> = [
+        "switchyard",
+        "switchyard/large",
+        "switchyard/medium",
+        "switchyard/small",
+    ]
+    .map(String::from)
+    .into();
+    for tier in [Tier::Large, Tier::Medium, Tier::Small] {
+        for entry in config.tiers.get(tier) {
+            if !ids.contains(entry) {
+                ids.push(entry.clone());
+            }
+        }
+    }
+    let data: Vec<Value> = ids
+        .into_iter()
+        .map(|id| json!({"id": id, "object": "model", "created": 0, "owned_by": "switchyard"}))
+        .collect();
+    Json(json!({"object": "list", "data": data})).into_response()
+}
+
+async fn status(State(gateway): State<Arc<Gateway>>, headers: HeaderMap) -> Response {
+    if !authorised(&gateway, &headers) {
+        return unauthorised();
+    }
+    Json(gateway.router.runbook().await).into_response()
+}
+
+fn unauthorised() -> Response {
+    error(
+        StatusCode::UNAUTHORIZED,
+        "invalid_request_error",
+        Some("invalid_api_key"),
+        "missing or wrong bearer token for the switchyard gateway",
+    )
+}
+
+/// What the caller asked for, as a routed task.
+fn task(
+    gateway: &Gateway,
+    headers: &HeaderMap,
+    body: Value,
+) -> Result<(TaskRequest, bool), Response> {
+    let invalid = |message: String| {
+        error(
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            None,
+            &message,
+        )
+    };
+    let request: openai::CompletionRequest =
+        serde_json::from_value(body).map_err(|e| invalid(format!("malformed request: {e}")))?;
+    let (system, messages) = openai::conversation(&request.messages).map_err(invalid)?;
+    let kind = match headers.get(TASK_HEADER).map(|v| v.to_str().unwrap_or("")) {
+        None | Some("explain") => TaskKind::Explain,
+        Some("refactor") => TaskKind::Refactor,
+        Some(other) => {
+            return Err(invalid(format!(
+                "{TASK_HEADER}: `{other}` is not a task kind (explain or refactor)"
+            )));
+        }
+    };
+    let pin = match request.model.as_str() {
+        "switchyard" | "switchyard/auto" => None,
+        "switchyard/large" => Some(Pin::Tier(Tier::Large)),
+        "switchyard/medium" => Some(Pin::Tier(Tier::Medium)),
+        "switchyard/small" => Some(Pin::Tier(Tier::Small)),
+        model => match model.split_once('/') {
+            Some((provider, name))
+                if gateway
+                    .router
+                    .config()
+                    .all_providers()
+                    .contains_key(provider) =>
+            {
+                Some(Pin::Entry {
+                    provider: provider.into(),
+                    model: name.into(),
+                })
+            }
+            _ => {
+                return Err(error(
+                    StatusCode::NOT_FOUND,
+                    "invalid_request_error",
+                    Some("model_not_found"),
+                    &format!(
+                        "model `{model}` is neither a switchyard tier (switchyard/large, /medium, /small) nor provider/model of a configured provider"
+                    ),
+                ));
+            }
+        },
+    };
+    let parts = PromptParts {
+        language: String::new(),
+        file_name: String::new(),
+        before: String::new(),
+        selection: String::new(),
+        after: String::new(),
+        instruction: String::new(),
+    };
+    let task = TaskRequest {
+        messages: Some(messages),
+        pin,
+        max_tokens: request.max_completion_tokens.or(request.max_tokens),
+        ..TaskRequest::new(kind, system, parts)
+    };
+    Ok((task, request.stream))
+}
+
+fn route_error(e: &RouteError) -> Response {
+    let message = e.to_string();
+    match e {
+        RouteError::NothingHealthy { retry_later, .. } => {
+            let mut response = error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "service_unavailable",
+                Some("no_model_available"),
+                &message,
+            );
+            if *retry_later {
+                response
+                    .headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from_static("30"));
+            }
+            response
+        }
+        RouteError::OverBudget(_) => error(
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            Some("context_length_exceeded"),
+            &message,
+        ),
+        RouteError::Refused { .. } => error(
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            Some("content_refused"),
+            &message,
+        ),
+        RouteError::LocalOnly(_) => error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "service_unavailable",
+            Some("local_only"),
+            &message,
+        ),
+        RouteError::Cancelled => error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "server_error",
+            None,
+            &message,
+        ),
+    }
+}
+
+fn model_of(answer: &Answer) -> String {
+    format!("{}/{}", answer.route.provider, answer.route.model)
+}
+
+fn now_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+async fn chat_completions(
+    State(gateway): State<Arc<Gateway>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    if !authorised(&gateway, &headers) {
+        return unauthorised();
+    }
+    let body: Value = match serde_json::from_slice(&body) {
+        Ok(body) => body,
+        Err(e) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                "invalid_request_error",
+                None,
+                &format!("the body is not JSON: {e}"),
+            );
+        }
+    };
+    let (task, stream) = match self::task(&gateway, &headers, body) {
+        Ok(task) => task,
+        Err(response) => return response,
+    };
+    let id = format!("chatcmpl-sy{:016x}", fastrand::u64(..));
+    if !stream {
+        // Dropping this future (the caller hung up) drops the attempt with it.
+        return match gateway
+            .router
+            .run(task, CancellationToken::new(), &|_| {})
+            .await
+        {
+            Ok(answer) => Json(openai::completion(
+                &id,
+                now_secs(),
+                &model_of(&answer),
+                &answer.text,
+                answer.usage,
+            ))
+            .into_response(),
+            Err(e) => route_error(&e),
+        };
+    }
+    stream_completion(gateway, task, id).await
+}
+
+/// What the routed task reports while it runs.
+enum Event {
+    Trying(String),
+    Delta(String),
+    Restarted,
+    Done(Result<Answer, RouteError>),
+}
+
+/// Cancels the routed task when the caller's stream is dropped.
+struct CancelOnDrop(CancellationToken);
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        self.0.cancel();
+    }
+}
+
+fn sse(value: &Value) -> Bytes {
+    Bytes::from(format!("data: {value}\n\n"))
+}
+
+async fn stream_completion(gateway: Arc<Gateway>, task: TaskRequest, id: String) -> Response {
+    let (events, mut rx) = mpsc::unbounded_channel();
+    let cancel = CancellationToken::new();
+    let router = gateway.router.clone();
+    let run_cancel = cancel.clone();
+    tokio::spawn(async move {
+        let progress = events.clone();
+        let result = router
+            .run(task, run_cancel, &move |event| {
+                let event = match event {
+                    Progress::Trying {
+                        provider, model, ..
+                    } => Event::Trying(format!("{provider}/{model}")),
+                    Progress::Delta(text) => Event::Delta(text),
+                    Progress::Restarted => Event::Restarted,
+                    Progress::Received { .. } => return,
+                };
+                let _ = progress.send(event);
+            })
+            .await;
+        let _ = events.send(Event::Done(result));
+    });
+    // Nothing reaches the caller before the first text: until then a failure
+    // fails over unseen, and total failure is a plain HTTP error.
+    let mut model = String::new();
+    let first = loop {
+        match rx.recv().await {
+            Some(Event::Trying(entry)) => model = entry,
+            Some(Event::Restarted) => {}
+            Some(Event::Delta(text)) => break text,
+            Some(Event::Done(Ok(answer))) => break answer.text,
+            Some(Event::Done(Err(e))) => return route_error(&e),
+            None => return route_error(&RouteError::Cancelled),
+        }
+    };
+    let created = now_secs();
+    let (out, body) = mpsc::unbounded_channel::<Bytes>();
+    let guard = CancelOnDrop(cancel.clone());
+    tokio::spawn(async move {
+        let send = |value: Value| out.send(sse(&value)).is_ok();
+        let role = json!({"role": "assistant", "content": ""});
+        if !send(openai::chunk(&id, created, &model, role, None))
+            || !send(openai::chunk(
+                &id,
+                created,
+                &model,
+                json!({"content": first}),
+                None,
+            ))
+        {
+            return;
+        }
+        while let Some(event) = rx.recv().await {
+            let delivered = match event {
+                Event::Trying(entry) => {
+                    model = entry;
+                    true
+                }
+                Event::Delta(text) => send(openai::chunk(
+                    &id,
+                    created,
+                    &model,
+                    json!({"content": text}),
+                    None,
+                )),
+                Event::Restarted => {
+                    // The caller already has text the next model would not continue.
+                    cancel.cancel();
+                    let message = "the answer was cut and no model that can continue it is available; the text so far is incomplete";
+                    send(openai::error_body(
+                        "server_error",
+                        Some("stream_cut"),
+                        message,
+                    ));
+                    return;
+                }
+                Event::Done(Ok(answer)) => {
+                    let model = model_of(&answer);
+                    send(openai::chunk(&id, created, &model, json!({}), Some("stop")));
+                    send(openai::usage_chunk(&id, created, &model, answer.usage));
+                    let _ = out.send(Bytes::from_static(b"data: [DONE]\n\n"));
+                    return;
+                }
+                Event::Done(Err(e)) => {
+                    let message = format!("the answer is incomplete: {e}");
+                    send(openai::error_body(
+                        "server_error",
+                        Some("stream_failed"),
+                        &message,
+                    ));
+                    return;
+                }
+            };
+            if !delivered {
+                return;
+            }
+        }
+    });
+    let stream = futures::stream::unfold((body, guard), |(mut body, guard)| async move {
+        body.recv()
+            .await
+            .map(|bytes| (Ok::<_, Infallible>(bytes), (body, guard)))
+    });
+    Response::builder()
+        .header(header::CONTENT_TYPE, "text/event-stream")
+        .header(header::CACHE_CONTROL, "no-cache")
+        .body(Body::from_stream(stream))
+        .expect("static headers are valid")
+}
