@@ -1,0 +1,84 @@
+-- The `switchyard/status` notification: the latest report, the statusline
+-- component built from it, and the lines `:SwitchyardStatus` shows.
+
+local M = {}
+
+M.METHOD = 'switchyard/status'
+
+--- The latest report from any switchyard client (nil until the first arrives).
+M.report = nil
+
+local function route(provider, model)
+  if model and model ~= vim.NIL then
+    return provider .. '/' .. model
+  end
+  return tostring(provider)
+end
+
+local function present(v)
+  return v ~= nil and v ~= vim.NIL
+end
+
+local function parked_count(report)
+  return type(report.parked) == 'table' and #report.parked or 0
+end
+
+--- Handler for `switchyard/status` (registered in the client config).
+function M.handler(_, result)
+  M.report = result
+  vim.cmd.redrawstatus({ bang = true })
+  -- Statusline plugins (lualine, heirline) can refresh on this event.
+  vim.api.nvim_exec_autocmds('User', { pattern = 'SwitchyardStatus', modeline = false, data = result })
+end
+
+--- A short component for 'statusline': the active provider and tier, a downshift,
+--- local-only mode and parked tasks. Empty when no switchyard client is running.
+function M.statusline()
+  if #vim.lsp.get_clients({ name = 'switchyard' }) == 0 then
+    return ''
+  end
+  local r = M.report
+  if not r then
+    return 'switchyard: starting'
+  end
+  local parked = parked_count(r)
+  local suffix = parked > 0 and (' · %d parked'):format(parked) or ''
+  if r.localOnly then
+    return 'switchyard: local-only' .. suffix
+  end
+  if present(r.provider) then
+    local down = present(r.downshiftedFrom) and (' ↓ from %s'):format(r.downshiftedFrom) or ''
+    return ('switchyard: %s (%s%s)%s'):format(route(r.provider, r.model), r.tier, down, suffix)
+  end
+  return 'switchyard' .. suffix
+end
+
+--- The whole report as lines (mode, latest route and downshift, task routes, health).
+function M.lines(r)
+  local lines = {}
+  table.insert(lines, r.localOnly and 'Local-only mode: on (only the local model serves)' or 'Local-only mode: off')
+  if present(r.provider) then
+    table.insert(lines, ('Latest task served by %s (%s tier)'):format(route(r.provider, r.model), r.tier))
+  else
+    table.insert(lines, 'No explain or refactor has run yet')
+  end
+  if present(r.downshiftedFrom) then
+    local reason = present(r.reason) and r.reason or 'no healthy entry'
+    table.insert(lines, ('Downshifted from %s to %s: %s'):format(r.downshiftedFrom, r.tier, reason))
+  end
+  for _, task in ipairs(r.tasks or {}) do
+    if present(task.provider) then
+      table.insert(lines, ('%s: %s (%s)'):format(task.kind, route(task.provider, task.model), task.tier))
+    end
+  end
+  for _, task in ipairs(type(r.parked) == 'table' and r.parked or {}) do
+    table.insert(lines, ('Parked %s: %s'):format(task.kind, task.note))
+  end
+  for _, h in ipairs(r.health or {}) do
+    local why = present(h.reason) and (': ' .. h.reason) or ''
+    table.insert(lines, ('%s [%s] %s%s'):format(route(h.provider, h.model), h.tier, h.state, why))
+  end
+  return lines
+end
+
+return M

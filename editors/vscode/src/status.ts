@@ -1,0 +1,128 @@
+// Turns the server's `switchyard/status` payload into what the status bar item
+// and the status commands show. Pure (no `vscode` import) so it is unit-tested.
+
+/** One task kind's route, as the server flattens it into the task entry. */
+export interface TaskStatus {
+  kind: string;
+  provider?: string | null;
+  model?: string | null;
+  tier?: string | null;
+  downshiftedFrom?: string | null;
+  reason?: string | null;
+}
+
+export interface EntryHealth {
+  provider: string;
+  model: string;
+  tier: string;
+  state: "healthy" | "unknown" | "unhealthy" | "no-key" | string;
+  reason?: string | null;
+  samples: number;
+  p95FirstTokenMs?: number | null;
+  errorRate: number;
+}
+
+/** The `switchyard/status` notification (and the `switchyard.status` command's result). */
+export interface StatusReport {
+  provider?: string | null;
+  model?: string | null;
+  tier?: string | null;
+  downshiftedFrom?: string | null;
+  reason?: string | null;
+  localOnly: boolean;
+  tasks: TaskStatus[];
+  health: EntryHealth[];
+  /** This editor's tasks parked until a route opens. */
+  parked?: ParkedStatus[];
+}
+
+export interface ParkedStatus {
+  id: string;
+  kind: string;
+  /** Why it is parked. */
+  note: string;
+  parkedAtMs: number;
+}
+
+export const STATUS_NOTIFICATION = "switchyard/status";
+
+export interface StatusView {
+  /** Status bar text, with a codicon. */
+  text: string;
+  /** Hover text: one fact per line. */
+  tooltip: string;
+  /** Downshifted: the item takes the warning colours. */
+  warning: boolean;
+}
+
+function parkedCount(r: StatusReport): number {
+  return r.parked?.length ?? 0;
+}
+
+function route(provider?: string | null, model?: string | null): string {
+  return model ? `${provider}/${model}` : `${provider}`;
+}
+
+/** The report as lines: mode, latest route and downshift, each task's route, each entry's health. */
+export function statusLines(r: StatusReport): string[] {
+  const lines: string[] = [];
+  lines.push(r.localOnly ? "Local-only mode: on (only the local model serves)" : "Local-only mode: off");
+  if (r.provider) {
+    lines.push(`Latest task served by ${route(r.provider, r.model)} (${r.tier} tier)`);
+  } else {
+    lines.push("No explain or refactor has run yet");
+  }
+  if (r.downshiftedFrom) {
+    lines.push(`Downshifted from ${r.downshiftedFrom} to ${r.tier}: ${r.reason ?? "no healthy entry"}`);
+  }
+  for (const task of r.tasks) {
+    if (task.provider) {
+      const down = task.downshiftedFrom ? `, downshifted from ${task.downshiftedFrom}` : "";
+      lines.push(`${task.kind}: ${route(task.provider, task.model)} (${task.tier}${down})`);
+    }
+  }
+  for (const task of r.parked ?? []) {
+    lines.push(`Parked ${task.kind}: ${task.note}`);
+  }
+  for (const h of r.health) {
+    const why = h.reason ? `: ${h.reason}` : "";
+    lines.push(`${route(h.provider, h.model)} [${h.tier}] ${h.state}${why}`);
+  }
+  return lines;
+}
+
+/** What the status bar item shows for a report (`undefined`: none received yet). */
+export function formatStatus(r: StatusReport | undefined): StatusView {
+  if (!r) {
+    return { text: "$(sync~spin) switchyard", tooltip: "switchyard: starting", warning: false };
+  }
+  const parked = parkedCount(r);
+  const suffix = parked > 0 ? ` · ${parked} parked` : "";
+  const tooltip = ["switchyard", ...statusLines(r), "", "Click for actions"].join("\n");
+  if (r.localOnly) {
+    return { text: `$(lock) switchyard: local-only${suffix}`, tooltip, warning: false };
+  }
+  if (r.provider && r.downshiftedFrom) {
+    return {
+      text: `$(warning) switchyard: ${route(r.provider, r.model)} (${r.tier} ↓ from ${r.downshiftedFrom})${suffix}`,
+      tooltip,
+      warning: true,
+    };
+  }
+  if (r.provider) {
+    return { text: `$(server-process) switchyard: ${route(r.provider, r.model)} (${r.tier})${suffix}`, tooltip, warning: false };
+  }
+  return { text: `$(server-process) switchyard${suffix}`, tooltip, warning: false };
+}
+
+/** The quick pick opened by clicking the status bar item. */
+export function menuItems(r: StatusReport | undefined): { label: string; command: string }[] {
+  return [
+    {
+      label: r?.localOnly ? "$(unlock) Turn local-only mode off" : "$(lock) Turn local-only mode on",
+      command: "switchyard.client.toggleLocalOnly",
+    },
+    { label: "$(info) Show status", command: "switchyard.client.showStatus" },
+    { label: "$(output) Open server log", command: "switchyard.client.openLog" },
+  ];
+}
