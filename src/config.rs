@@ -267,6 +267,9 @@ pub struct ConfigError {
 #[derive(Clone, Debug, Default)]
 pub struct ConfigLayers {
     pub file: Option<(PathBuf, Value)>,
+    /// The config file could not be read or parsed: reported with every
+    /// resolution, so the editor hears of it, not only the log.
+    pub file_error: Option<ConfigError>,
     pub initialization_options: Option<Value>,
     pub workspace: Option<Value>,
 }
@@ -277,7 +280,7 @@ impl ConfigLayers {
     pub fn resolve(&self) -> (Config, Vec<ConfigError>) {
         let mut merged = serde_json::to_value(Config::default()).expect("defaults serialize");
         let mut config = Config::default();
-        let mut errors = Vec::new();
+        let mut errors: Vec<ConfigError> = self.file_error.iter().cloned().collect();
         let layers = [
             self.file
                 .as_ref()

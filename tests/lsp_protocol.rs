@@ -200,3 +200,29 @@ async fn logs_go_to_the_log_file_and_stdout_carries_only_protocol() {
     assert!(log.contains("switchyard language server starting"), "{log}");
     client.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_broken_config_file_is_shown_to_the_user_and_the_server_keeps_serving() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("broken.toml");
+    std::fs::write(&path, "[local\nmodel = ").unwrap();
+    let mut client = LspClient::spawn(ServerOptions {
+        model_dir: dir.path().join("models"),
+        args: vec!["--config".into(), path.to_str().unwrap().into()],
+        ..Default::default()
+    })
+    .await;
+    client
+        .initialize(json!({}), json!({"local": {"auto_pull": false}}))
+        .await;
+    let shown = client.show_message_containing("broken.toml").await;
+    assert_eq!(shown["params"]["type"], 1, "an error: {shown}");
+    let status = client
+        .call(
+            "workspace/executeCommand",
+            json!({"command": "switchyard.status"}),
+        )
+        .await;
+    assert!(status.get("localOnly").is_some(), "{status}");
+    client.shutdown().await;
+}

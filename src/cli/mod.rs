@@ -12,17 +12,20 @@ use switchyard::config::{self, ConfigLayers};
 
 /// Reads the config file layer; a broken file is reported and skipped.
 pub fn file_layers(file: Option<PathBuf>) -> ConfigLayers {
-    let file = file.and_then(|path| match config::read_file(&path) {
-        Ok(layer) => layer,
-        Err(e) => {
+    match file.map(|path| config::read_file(&path)) {
+        Some(Err(e)) => {
             tracing::error!("{e}");
             eprintln!("switchyard: {e}");
-            None
+            ConfigLayers {
+                file_error: Some(e),
+                ..Default::default()
+            }
         }
-    });
-    ConfigLayers {
-        file,
-        ..Default::default()
+        Some(Ok(file)) => ConfigLayers {
+            file,
+            ..Default::default()
+        },
+        None => ConfigLayers::default(),
     }
 }
 

@@ -335,9 +335,10 @@ impl Backend {
         ));
     }
 
-    async fn fetch_workspace_configuration(&self) {
+    /// Whether the workspace layer was fetched and applied.
+    async fn fetch_workspace_configuration(&self) -> bool {
         if !self.supports_configuration() {
-            return;
+            return false;
         }
         let item = ConfigurationItem {
             scope_uri: None,
@@ -348,8 +349,12 @@ impl Backend {
                 let value = values.pop().unwrap_or(Value::Null);
                 self.apply_layers(|layers| layers.workspace = Some(value))
                     .await;
+                true
             }
-            Err(e) => tracing::warn!("workspace/configuration failed: {e}"),
+            Err(e) => {
+                tracing::warn!("workspace/configuration failed: {e}");
+                false
+            }
         }
     }
 
@@ -450,10 +455,15 @@ impl LanguageServer for Backend {
     }
 
     async fn initialized(&self, _: InitializedParams) {
-        let errors = self.layers.lock().expect("layers lock").resolve().1;
-        self.report_config_errors(&errors).await;
-        self.fetch_workspace_configuration().await;
+        // Status first, so nothing that happens while the configuration is
+        // fetched goes untold.
         self.watch_status();
+        // Applying the workspace layer reports every layer's errors; without
+        // it, report them here (once either way).
+        if !self.fetch_workspace_configuration().await {
+            let errors = self.layers.lock().expect("layers lock").resolve().1;
+            self.report_config_errors(&errors).await;
+        }
         self.start_engine(self.config());
         if let Some(parking) = &self.parking {
             let every = Duration::from_millis(self.config().resilience.resume_interval_ms);
@@ -512,7 +522,9 @@ impl LanguageServer for Backend {
                 self.apply_layers(|layers| layers.workspace = Some(value))
                     .await
             }
-            None => self.fetch_workspace_configuration().await,
+            None => {
+                self.fetch_workspace_configuration().await;
+            }
         }
     }
 
