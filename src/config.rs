@@ -52,6 +52,10 @@ pub struct ResilienceConfig {
     pub governor: crate::resilience::governor::GovernorConfig,
     /// How often parked tasks are retried and shared status re-read.
     pub resume_interval_ms: u64,
+    /// How often cooled-down breakers get a canary (their half-open probe).
+    pub canary_interval_ms: u64,
+    /// How often the primary of each tier gets a canary; 0 is off.
+    pub primary_canary_ms: u64,
 }
 
 impl Default for ResilienceConfig {
@@ -63,6 +67,8 @@ impl Default for ResilienceConfig {
             breaker: Default::default(),
             governor: Default::default(),
             resume_interval_ms: 5_000,
+            canary_interval_ms: 10_000,
+            primary_canary_ms: 0,
         }
     }
 }
@@ -535,6 +541,10 @@ impl ResilienceConfig {
             50,
             3_600_000,
         )?;
+        let canary = self.canary_interval_ms as usize;
+        check("resilience.canary_interval_ms", canary, 50, 3_600_000)?;
+        let primary = self.primary_canary_ms as usize;
+        check("resilience.primary_canary_ms", primary, 0, 86_400_000)?;
         let b = &self.backoff;
         check("resilience.backoff.cap_ms", b.cap_ms as usize, 1, 3_600_000)?;
         for (key, base) in [

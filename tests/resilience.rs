@@ -101,11 +101,12 @@ async fn four_processes_share_one_quota_without_a_429_storm() {
     let state = tempfile::tempdir().unwrap();
     let primary = FakeProvider::start().await;
     let secondary = FakeProvider::start().await;
+    // The account's quota is not configured: switchyard learns it from the
+    // rate-limit headers of the first answers, then governs by them.
     primary.set_quota(20);
-    let quota = json!({"providers": {"primary": {"quota": {"requests_per_minute": 20}}}});
     let mut clients = Vec::new();
     for _ in 0..4 {
-        clients.push(server(state.path(), &primary, &secondary, quota.clone()).await);
+        clients.push(server(state.path(), &primary, &secondary, json!({})).await);
     }
 
     let served = join_all(clients.iter_mut().map(|client| async move {
@@ -286,4 +287,36 @@ async fn a_parked_refactor_survives_kill_9_and_resumes_when_the_breaker_closes()
         .await;
     assert!(!checkpoint.exists(), "a finished task leaves no checkpoint");
     second.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_canary_notices_recovery_without_a_users_request() {
+    let state = tempfile::tempdir().unwrap();
+    let primary = FakeProvider::with_default(Behaviour::Unavailable).await;
+    let secondary = FakeProvider::start().await;
+    let fast_canaries = json!({"resilience": {"canary_interval_ms": 200}});
+    let mut client = server(state.path(), &primary, &secondary, fast_canaries).await;
+    for _ in 0..4 {
+        assert_eq!(explain(&mut client).await, "secondary");
+    }
+    assert_eq!(primary.request_count(), 3, "the breaker opened");
+
+    // The primary recovers; nobody asks anything. After the cooldown the
+    // canary is the half-open probe, and its success closes the breaker.
+    primary.set_default(Behaviour::ok("SWITCHYARD-CANARY-OK"));
+    let status = client
+        .notification("switchyard/status", |p| {
+            p["breakers"].as_array().is_some_and(|b| {
+                b.iter()
+                    .any(|b| b["key"] == "primary/primary/mid" && b["phase"] == "closed")
+            }) && p["canaries"]
+                .as_array()
+                .is_some_and(|c| c.iter().any(|c| c["ok"] == true))
+        })
+        .await;
+    let canary = &status["params"]["canaries"][0];
+    assert_eq!(canary["reason"], "breaker recovery check", "{status}");
+    assert_eq!(primary.request_count(), 4, "exactly one canary went out");
+    assert_eq!(explain(&mut client).await, "primary");
+    client.shutdown().await;
 }

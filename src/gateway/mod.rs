@@ -10,7 +10,10 @@
 //!   unseen. After that it is continued on a provider that accepts the partial
 //!   answer as a prefill, or ended with an in-band error; a truncated stream
 //!   never ends looking successful (no `[DONE]` after an error).
-//! - `GET /v1/models`, `GET /health`, `GET /status`.
+//! - `GET /v1/models`, `GET /health`, `GET /status` (the runbook as JSON),
+//!   `GET /history` (the last hour, for the dashboard).
+//! - Canaries check cooled-down breakers (and, if configured, the primaries)
+//!   in the background, so recovery is noticed without a caller's request.
 //!
 //! Loopback only unless `--allow-remote`, which also requires a bearer token.
 
@@ -19,7 +22,7 @@ pub mod openai;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::Json;
 use axum::body::{Body, Bytes};
@@ -36,6 +39,8 @@ use crate::context::chat::PromptParts;
 use crate::providers::Secret;
 use crate::providers::local::chat::EngineSlot;
 use crate::resilience::Resilience;
+use crate::router::canary;
+use crate::router::history::History;
 use crate::router::status::StatusReport;
 use crate::router::{Answer, Pin, Progress, RouteError, Router, TaskRequest};
 use crate::task::{TaskKind, Tier};
@@ -52,6 +57,7 @@ pub struct GatewayOptions {
 struct Gateway {
     router: Arc<Router>,
     token: Option<Secret>,
+    history: Arc<History>,
 }
 
 /// Runs the gateway until the process is interrupted.
@@ -93,7 +99,23 @@ pub async fn run(config: Config, options: GatewayOptions, local: EngineSlot) -> 
     tracing::info!("gateway listening on http://{address}");
     // The first line on stdout says where it listens (`--listen 127.0.0.1:0` picks a port).
     println!("switchyard gateway listening on http://{address}");
-    let app = app(Arc::new(Gateway { router, token }));
+    let resilience_config = &config.resilience;
+    let tick = Duration::from_millis(resilience_config.canary_interval_ms);
+    let history = Arc::new(History::new(tick));
+    let primary_every = (resilience_config.primary_canary_ms > 0)
+        .then(|| Duration::from_millis(resilience_config.primary_canary_ms));
+    let (upkept, recorder) = (router.clone(), history.clone());
+    tokio::spawn(canary::upkeep(
+        move || upkept.clone(),
+        tick,
+        primary_every,
+        move |router| recorder.record(router),
+    ));
+    let app = app(Arc::new(Gateway {
+        router,
+        token,
+        history,
+    }));
     axum::serve(listener, app)
         .with_graceful_shutdown(async {
             let _ = tokio::signal::ctrl_c().await;
@@ -108,6 +130,7 @@ fn app(gateway: Arc<Gateway>) -> axum::Router {
         .route("/v1/models", get(models))
         .route("/health", get(|| async { Json(json!({"status": "ok"})) }))
         .route("/status", get(status))
+        .route("/history", get(history))
         .with_state(gateway)
 }
 
@@ -158,6 +181,15 @@ async fn status(State(gateway): State<Arc<Gateway>>, headers: HeaderMap) -> Resp
         return unauthorised();
     }
     Json(gateway.router.runbook().await).into_response()
+}
+
+/// The last hour of health, one point per upkeep tick (the dashboard's data).
+async fn history(State(gateway): State<Arc<Gateway>>, headers: HeaderMap) -> Response {
+    if !authorised(&gateway, &headers) {
+        return unauthorised();
+    }
+    let tick_ms = gateway.history.tick().as_millis() as u64;
+    Json(json!({"tickMs": tick_ms, "points": gateway.history.points()})).into_response()
 }
 
 fn unauthorised() -> Response {

@@ -465,10 +465,20 @@ impl LanguageServer for Backend {
             self.report_config_errors(&errors).await;
         }
         self.start_engine(self.config());
+        let resilience = self.config().resilience;
         if let Some(parking) = &self.parking {
-            let every = Duration::from_millis(self.config().resilience.resume_interval_ms);
+            let every = Duration::from_millis(resilience.resume_interval_ms);
             tokio::spawn(parking.clone().run(every));
         }
+        let routers = self.router.clone();
+        let primary_every = (resilience.primary_canary_ms > 0)
+            .then(|| Duration::from_millis(resilience.primary_canary_ms));
+        tokio::spawn(crate::router::canary::upkeep(
+            move || routers.read().expect("router lock").clone(),
+            Duration::from_millis(resilience.canary_interval_ms),
+            primary_every,
+            |_| {},
+        ));
     }
 
     async fn shutdown(&self) -> Result<()> {

@@ -8,6 +8,8 @@
 //! its beacon (invariant 5).
 
 pub mod beacon;
+pub mod canary;
+pub mod history;
 pub mod runbook;
 pub mod status;
 
@@ -183,6 +185,8 @@ pub struct Router {
     shared: Mutex<SharedViews>,
     /// Parked tasks, kept by the front end that parked them.
     parked: Arc<Mutex<Vec<ParkedStatus>>>,
+    /// The latest canary results, newest last.
+    canaries: Mutex<Vec<canary::CanaryResult>>,
 }
 
 /// What the shared state says, read asynchronously and shown synchronously.
@@ -377,6 +381,7 @@ impl Router {
             resilience,
             shared: Mutex::new(SharedViews::default()),
             parked: Arc::default(),
+            canaries: Mutex::new(Vec::new()),
         };
         router.publish();
         router

@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use super::Router;
 use super::beacon::MIN_SAMPLES;
+use super::canary::CanaryResult;
 use crate::providers::local::chat::LOCAL;
 use crate::resilience::breaker::BreakerView;
 use crate::resilience::governor::MeterView;
@@ -74,6 +75,9 @@ pub struct StatusReport {
     /// This editor's parked tasks, waiting for a route to open.
     #[serde(default)]
     pub parked: Vec<ParkedStatus>,
+    /// The latest canary results, newest last.
+    #[serde(default)]
+    pub canaries: Vec<CanaryResult>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -215,6 +219,7 @@ pub(super) fn report(router: &Router) -> StatusReport {
         breakers: shared.breakers,
         quota: shared.quota,
         parked: router.parked(),
+        canaries: router.canaries(),
     }
 }
 

@@ -1,0 +1,140 @@
+//! The last hour of health, for the gateway's dashboard: a snapshot every
+//! tick of each entry's beacon (p95 time to first token and latency, error
+//! and degradation rates), breakers, quota headroom, downshifts, canaries and
+//! parked work. Bounded: one hour of points.
+
+use std::collections::VecDeque;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use super::Router;
+use super::canary::CanaryResult;
+use crate::resilience::breaker::BreakerView;
+use crate::resilience::governor::MeterView;
+use crate::task::{TaskKind, Tier};
+
+const KEEP: Duration = Duration::from_secs(3600);
+
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EntryPoint {
+    pub provider: String,
+    pub model: String,
+    pub samples: usize,
+    pub p95_first_token_ms: Option<u64>,
+    pub p95_total_ms: Option<u64>,
+    pub error_rate: f64,
+    pub degraded_rate: f64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Downshift {
+    pub kind: TaskKind,
+    pub from: Tier,
+    pub to: Tier,
+    pub reason: Option<String>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Point {
+    pub at_ms: u64,
+    pub entries: Vec<EntryPoint>,
+    pub breakers: Vec<BreakerView>,
+    pub quota: Vec<MeterView>,
+    pub downshifts: Vec<Downshift>,
+    /// Canaries sent since the previous point.
+    pub canaries: Vec<CanaryResult>,
+    pub parked: usize,
+}
+
+pub struct History {
+    tick: Duration,
+    points: Mutex<VecDeque<Point>>,
+}
+
+impl History {
+    pub fn new(tick: Duration) -> History {
+        History {
+            tick,
+            points: Mutex::new(VecDeque::new()),
+        }
+    }
+
+    pub fn tick(&self) -> Duration {
+        self.tick
+    }
+
+    /// Adds a point from the router's current view (call after refreshing it).
+    pub fn record(&self, router: &Router) {
+        let status = router.status();
+        let mut entries = Vec::new();
+        for tier in [Tier::Large, Tier::Medium, Tier::Small] {
+            for (provider, model) in router.chain(tier, TaskKind::Explain) {
+                if entries
+                    .iter()
+                    .any(|e: &EntryPoint| e.provider == provider && e.model == model)
+                {
+                    continue;
+                }
+                let summary = router.beacons().summary(&provider, &model);
+                let ms = |d: Option<Duration>| d.map(|d| d.as_millis() as u64);
+                entries.push(EntryPoint {
+                    samples: summary.samples,
+                    p95_first_token_ms: ms(summary.p95_first_token),
+                    p95_total_ms: ms(summary.p95_total),
+                    error_rate: summary.error_rate,
+                    degraded_rate: summary.degraded_rate,
+                    provider,
+                    model,
+                });
+            }
+        }
+        let downshifts = status
+            .tasks
+            .iter()
+            .filter_map(|task| {
+                let route = task.route.as_ref()?;
+                Some(Downshift {
+                    kind: task.kind,
+                    from: route.downshifted_from?,
+                    to: route.tier,
+                    reason: route.reason.clone(),
+                })
+            })
+            .collect();
+        let at_ms = crate::resilience::park::now_ms();
+        let mut points = self.points.lock().expect("history lock");
+        let since = points.back().map_or(0, |p| p.at_ms);
+        let canaries = router
+            .canaries()
+            .into_iter()
+            .filter(|c| c.at_ms > since)
+            .collect();
+        points.push_back(Point {
+            at_ms,
+            entries,
+            breakers: status.breakers,
+            quota: status.quota,
+            downshifts,
+            canaries,
+            parked: status.parked.len(),
+        });
+        let oldest = at_ms.saturating_sub(KEEP.as_millis() as u64);
+        while points.front().is_some_and(|p| p.at_ms < oldest) {
+            points.pop_front();
+        }
+    }
+
+    pub fn points(&self) -> Vec<Point> {
+        self.points
+            .lock()
+            .expect("history lock")
+            .iter()
+            .cloned()
+            .collect()
+    }
+}
