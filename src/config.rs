@@ -621,6 +621,7 @@ mod tests {
             )),
             initialization_options: Some(json!({"autocomplete": {"budget_ms": 700}})),
             workspace: None,
+            ..Default::default()
         };
         let (config, errors) = layers.resolve();
         assert!(errors.is_empty());
@@ -638,6 +639,7 @@ mod tests {
             )),
             initialization_options: Some(json!({"autocomplete": {"budget_ms": 5}})),
             workspace: None,
+            ..Default::default()
         };
         let (config, errors) = layers.resolve();
         assert_eq!(config.autocomplete.budget_ms, 800, "last good config stays");

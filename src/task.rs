@@ -78,6 +78,9 @@ pub struct TaskProfile {
     /// attempts. A wait that would exceed it is not taken: the task fails over,
     /// downshifts or parks. Autocomplete has none: it goes local at once.
     pub wait_ms: u64,
+    /// When the first token is late, race the next healthy entry (at most one
+    /// hedge per request) instead of abandoning the slow one.
+    pub hedge: bool,
 }
 
 impl TaskProfile {
@@ -90,6 +93,7 @@ impl TaskProfile {
                 first_token_ms: 1_000,
                 total_ms: 1_000,
                 wait_ms: 0,
+                hedge: false,
             },
             TaskKind::Explain => TaskProfile {
                 tier: Tier::Medium,
@@ -98,6 +102,7 @@ impl TaskProfile {
                 first_token_ms: 10_000,
                 total_ms: 60_000,
                 wait_ms: 30_000,
+                hedge: true,
             },
             TaskKind::Refactor => TaskProfile {
                 tier: Tier::Large,
@@ -106,6 +111,7 @@ impl TaskProfile {
                 first_token_ms: 20_000,
                 total_ms: 300_000,
                 wait_ms: 480_000,
+                hedge: false,
             },
         }
     }

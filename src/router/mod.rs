@@ -9,6 +9,7 @@
 
 pub mod beacon;
 pub mod canary;
+mod hedge;
 pub mod history;
 pub mod runbook;
 pub mod status;
@@ -279,6 +280,29 @@ struct RunState {
     /// Something temporary (an open breaker, an empty quota, a spent wait
     /// budget) stood in the way: the task can be parked and resumed.
     retry_later: bool,
+    /// This run's side of a hedged race, while one is on.
+    racer: Option<hedge::Racer>,
+}
+
+impl RunState {
+    /// The hedge's own state: same deadline and wait budget left.
+    fn fork(&self, racer: hedge::Racer) -> RunState {
+        RunState {
+            deadline: self.deadline,
+            waits: self.waits,
+            partial: self.partial.clone(),
+            retry_later: false,
+            racer: Some(racer),
+        }
+    }
+
+    /// Takes in what the hedge learned.
+    fn absorb(&mut self, hedge: RunState) {
+        self.retry_later |= hedge.retry_later;
+        if hedge.partial.len() > self.partial.len() {
+            self.partial = hedge.partial;
+        }
+    }
 }
 
 /// A request ready to send, and the prefill its answer continues.
@@ -454,6 +478,7 @@ impl Router {
             waits: WaitBudget::new(profile.wait_budget()),
             partial: request.continuation.clone(),
             retry_later: false,
+            racer: None,
         };
         let mut tried = Vec::new();
         let mut downshift: Option<String> = None;
@@ -474,7 +499,12 @@ impl Router {
                 entries.retain(|(provider, _)| provider == LOCAL);
             }
             let mut trouble = Vec::new();
-            for (provider, model) in entries {
+            let mut hedged_already = vec![false; entries.len()];
+            for i in 0..entries.len() {
+                if hedged_already[i] {
+                    continue;
+                }
+                let (provider, model) = entries[i].clone();
                 let attempt = |outcome: String| Attempt {
                     provider: provider.clone(),
                     model: model.clone(),
@@ -499,10 +529,58 @@ impl Router {
                     model: &model,
                     tier: current,
                 };
-                match self
-                    .serve_entry(&entry, &request, &profile, &mut run, &cancel, progress)
-                    .await
-                {
+                // Interactive tasks race a slow entry against the next usable one.
+                let hedge_with = (profile.hedge && !matches!(request.pin, Some(Pin::Entry { .. })))
+                    .then(|| {
+                        (i + 1..entries.len())
+                            .find(|&j| self.usable(&entries[j].0, &entries[j].1, &profile))
+                    })
+                    .flatten();
+                let (result, served_by) = match hedge_with {
+                    Some(j) => {
+                        let hedge = Entry {
+                            provider: &entries[j].0,
+                            model: &entries[j].1,
+                            tier: current,
+                        };
+                        let (result, side, hedge_ran) = self
+                            .hedged(
+                                &entry, &hedge, &request, &profile, &mut run, &cancel, progress,
+                            )
+                            .await;
+                        hedged_already[j] = !matches!(hedge_ran, hedge::HedgeRan::No);
+                        if let hedge::HedgeRan::Failed(Failure::Failed(failed)) = hedge_ran {
+                            let (p, m) = &entries[j];
+                            trouble.push(format!("{p}/{m}: {}", failed.reason));
+                            tried.push(Attempt {
+                                provider: p.clone(),
+                                model: m.clone(),
+                                tier: current,
+                                outcome: format!("hedge: {}", failed.reason),
+                            });
+                        }
+                        let served_by = match side {
+                            hedge::Side::Primary => i,
+                            hedge::Side::Hedge => {
+                                tried.push(attempt(format!(
+                                    "no first token within {:.1} s; the hedge {}/{} answered first",
+                                    profile.first_token_ceiling().as_secs_f64(),
+                                    entries[j].0,
+                                    entries[j].1
+                                )));
+                                j
+                            }
+                        };
+                        (result, served_by)
+                    }
+                    None => (
+                        self.serve_entry(&entry, &request, &profile, &mut run, &cancel, progress)
+                            .await,
+                        i,
+                    ),
+                };
+                let (provider, model) = entries[served_by].clone();
+                match result {
                     Ok((text, usage)) => {
                         let route = Route {
                             provider,
@@ -673,7 +751,7 @@ impl Router {
                     provider.as_ref(),
                     prompt.request,
                     profile,
-                    run.deadline,
+                    (run.deadline, run.racer.as_ref()),
                     cancel,
                     progress,
                 )
@@ -825,6 +903,16 @@ impl Router {
         })
     }
 
+    /// Whether an entry could serve now: its key is set and its beacon is healthy.
+    fn usable(&self, provider: &str, model: &str, profile: &TaskProfile) -> bool {
+        !self.missing_keys.contains_key(provider)
+            && self
+                .beacons
+                .summary(provider, model)
+                .unhealthy_reason(profile)
+                .is_none()
+    }
+
     /// The first tier whose chain lists this entry.
     fn tier_of(&self, provider: &str, model: &str) -> Option<Tier> {
         [Tier::Large, Tier::Medium, Tier::Small]
@@ -877,14 +965,19 @@ impl Router {
         provider: &dyn Provider,
         chat_request: ChatRequest,
         profile: &TaskProfile,
-        deadline: Instant,
+        (deadline, racer): (Instant, Option<&hedge::Racer>),
         cancel: &CancellationToken,
         progress: &(dyn Fn(Progress) + Send + Sync),
     ) -> AttemptResult {
         let started = Instant::now();
         // Each attempt gets the task's full ceiling, within the task's deadline.
         let deadline = (started + profile.total_ceiling()).min(deadline);
-        let first_token_deadline = (started + profile.first_token_ceiling()).min(deadline);
+        // In a hedged race a slow first token starts the hedge instead of
+        // abandoning this attempt: it may still win.
+        let first_token_deadline = match racer {
+            Some(_) => deadline,
+            None => (started + profile.first_token_ceiling()).min(deadline),
+        };
         let timeouts = Timeouts {
             connect: CONNECT_TIMEOUT.min(profile.first_token_ceiling()),
             first_byte: profile.first_token_ceiling(),
@@ -901,7 +994,7 @@ impl Router {
             first_token_deadline,
             &mut first_token,
             &mut seen,
-            progress,
+            (racer, progress),
         );
         let result = tokio::select! {
             _ = cancel.cancelled() => Err(Failure::Cancelled),
@@ -919,11 +1012,14 @@ impl Router {
         let outcome = match &result {
             Ok(_) => Some(Outcome::Ok),
             Err(Failure::Failed(failed)) => Some(failed.outcome),
+            // The loser of a hedged race was healthy, only slower so far.
+            Err(Failure::Cancelled) if racer.is_some_and(hedge::Racer::lost) => Some(Outcome::Ok),
             Err(Failure::Cancelled | Failure::OverBudget(_)) => None,
         };
         if let Some(outcome) = outcome {
             // An attempt abandoned for slowness waited this long without a token.
-            let slow = matches!(&result, Err(Failure::Failed(f)) if f.slow);
+            let slow = matches!(&result, Err(Failure::Failed(f)) if f.slow)
+                || matches!(result, Err(Failure::Cancelled));
             let first_token = first_token.or(slow.then(|| started.elapsed()));
             let sample = Sample {
                 at: Instant::now(),
@@ -961,6 +1057,7 @@ impl Router {
             first_token_ms: share.as_millis() as u64,
             total_ms: share.as_millis() as u64,
             wait_ms: 0,
+            hedge: false,
         };
         let parts = PromptParts {
             language: String::new(),
@@ -990,6 +1087,7 @@ impl Router {
                 waits: WaitBudget::new(Duration::ZERO),
                 partial: String::new(),
                 retry_later: false,
+                racer: None,
             };
             let entry = Entry {
                 provider,
@@ -1108,7 +1206,7 @@ async fn consume(
     first_token_deadline: Instant,
     first_token: &mut Option<Duration>,
     seen: &mut Seen,
-    progress: &(dyn Fn(Progress) + Send + Sync),
+    (racer, progress): (Option<&hedge::Racer>, &(dyn Fn(Progress) + Send + Sync)),
 ) -> Result<(String, Usage), Failure> {
     let ceiling_breach = || {
         Failure::too_slow(format!(
@@ -1138,6 +1236,9 @@ async fn consume(
         };
         match next {
             Some(Ok(StreamEvent::Delta(delta))) => {
+                if racer.is_some_and(|r| !r.claim()) {
+                    return Err(Failure::Cancelled);
+                }
                 first_token.get_or_insert_with(|| started.elapsed());
                 seen.text.push_str(&delta);
                 progress(Progress::Delta(delta));
@@ -1549,10 +1650,9 @@ mod tests {
     async fn persistent_overload_fails_over_once_the_wait_budget_is_spent() {
         let primary = Scripted::new("primary", vec![], Behaviour::Fail(503));
         let secondary = Scripted::new("secondary", vec![], ok());
-        let router = router(
-            chains(&[], &["primary/m", "secondary/m"]),
-            &[&primary, &secondary],
-        );
+        let mut config = chains(&[], &["primary/m", "secondary/m"]);
+        config.tasks.explain.hedge = false;
+        let router = router(config, &[&primary, &secondary]);
         let started = Instant::now();
         let answer = run(&router, explain()).await.unwrap();
         assert_eq!(answer.route.provider, "secondary");
@@ -1567,6 +1667,76 @@ mod tests {
             "{:?}",
             answer.attempts
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_late_first_token_is_hedged_and_the_first_answer_wins() {
+        let slow = Behaviour::Answer {
+            first_token: Duration::from_secs(25),
+            reason: FinishReason::EndTurn,
+        };
+        let primary = Scripted::new("primary", vec![], slow);
+        let secondary = Scripted::new("secondary", vec![], ok());
+        let router = router(
+            chains(&[], &["primary/m", "secondary/m"]),
+            &[&primary, &secondary],
+        );
+        let started = Instant::now();
+        let seen = Mutex::new(Vec::new());
+        let answer = router
+            .run(explain(), CancellationToken::new(), &|e| {
+                seen.lock().unwrap().push(e)
+            })
+            .await
+            .unwrap();
+        assert_eq!(answer.route.provider, "secondary");
+        assert_eq!(answer.text, "answer from secondary");
+        // Hedged at the 10 s first-token ceiling; the hedge answered 200 ms later.
+        assert_eq!(started.elapsed(), Duration::from_millis(10_200));
+        assert_eq!(
+            (primary.calls(), secondary.calls()),
+            (1, 1),
+            "one hedge, no more"
+        );
+        assert!(
+            answer.attempts[0].outcome.contains("hedge"),
+            "{:?}",
+            answer.attempts
+        );
+        // Only the winner's text and name reached the front end.
+        let seen = seen.lock().unwrap();
+        assert!(
+            seen.iter()
+                .all(|e| !matches!(e, Progress::Trying { provider, .. } if provider == "primary"))
+        );
+        let text: String = seen
+            .iter()
+            .filter_map(|e| match e {
+                Progress::Delta(d) => Some(d.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(text, "answer from secondary");
+        // The beacon counts the primary as slow, so the next request skips it.
+        let summary = router.beacons().summary("primary", "m");
+        assert_eq!(summary.samples, 1);
+        assert!(summary.p95_first_token.unwrap() >= Duration::from_secs(10));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn refactors_are_not_hedged() {
+        let slow = Behaviour::Answer {
+            first_token: Duration::from_secs(15),
+            reason: FinishReason::EndTurn,
+        };
+        let primary = Scripted::new("primary", vec![], slow);
+        let secondary = Scripted::new("secondary", vec![], ok());
+        let mut config = chains(&["primary/m", "secondary/m"], &[]);
+        config.tasks.refactor.first_token_ms = 20_000;
+        let router = router(config, &[&primary, &secondary]);
+        let answer = run(&router, request(TaskKind::Refactor)).await.unwrap();
+        assert_eq!(answer.route.provider, "primary");
+        assert_eq!(secondary.calls(), 0);
     }
 
     #[tokio::test(start_paused = true)]

@@ -1,0 +1,195 @@
+//! Hedged requests: when an interactive task's entry has not produced its
+//! first token by the task's first-token ceiling, the next healthy entry is
+//! started alongside; whichever produces text first wins and the other is
+//! cancelled. At most one hedge per request; both go through breaker and
+//! governor like any attempt, and the beacon records both.
+
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+
+use tokio_util::sync::CancellationToken;
+
+use super::{Entry, Failure, Progress, Router, RunState, TaskRequest};
+use crate::providers::Usage;
+use crate::task::TaskProfile;
+
+/// Who produced text first.
+#[derive(Debug, Default)]
+pub(super) struct Race {
+    winner: AtomicU8,
+}
+
+/// One side of a race.
+#[derive(Clone, Debug)]
+pub(super) struct Racer {
+    race: Arc<Race>,
+    me: u8,
+}
+
+impl Racer {
+    /// Claims the win at this racer's first token; `false` when the other
+    /// side already has it (this one should stop).
+    pub(super) fn claim(&self) -> bool {
+        let race = &self.race.winner;
+        race.compare_exchange(0, self.me, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+            || race.load(Ordering::Acquire) == self.me
+    }
+
+    pub(super) fn won(&self) -> bool {
+        self.race.winner.load(Ordering::Acquire) == self.me
+    }
+
+    /// The other side won: this side's cancellation is the race's doing.
+    pub(super) fn lost(&self) -> bool {
+        !matches!(self.race.winner.load(Ordering::Acquire), 0) && !self.won()
+    }
+}
+
+/// Forwards one racer's events only once it has won, so a front end never
+/// sees text (or a model name) from the side that loses.
+struct RacerProgress<'a> {
+    racer: Racer,
+    inner: &'a (dyn Fn(Progress) + Send + Sync),
+    /// The racer's latest `Trying`, told when it wins.
+    pending: Mutex<Option<Progress>>,
+}
+
+impl RacerProgress<'_> {
+    fn forward(&self, event: Progress) {
+        if let Progress::Trying { .. } = event {
+            *self.pending.lock().expect("pending lock") = Some(event.clone());
+            if !self.racer.won() {
+                return;
+            }
+        }
+        if !self.racer.won() {
+            return;
+        }
+        if let Some(trying) = self.pending.lock().expect("pending lock").take() {
+            (self.inner)(trying);
+            if matches!(event, Progress::Trying { .. }) {
+                return;
+            }
+        }
+        (self.inner)(event);
+    }
+}
+
+pub(super) enum Side {
+    Primary,
+    Hedge,
+}
+
+pub(super) enum HedgeRan {
+    No,
+    Yes,
+    Failed(Failure),
+}
+
+impl Router {
+    /// Serves `primary`, hedged by `hedge` after the first-token ceiling.
+    /// Returns the outcome, which side it came from, and whether the hedge
+    /// ran (with its failure when both failed). A primary that fails before
+    /// the ceiling is not hedged: the caller fails over as usual.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn hedged(
+        &self,
+        primary: &Entry<'_>,
+        hedge: &Entry<'_>,
+        request: &TaskRequest,
+        profile: &TaskProfile,
+        run: &mut RunState,
+        cancel: &CancellationToken,
+        progress: &(dyn Fn(Progress) + Send + Sync),
+    ) -> (Result<(String, Usage), Failure>, Side, HedgeRan) {
+        let race = Arc::new(Race::default());
+        let racer = |me| Racer {
+            race: race.clone(),
+            me,
+        };
+        let (cancel_primary, cancel_hedge) = (cancel.child_token(), cancel.child_token());
+        let primary_progress = RacerProgress {
+            racer: racer(1),
+            inner: progress,
+            pending: Mutex::new(None),
+        };
+        let hedge_progress = RacerProgress {
+            racer: racer(2),
+            inner: progress,
+            pending: Mutex::new(None),
+        };
+        let mut hedge_run = run.fork(racer(2));
+        run.racer = Some(racer(1));
+        let hedge_started = AtomicBool::new(false);
+        let primary_forward = |e| primary_progress.forward(e);
+        let hedge_forward = |e| hedge_progress.forward(e);
+        let outcome = {
+            let primary_call = self.serve_entry(
+                primary,
+                request,
+                profile,
+                run,
+                &cancel_primary,
+                &primary_forward,
+            );
+            let hedge_call = async {
+                tokio::select! {
+                    _ = cancel_hedge.cancelled() => return Err(Failure::Cancelled),
+                    _ = tokio::time::sleep(profile.first_token_ceiling()) => {}
+                }
+                hedge_started.store(true, Ordering::Release);
+                tracing::info!(
+                    "{}/{} has no first token after {:.1} s; hedging with {}/{}",
+                    primary.provider,
+                    primary.model,
+                    profile.first_token_ceiling().as_secs_f64(),
+                    hedge.provider,
+                    hedge.model
+                );
+                self.serve_entry(
+                    hedge,
+                    request,
+                    profile,
+                    &mut hedge_run,
+                    &cancel_hedge,
+                    &hedge_forward,
+                )
+                .await
+            };
+            tokio::pin!(primary_call, hedge_call);
+            tokio::select! {
+                result = &mut primary_call => {
+                    // The primary is done (won or failed): a hedge not yet started never starts.
+                    if result.is_ok() || !hedge_started.load(Ordering::Acquire) {
+                        cancel_hedge.cancel();
+                        let _ = hedge_call.await;
+                        (result, Side::Primary, HedgeRan::No)
+                    } else {
+                        let hedge_result = hedge_call.await;
+                        match hedge_result {
+                            Ok(answer) => (Ok(answer), Side::Hedge, HedgeRan::Yes),
+                            Err(hedge_failure) => (result, Side::Primary, HedgeRan::Failed(hedge_failure)),
+                        }
+                    }
+                }
+                result = &mut hedge_call => {
+                    if result.is_ok() {
+                        cancel_primary.cancel();
+                        let _ = primary_call.await;
+                        (result, Side::Hedge, HedgeRan::Yes)
+                    } else {
+                        {
+                            let hedge_failure = result.err().expect("the hedge failed");
+                            (primary_call.await, Side::Primary, HedgeRan::Failed(hedge_failure))
+                        }
+                    }
+                }
+            }
+        };
+        run.racer = None;
+        run.absorb(hedge_run);
+        outcome
+    }
+}
