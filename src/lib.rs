@@ -10,6 +10,7 @@ pub mod logging;
 pub mod lsp;
 pub mod models;
 pub mod paths;
+pub mod probe;
 pub mod providers;
 pub mod resilience;
 pub mod router;

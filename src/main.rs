@@ -61,6 +61,10 @@ enum Command {
         #[arg(long)]
         allow_remote: bool,
     },
+    /// Send a known prompt to each configured provider/model (or, with --local,
+    /// check the local model) and record the latency; exits 1 when one is
+    /// unhealthy and 2 when the configuration cannot be probed. Made for cron.
+    Probe(cli::probe::ProbeArgs),
     /// Check configuration.
     Config {
         #[command(subcommand)]
@@ -112,6 +116,7 @@ fn main() -> ExitCode {
                 listen,
                 allow_remote,
             } => cli::gateway::run(config_file, listen, allow_remote).await,
+            Command::Probe(args) => cli::probe::run(config_file, args).await,
             Command::Config {
                 action: ConfigAction::Check { file },
             } => cli::check_config(file.or(config_file)),

@@ -136,6 +136,7 @@ pub async fn probe(
         let mut events = response.events;
         while let Some(event) = events.next().await {
             match event.map_err(|e| describe(&e))? {
+                StreamEvent::Delta(text) if text.is_empty() => {}
                 StreamEvent::Delta(text) => {
                     ttft.get_or_insert_with(|| started.elapsed());
                     answer.push_str(&text);
@@ -147,7 +148,10 @@ pub async fn probe(
     };
     let outcome = match tokio::time::timeout(limit, call).await {
         Ok(outcome) => outcome,
-        Err(_) => Err(format!("no complete answer within {} ms", limit.as_millis())),
+        Err(_) => Err(format!(
+            "no complete answer within {} ms",
+            limit.as_millis()
+        )),
     };
     let verdict = match outcome {
         Err(reason) => Verdict::Failed(reason),
@@ -220,11 +224,9 @@ mod tests {
                         events: stream::iter(events.into_iter().map(Ok)).boxed(),
                         rate_limits: RateLimits::default(),
                     }),
-                    Err(message) => Err(ProviderError::new(
-                        "scripted",
-                        FailureKind::Status,
-                        message,
-                    )),
+                    Err(message) => {
+                        Err(ProviderError::new("scripted", FailureKind::Status, message))
+                    }
                 }
             })
         }
@@ -251,7 +253,10 @@ mod tests {
         let result = run(&answering("SWITCHYARD-PROBE-7Q", true)).await;
         assert_eq!(result.verdict, Verdict::Ok);
         assert!(result.ttft.is_some());
-        assert_eq!((result.provider.as_str(), result.model.as_str()), ("scripted", "m"));
+        assert_eq!(
+            (result.provider.as_str(), result.model.as_str()),
+            ("scripted", "m")
+        );
     }
 
     #[tokio::test]
@@ -260,8 +265,17 @@ mod tests {
         let Verdict::WrongAnswer(excerpt) = &result.verdict else {
             panic!("{result:?}");
         };
-        assert!(excerpt.chars().count() <= ANSWER_EXCERPT_CHARS + 1, "{excerpt}");
-        assert!(result.verdict.problem().unwrap().starts_with("wrong answer"));
+        assert!(
+            excerpt.chars().count() <= ANSWER_EXCERPT_CHARS + 1,
+            "{excerpt}"
+        );
+        assert!(
+            result
+                .verdict
+                .problem()
+                .unwrap()
+                .starts_with("wrong answer")
+        );
     }
 
     #[tokio::test]

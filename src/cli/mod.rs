@@ -3,6 +3,7 @@
 pub mod complete;
 pub mod gateway;
 pub mod models;
+pub mod probe;
 pub mod status;
 
 use std::path::PathBuf;

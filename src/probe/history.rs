@@ -200,14 +200,19 @@ mod tests {
             record("a", 3, Some(300), 900),
         ];
         let p = Percentiles::of(&records);
-        assert_eq!((p.ttft_ms, p.total_ms, p.samples), (Some(300), Some(900), 2));
+        assert_eq!(
+            (p.ttft_ms, p.total_ms, p.samples),
+            (Some(300), Some(900), 2)
+        );
     }
 
     #[test]
     fn appended_records_read_back_grouped_newest_last_and_bounded() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("state/probes.jsonl");
-        let records: Vec<_> = (0..5).map(|at| record(["a", "b"][at as usize % 2], at, Some(at), at)).collect();
+        let records: Vec<_> = (0..5)
+            .map(|at| record(["a", "b"][at as usize % 2], at, Some(at), at))
+            .collect();
         append(&path, &records[..3]).unwrap();
         append(&path, &records[3..]).unwrap();
         let recent = recent_by_entry(&path, 2).unwrap();

@@ -41,7 +41,9 @@ pub struct Targets {
 pub enum TargetError {
     #[error("no provider named `{name}` is configured (known: {known})")]
     UnknownProvider { name: String, known: String },
-    #[error("provider `{0}` appears in no tier chain (`[tiers]`), so there is nothing of it to probe")]
+    #[error(
+        "provider `{0}` appears in no tier chain (`[tiers]`), so there is nothing of it to probe"
+    )]
     NotInChains(String),
     #[error("no remote `provider/model` entries in the tier chains (`[tiers]`): nothing to probe")]
     NothingConfigured,
