@@ -109,6 +109,29 @@ fn human(runbook: &Runbook) -> String {
             q.key, q.meter, q.available, q.limit
         );
     }
+    out += "last probes (switchyard probe):\n";
+    if runbook.last_probes.is_empty() {
+        out += "  none recorded\n";
+    }
+    for p in &runbook.last_probes {
+        let result = match (&p.error, p.ok) {
+            (Some(error), _) => error.clone(),
+            (None, true) => format!("ok in {} ms", p.total_ms),
+            (None, false) => "wrong answer".into(),
+        };
+        out += &format!("  {:<48} {result}\n", p.entry());
+    }
+    out += "canaries:\n";
+    if runbook.status.canaries.is_empty() {
+        out += "  none sent\n";
+    }
+    for c in runbook.status.canaries.iter().rev().take(5) {
+        let result = c
+            .error
+            .clone()
+            .unwrap_or_else(|| format!("ok in {} ms", c.latency_ms));
+        out += &format!("  {}/{} ({}): {result}\n", c.provider, c.model, c.reason);
+    }
     out += "parked:\n";
     if runbook.status.parked.is_empty() {
         out += "  none\n";

@@ -6,6 +6,7 @@ use serde::Serialize;
 
 use super::Router;
 use super::status::StatusReport;
+use crate::probe::history::{self, ProbeRecord};
 use crate::resilience::breaker;
 use crate::task::{TaskKind, Tier};
 
@@ -26,6 +27,8 @@ pub struct TaskRunbook {
 pub struct Runbook {
     pub shared_state: String,
     pub tasks: Vec<TaskRunbook>,
+    /// The latest `switchyard probe` result of each entry on this machine.
+    pub last_probes: Vec<ProbeRecord>,
     #[serde(flatten)]
     pub status: StatusReport,
 }
@@ -74,9 +77,15 @@ impl Router {
                 }
             })
             .collect();
+        let last_probes = history::recent_by_entry(&history::default_path(), 1)
+            .unwrap_or_default()
+            .into_values()
+            .flatten()
+            .collect();
         Runbook {
             shared_state: self.resilience().state.describe(),
             tasks,
+            last_probes,
             status,
         }
     }
