@@ -500,15 +500,18 @@ async fn a_stream_cut_mid_body_is_stream_cut_with_the_partial_text() {
 }
 
 #[tokio::test]
-async fn a_clean_end_without_the_terminal_event_is_stream_cut() {
+async fn a_clean_end_after_the_finish_reason_but_without_the_terminal_event_is_finalised() {
     for api in BOTH {
         let fake = FakeProvider::with_default(Behaviour::MissingTerminal {
             text: "complete-looking text".into(),
         })
         .await;
-        let error = call_error(api, &fake, RELAXED).await;
-        assert_eq!(error.kind, FailureKind::StreamCut, "{api:?}: {error}");
-        assert_eq!(error.partial, "complete-looking text", "{api:?}");
+        let outcome = call(api, &fake, RELAXED).await;
+        let finish = outcome.end.unwrap_or_else(|e| panic!("{api:?}: {e}"));
+        assert_eq!(outcome.text, "complete-looking text", "{api:?}");
+        assert_eq!(finish.reason, FinishReason::EndTurn, "{api:?}");
+        // The fake counts one output token per delta; the usage it reported stands.
+        assert_eq!(finish.usage.output_tokens, 3, "{api:?}");
     }
 }
 

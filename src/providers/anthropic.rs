@@ -275,6 +275,13 @@ impl Decoder for MessageDecoder {
     fn terminal(&self) -> &'static str {
         "message_stop"
     }
+
+    fn finished(&self) -> Option<Finish> {
+        self.stop_reason.as_ref().map(|reason| Finish {
+            reason: finish_reason(Some(reason)),
+            usage: self.usage,
+        })
+    }
 }
 
 fn finish_reason(stop_reason: Option<&str>) -> FinishReason {

@@ -142,10 +142,14 @@ impl Endpoint {
     }
 
     /// `text` without the key: servers quote requests back in their errors.
-    fn scrub(&self, text: String) -> String {
+    /// Scrub before cutting text short: a cut through the key would leave its
+    /// start behind, which the scrub no longer recognises.
+    pub(crate) fn scrub(&self, text: String) -> String {
         match &self.secret {
-            Some(secret) => secret.scrub(&text),
-            None => text,
+            Some(secret) if !secret.expose().is_empty() && text.contains(secret.expose()) => {
+                secret.scrub(&text)
+            }
+            _ => text,
         }
     }
 
@@ -246,7 +250,18 @@ impl Endpoint {
             }
         }
         body.truncate(MAX_ERROR_BODY);
-        body
+        // Before `quote` cuts it to a few hundred characters (see `scrub`).
+        match &self.secret {
+            Some(secret)
+                if !secret.expose().is_empty()
+                    && body
+                        .windows(secret.expose().len())
+                        .any(|w| w == secret.expose().as_bytes()) =>
+            {
+                secret.scrub(&String::from_utf8_lossy(&body)).into_bytes()
+            }
+            _ => body,
+        }
     }
 }
 

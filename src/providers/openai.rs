@@ -252,6 +252,13 @@ impl Decoder for ChunkDecoder {
     fn terminal(&self) -> &'static str {
         "data: [DONE]"
     }
+
+    fn finished(&self) -> Option<Finish> {
+        self.finish_reason.as_ref().map(|reason| Finish {
+            reason: finish_reason(Some(reason)),
+            usage: self.usage,
+        })
+    }
 }
 
 fn finish_reason(reason: Option<&str>) -> FinishReason {

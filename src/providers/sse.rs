@@ -36,6 +36,12 @@ pub(crate) trait Decoder: Send + 'static {
     fn decode(&mut self, event: &str, data: &str) -> Decoded;
     /// How the format marks the end of a stream, for error messages.
     fn terminal(&self) -> &'static str;
+    /// How the answer finished, once the stream has said so (a finish or stop
+    /// reason) even before its terminal event: a stream that then ends without
+    /// the terminal event is complete, not cut.
+    fn finished(&self) -> Option<Finish> {
+        None
+    }
 }
 
 /// Why the event stream itself failed, before any decoder saw an event.
@@ -155,6 +161,12 @@ impl<D: Decoder> Reader<D> {
                         format!("no text within {:?}", self.first_token),
                     );
                 }
+                Ok(None) if let Some(finish) = self.decoder.finished() => {
+                    // Every delta and the finish reason arrived; only the
+                    // terminal event is missing. Finalise with what was reported.
+                    self.done = true;
+                    return Some(Ok(StreamEvent::End(finish)));
+                }
                 Ok(None) => {
                     let terminal = self.decoder.terminal();
                     return self.fail(
@@ -176,7 +188,9 @@ impl<D: Decoder> Reader<D> {
                 }
                 Ok(Some(Ok(event))) => event,
             };
-            match self.decoder.decode(&event.event, &event.data) {
+            // Scrubbed before a decoder quotes an excerpt of it (see `Endpoint::scrub`).
+            let data = self.endpoint.scrub(event.data);
+            match self.decoder.decode(&event.event, &data) {
                 Decoded::Nothing => {}
                 Decoded::Text(text) if text.is_empty() => {}
                 Decoded::Text(text) => {
