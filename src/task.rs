@@ -74,6 +74,9 @@ pub struct TaskProfile {
     pub first_token_ms: u64,
     /// Ceiling on the whole answer.
     pub total_ms: u64,
+    /// Longest silence between two stream events once text flows: a stream
+    /// quiet for longer has stalled and fails over.
+    pub idle_ms: u64,
     /// Time this task may spend waiting to retry (backoff, quota) on top of its
     /// attempts. A wait that would exceed it is not taken: the task fails over,
     /// downshifts or parks. Autocomplete has none: it goes local at once.
@@ -92,6 +95,7 @@ impl TaskProfile {
                 output_tokens: 200,
                 first_token_ms: 1_000,
                 total_ms: 1_000,
+                idle_ms: 30_000,
                 wait_ms: 0,
                 hedge: false,
             },
@@ -101,6 +105,7 @@ impl TaskProfile {
                 output_tokens: 800,
                 first_token_ms: 10_000,
                 total_ms: 60_000,
+                idle_ms: 30_000,
                 wait_ms: 30_000,
                 hedge: true,
             },
@@ -110,6 +115,7 @@ impl TaskProfile {
                 output_tokens: 4_000,
                 first_token_ms: 20_000,
                 total_ms: 300_000,
+                idle_ms: 30_000,
                 wait_ms: 480_000,
                 hedge: false,
             },
@@ -122,6 +128,10 @@ impl TaskProfile {
 
     pub fn total_ceiling(&self) -> Duration {
         Duration::from_millis(self.total_ms)
+    }
+
+    pub fn idle_ceiling(&self) -> Duration {
+        Duration::from_millis(self.idle_ms)
     }
 
     pub fn wait_budget(&self) -> Duration {

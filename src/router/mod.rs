@@ -48,7 +48,6 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 const FIM_SYSTEM: &str = "You are a code completion engine. Reply with only the code that belongs at the empty selection: no explanation, no code fences.";
 const FIM_INSTRUCTION: &str =
     "Write the code that goes at the empty selection, continuing the code before it.";
-const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A remote-grade task as a front end asked it.
 #[derive(Clone, Debug)]
@@ -982,7 +981,7 @@ impl Router {
             connect: CONNECT_TIMEOUT.min(profile.first_token_ceiling()),
             first_byte: profile.first_token_ceiling(),
             first_token: profile.first_token_ceiling(),
-            idle: IDLE_TIMEOUT,
+            idle: profile.idle_ceiling(),
         };
         let mut first_token = None;
         let mut seen = Seen::default();
@@ -1056,6 +1055,7 @@ impl Router {
             output_tokens: autocomplete.output_tokens,
             first_token_ms: share.as_millis() as u64,
             total_ms: share.as_millis() as u64,
+            idle_ms: share.as_millis() as u64,
             wait_ms: 0,
             hedge: false,
         };
