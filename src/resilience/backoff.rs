@@ -7,6 +7,9 @@
 
 use std::time::Duration;
 
+use std::collections::HashMap;
+use std::sync::Mutex;
+
 use serde::Deserialize;
 
 use super::classify::ErrorClass;
@@ -99,8 +102,12 @@ impl WaitBudget {
 /// Retries per account, shared by every process: each first attempt earns
 /// [`EARNED_PER_REQUEST`] of a retry, a trickle refills the rest, and a retry
 /// spends one. So in a storm the account retries about a tenth of its traffic,
-/// not all of it again.
-pub struct AccountRetries;
+/// not all of it again. Earnings are counted here and paid in when a retry is
+/// asked for, so a first attempt costs no shared write.
+#[derive(Default)]
+pub struct AccountRetries {
+    earned: Mutex<HashMap<String, u32>>,
+}
 
 const EARNED_PER_REQUEST: f64 = 0.1;
 const RETRY_SPEC: BucketSpec = BucketSpec {
@@ -113,29 +120,35 @@ impl AccountRetries {
         format!("retries/{account}")
     }
 
-    pub async fn earn(state: &dyn SharedState, account: &str) -> Result<(), StateError> {
-        state
-            .bucket(
-                &Self::key(account),
-                RETRY_SPEC,
-                BucketOp::Adjust {
-                    delta: EARNED_PER_REQUEST,
-                },
-            )
-            .await
-            .map(drop)
+    pub fn earn(&self, account: &str) {
+        *self
+            .earned
+            .lock()
+            .expect("earned lock")
+            .entry(account.to_owned())
+            .or_default() += 1;
     }
 
     /// Whether the account may retry once more now.
-    pub async fn spend(state: &dyn SharedState, account: &str) -> Result<bool, StateError> {
+    pub async fn spend(&self, state: &dyn SharedState, account: &str) -> Result<bool, StateError> {
+        let key = Self::key(account);
+        let earned = self
+            .earned
+            .lock()
+            .expect("earned lock")
+            .remove(account)
+            .unwrap_or(0);
+        if earned > 0 {
+            let pay_in = BucketOp::Adjust {
+                delta: f64::from(earned) * EARNED_PER_REQUEST,
+            };
+            state.bucket(&key, RETRY_SPEC, pay_in).await?;
+        }
         let take = BucketOp::Take {
             amount: 1.0,
             floor: 0.0,
         };
-        Ok(state
-            .bucket(&Self::key(account), RETRY_SPEC, take)
-            .await?
-            .granted)
+        Ok(state.bucket(&key, RETRY_SPEC, take).await?.granted)
     }
 }
 
@@ -211,10 +224,11 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn the_account_retries_a_share_of_its_traffic() {
         let state = MemoryState::new();
+        let retries = AccountRetries::default();
         let mut granted = 0;
         for _ in 0..200 {
-            AccountRetries::earn(&state, "acct").await.unwrap();
-            if AccountRetries::spend(&state, "acct").await.unwrap() {
+            retries.earn("acct");
+            if retries.spend(&state, "acct").await.unwrap() {
                 granted += 1;
             }
         }

@@ -8,8 +8,11 @@
 //! Success closes it for all; failure re-opens it with a doubled cooldown. A
 //! crashed prober's lease expires.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+use tokio::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
@@ -40,6 +43,10 @@ impl Default for BreakerConfig {
             max_cooldown_ms: 3_600_000,
         }
     }
+}
+
+fn slot_width(config: &BreakerConfig) -> u64 {
+    (config.window_ms / SLOTS).max(1)
 }
 
 /// Breakers live this long after their last event, then start closed again.
@@ -103,6 +110,10 @@ pub struct Breakers {
     /// Names this process in probe leases.
     holder: String,
     when_unavailable: WhenUnavailable,
+    /// Successes on healthy entries not yet written, with when this process
+    /// last wrote them: the hot path reads the record but writes it at most
+    /// once per window slot, so a busy healthy entry costs no lock per request.
+    pending: Mutex<HashMap<String, (u32, Instant)>>,
 }
 
 pub fn key(account: &str, provider: &str, model: &str) -> String {
@@ -132,19 +143,16 @@ impl Record {
         }
     }
 
-    fn note(&mut self, success: bool, now: u64, config: &BreakerConfig) {
-        let width = (config.window_ms / SLOTS).max(1);
+    fn note(&mut self, successes: u32, failures: u32, now: u64, config: &BreakerConfig) {
+        let width = slot_width(config);
         let start = now - now % width;
         self.window.retain(|(at, _, _)| at + config.window_ms > now);
         match self.window.last_mut() {
             Some(slot) if slot.0 == start => {
-                if success {
-                    slot.1 += 1
-                } else {
-                    slot.2 += 1
-                }
+                slot.1 += successes;
+                slot.2 += failures;
             }
-            _ => self.window.push((start, success as u32, !success as u32)),
+            _ => self.window.push((start, successes, failures)),
         }
     }
 
@@ -197,6 +205,7 @@ impl Breakers {
             config,
             holder: format!("{}-{:08x}", std::process::id(), fastrand::u32(..)),
             when_unavailable,
+            pending: Mutex::new(HashMap::new()),
         }
     }
 
@@ -253,6 +262,10 @@ impl Breakers {
     /// say nothing about the provider's health are not recorded at all.
     pub async fn record(&self, key: &str, admission: &Admission, success: bool, reason: &str) {
         let probe = *admission == Admission::Probe;
+        if success && !probe && self.batch_success(key).await {
+            return;
+        }
+        let successes = self.take_pending(key) + u32::from(success);
         let config = &self.config;
         let result = self
             .state
@@ -270,11 +283,11 @@ impl Breakers {
                         (Phase::Open | Phase::HalfOpen, false, _) => {}
                         (Phase::Closed, _, true) => {
                             record.consecutive = 0;
-                            record.note(true, now, config);
+                            record.note(successes, 0, now, config);
                         }
                         (Phase::Closed, _, false) => {
                             record.consecutive += 1;
-                            record.note(false, now, config);
+                            record.note(successes, 1, now, config);
                             let (samples, rate) = record.error_rate();
                             if record.consecutive >= config.failures {
                                 record.trip(
@@ -311,6 +324,41 @@ impl Breakers {
                 .await
         {
             tracing::warn!("breaker {key}: could not release the probe lease: {error}");
+        }
+    }
+
+    /// Counts a success on a closed breaker with no failure streak locally;
+    /// `false` when it must be written now (a streak to reset, an open
+    /// breaker, or a slot's worth of successes to flush).
+    async fn batch_success(&self, key: &str) -> bool {
+        let healthy = match self.state.get(key).await {
+            Ok(stored) => {
+                let record = decode(stored);
+                !record.open && record.consecutive == 0
+            }
+            Err(_) => false,
+        };
+        if !healthy {
+            return false;
+        }
+        let width = Duration::from_millis(slot_width(&self.config));
+        let mut pending = self.pending.lock().expect("pending lock");
+        let (count, since) = pending.entry(key.to_owned()).or_insert((0, Instant::now()));
+        if since.elapsed() >= width {
+            return false;
+        }
+        *count += 1;
+        true
+    }
+
+    fn take_pending(&self, key: &str) -> u32 {
+        let mut pending = self.pending.lock().expect("pending lock");
+        match pending.get_mut(key) {
+            Some((count, since)) => {
+                *since = Instant::now();
+                std::mem::take(count)
+            }
+            None => 0,
         }
     }
 

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use crate::config::ResilienceConfig;
 use crate::state::{SharedState, StateError};
-use backoff::BackoffConfig;
+use backoff::{AccountRetries, BackoffConfig};
 use breaker::Breakers;
 use governor::Governor;
 
@@ -22,6 +22,7 @@ pub struct Resilience {
     pub breakers: Breakers,
     pub governor: Governor,
     pub backoff: BackoffConfig,
+    pub retries: AccountRetries,
 }
 
 impl Resilience {
@@ -38,6 +39,7 @@ impl Resilience {
                 config.when_unavailable,
             ),
             backoff: config.backoff.clone(),
+            retries: AccountRetries::default(),
             state,
         }
     }

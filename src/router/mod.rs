@@ -33,7 +33,7 @@ use crate::providers::{
     StreamEvent, Timeouts, Usage,
 };
 use crate::resilience::Resilience;
-use crate::resilience::backoff::{AccountRetries, WaitBudget};
+use crate::resilience::backoff::WaitBudget;
 use crate::resilience::breaker::BreakerView;
 use crate::resilience::breaker::{self, Admission};
 use crate::resilience::classify::{ErrorClass, Fatal, classify};
@@ -737,7 +737,7 @@ impl Router {
                 }
             };
             if retry == 0 {
-                self.earn_retry(&account).await;
+                resilience.retries.earn(&account);
             }
             progress(Progress::Trying {
                 provider: entry.provider.to_owned(),
@@ -941,14 +941,10 @@ impl Router {
             .unwrap_or_default()
     }
 
-    async fn earn_retry(&self, account: &str) {
-        if let Err(error) = AccountRetries::earn(self.resilience.state.as_ref(), account).await {
-            tracing::warn!("retry budget unavailable: {error}");
-        }
-    }
-
     async fn spend_retry(&self, account: &str) -> bool {
-        AccountRetries::spend(self.resilience.state.as_ref(), account)
+        self.resilience
+            .retries
+            .spend(self.resilience.state.as_ref(), account)
             .await
             .unwrap_or_else(|error| {
                 tracing::warn!("retry budget unavailable: {error}");

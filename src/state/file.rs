@@ -218,6 +218,10 @@ impl SharedState for FileState {
         })
     }
 
+    fn now_ms(&self) -> BoxFuture<'_, Result<u64, StateError>> {
+        Box::pin(async { Ok(now_ms()) })
+    }
+
     fn get<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Json>, StateError>> {
         // No lock: renames make every read see a whole record.
         Box::pin(async move { Ok(self.read_live(key, now_ms())) })

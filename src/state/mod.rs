@@ -66,23 +66,7 @@ pub trait SharedState: Send + Sync {
     fn get<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Json>, StateError>>;
 
     /// The backend's clock, ms since the Unix epoch (since start for memory).
-    fn now_ms(&self) -> BoxFuture<'_, Result<u64, StateError>> {
-        // Backends override this with their clock; reading it through a
-        // throwaway update works everywhere.
-        Box::pin(async move {
-            let mut now = 0;
-            self.update(
-                "clock",
-                Some(Duration::from_secs(1)),
-                Box::new(|_, at| {
-                    now = at;
-                    None
-                }),
-            )
-            .await?;
-            Ok(now)
-        })
-    }
+    fn now_ms(&self) -> BoxFuture<'_, Result<u64, StateError>>;
 
     /// Every live record whose key starts with `prefix`, sorted by key.
     fn scan<'a>(

@@ -278,6 +278,15 @@ impl SharedState for RedisState {
         })
     }
 
+    fn now_ms(&self) -> BoxFuture<'_, Result<u64, StateError>> {
+        Box::pin(async move {
+            let (seconds, micros): (u64, u64) = self
+                .call(async |c| redis::cmd("TIME").query_async(c).await)
+                .await?;
+            Ok(seconds * 1000 + micros / 1000)
+        })
+    }
+
     fn get<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Json>, StateError>> {
         Box::pin(async move {
             let redis_key = format!("{KEY_PREFIX}{key}");
