@@ -588,7 +588,12 @@ fn check_profile(kind: &str, p: &TaskProfile) -> Result<(), (String, String)> {
         p.first_token_ms as usize,
         3_600_000,
     )?;
-    check(&format!("tasks.{kind}.idle_ms"), p.idle_ms as usize, 100, 3_600_000)?;
+    check(
+        &format!("tasks.{kind}.idle_ms"),
+        p.idle_ms as usize,
+        100,
+        3_600_000,
+    )?;
     check(
         &format!("tasks.{kind}.wait_ms"),
         p.wait_ms as usize,
