@@ -224,6 +224,9 @@ pub struct AutocompleteConfig {
     /// Who completes, in order: `provider/model` entries before `local` are tried
     /// first with part of the budget; the local engine answers when they miss it.
     pub chain: Vec<String>,
+    /// A daily window in which the local engine serves even when `chain` puts
+    /// a remote first, so the fallback is exercised before it is needed.
+    pub local_first: Option<crate::router::local_first::LocalFirstWindow>,
 }
 
 impl Default for AutocompleteConfig {
@@ -237,6 +240,7 @@ impl Default for AutocompleteConfig {
             prewarm_debounce_ms: 150,
             precompute_next: true,
             chain: vec!["local".into()],
+            local_first: None,
         }
     }
 }
@@ -488,6 +492,17 @@ impl Config {
             10_000,
         )?;
         check("local.threads", self.local.threads, 0, 256)?;
+        if let Some(window) = &a.local_first {
+            window
+                .start_minute()
+                .map_err(|reason| ("autocomplete.local_first.start".to_owned(), reason))?;
+            check(
+                "autocomplete.local_first.minutes",
+                window.minutes as usize,
+                1,
+                24 * 60,
+            )?;
+        }
         self.resilience.validate()
     }
 }

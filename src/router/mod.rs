@@ -11,6 +11,7 @@ pub mod beacon;
 pub mod canary;
 mod hedge;
 pub mod history;
+pub mod local_first;
 pub mod runbook;
 pub mod status;
 
@@ -1043,6 +1044,11 @@ impl Router {
         if self.local_only() {
             return None;
         }
+        if let Some(window) = &self.config.autocomplete.local_first
+            && window.is_open_now()
+        {
+            return None;
+        }
         let share = deadline.saturating_duration_since(Instant::now());
         let autocomplete = &self.config.autocomplete;
         let profile = TaskProfile {
@@ -1875,5 +1881,29 @@ mod tests {
             .await;
         assert!(served.is_none());
         assert_eq!(remote.calls(), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_local_first_window_keeps_completions_local() {
+        let remote = Scripted::new("remote", vec![], ok());
+        let mut config = chains(&[], &[]);
+        config.autocomplete.chain = vec!["remote/m".into(), "local".into()];
+        // Open since a minute ago, in the offset tests run with (UTC).
+        let now = time::OffsetDateTime::now_utc() - time::Duration::minutes(1);
+        config.autocomplete.local_first = Some(local_first::LocalFirstWindow {
+            start: format!("{:02}:{:02}", now.hour(), now.minute()),
+            minutes: 30,
+        });
+        let router = router(config, &[&remote]);
+        let text = FimText {
+            prefix: "fn a() {".into(),
+            suffix: "}".into(),
+        };
+        let deadline = Instant::now() + Duration::from_millis(600);
+        let served = router
+            .autocomplete_remote(&text, deadline, &CancellationToken::new())
+            .await;
+        assert!(served.is_none());
+        assert_eq!(remote.calls(), 0);
     }
 }
