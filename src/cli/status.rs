@@ -31,12 +31,7 @@ pub async fn run(config_file: Option<PathBuf>, json: bool) -> ExitCode {
         .map(|lot| lot.list())
         .unwrap_or_default()
         .into_iter()
-        .map(|c| ParkedStatus {
-            id: c.id,
-            kind: c.kind,
-            note: c.note,
-            parked_at_ms: c.parked_at_ms,
-        })
+        .map(ParkedStatus::from)
         .collect();
     let status = tokio::sync::watch::channel(StatusReport::default()).0;
     let router = Router::new(

@@ -17,7 +17,7 @@ pub fn estimate_tokens(text: &str) -> usize {
 }
 
 /// The pieces a task prompt is made of.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct PromptParts {
     pub language: String,
     pub file_name: String,

@@ -11,12 +11,13 @@
 //!   answer as a prefill, or ended with an in-band error; a truncated stream
 //!   never ends looking successful (no `[DONE]` after an error).
 //! - `GET /v1/models`, `GET /health`, `GET /status` (the runbook as JSON),
-//!   `GET /history` (the last hour, for the dashboard).
+//!   `GET /history` (the last hour), `GET /dashboard` (both, as live charts).
 //! - Canaries check cooled-down breakers (and, if configured, the primaries)
 //!   in the background, so recovery is noticed without a caller's request.
 //!
 //! Loopback only unless `--allow-remote`, which also requires a bearer token.
 
+mod dashboard;
 pub mod openai;
 
 use std::convert::Infallible;
@@ -131,6 +132,7 @@ fn app(gateway: Arc<Gateway>) -> axum::Router {
         .route("/health", get(|| async { Json(json!({"status": "ok"})) }))
         .route("/status", get(status))
         .route("/history", get(history))
+        .route("/dashboard", get(dashboard::page))
         .with_state(gateway)
 }
 
@@ -257,19 +259,11 @@ fn task(
             }
         },
     };
-    let parts = PromptParts {
-        language: String::new(),
-        file_name: String::new(),
-        before: String::new(),
-        selection: String::new(),
-        after: String::new(),
-        instruction: String::new(),
-    };
     let task = TaskRequest {
         messages: Some(messages),
         pin,
         max_tokens: request.max_completion_tokens.or(request.max_tokens),
-        ..TaskRequest::new(kind, system, parts)
+        ..TaskRequest::new(kind, system, PromptParts::default())
     };
     Ok((task, request.stream))
 }

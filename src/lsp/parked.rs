@@ -147,12 +147,7 @@ impl Parking {
             .lot
             .owned_by(&self.owner())
             .into_iter()
-            .map(|c| ParkedStatus {
-                id: c.id,
-                kind: c.kind,
-                note: c.note,
-                parked_at_ms: c.parked_at_ms,
-            })
+            .map(ParkedStatus::from)
             .collect();
         *self.listed.lock().expect("parked lock") = listed;
         self.router().publish();

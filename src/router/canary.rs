@@ -37,17 +37,6 @@ pub struct CanaryResult {
     pub reason: String,
 }
 
-fn empty_parts() -> PromptParts {
-    PromptParts {
-        language: String::new(),
-        file_name: String::new(),
-        before: String::new(),
-        selection: String::new(),
-        after: String::new(),
-        instruction: String::new(),
-    }
-}
-
 impl Router {
     /// Sends the canaries due now: one to each entry whose breaker has cooled
     /// down (the half-open probe), and with `watch_primaries` one to the first
@@ -109,7 +98,7 @@ impl Router {
                 model: model.into(),
             }),
             max_tokens: Some(16),
-            ..TaskRequest::new(TaskKind::Explain, "You are a health check.", empty_parts())
+            ..TaskRequest::new(TaskKind::Explain, "You are a health check.", PromptParts::default())
         };
         let started = Instant::now();
         let outcome = self.run(request, CancellationToken::new(), &|_| {}).await;

@@ -90,6 +90,17 @@ pub struct ParkedStatus {
     pub parked_at_ms: u64,
 }
 
+impl From<crate::resilience::park::Checkpoint> for ParkedStatus {
+    fn from(checkpoint: crate::resilience::park::Checkpoint) -> ParkedStatus {
+        ParkedStatus {
+            id: checkpoint.id,
+            kind: checkpoint.kind,
+            note: checkpoint.note,
+            parked_at_ms: checkpoint.parked_at_ms,
+        }
+    }
+}
+
 impl StatusReport {
     /// Same routes, mode and health states (latency figures may differ).
     pub fn same_state(&self, other: &StatusReport) -> bool {
