@@ -242,7 +242,8 @@ async fn models_health_status_and_bad_requests() {
     let response = post(&gateway, ask("primary/mid", false)).await;
     assert_eq!(response.status(), 200);
     let status: Value = get("/status").await.unwrap().json().await.unwrap();
-    assert_eq!(status["tasks"][0]["kind"], "explain", "{status}");
+    assert_eq!(status["routes"][0]["kind"], "explain", "{status}");
+    assert_eq!(status["routes"][0]["now"], "primary/mid (medium)", "{status}");
     assert!(
         status["sharedState"].as_str().unwrap().starts_with("file"),
         "{status}"

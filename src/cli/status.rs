@@ -62,7 +62,7 @@ fn human(runbook: &Runbook) -> String {
     if runbook.status.local_only {
         out += "local-only mode is on: only the local model serves\n";
     }
-    for task in &runbook.tasks {
+    for task in &runbook.routes {
         out += &format!(
             "{:<9} {} tier: now {}, next {}\n",
             task.kind.as_str(),

@@ -1289,6 +1289,10 @@ fn describe(e: &ProviderError) -> String {
     if let Some(kind) = e.error_type.as_deref().or(e.code.as_deref()) {
         text.push_str(&format!(" {kind}"));
     }
+    if e.message.starts_with(&text) {
+        // The provider's message already leads with the status.
+        return e.message.clone();
+    }
     if !e.message.is_empty() {
         text.push_str(&format!(": {}", e.message));
     }

@@ -26,7 +26,8 @@ pub struct TaskRunbook {
 #[serde(rename_all = "camelCase")]
 pub struct Runbook {
     pub shared_state: String,
-    pub tasks: Vec<TaskRunbook>,
+    /// Who serves each task kind now and next (`tasks` is the status report's).
+    pub routes: Vec<TaskRunbook>,
     /// The latest `switchyard probe` result of each entry on this machine.
     pub last_probes: Vec<ProbeRecord>,
     #[serde(flatten)]
@@ -38,7 +39,7 @@ impl Router {
     pub async fn runbook(&self) -> Runbook {
         self.refresh_shared().await;
         let status = self.status();
-        let tasks = [TaskKind::Explain, TaskKind::Refactor]
+        let routes = [TaskKind::Explain, TaskKind::Refactor]
             .into_iter()
             .map(|kind| {
                 let profile = self.config().tasks.get(kind);
@@ -84,7 +85,7 @@ impl Router {
             .collect();
         Runbook {
             shared_state: self.resilience().state.describe(),
-            tasks,
+            routes,
             last_probes,
             status,
         }

@@ -1,0 +1,551 @@
+//! The gateway's dashboard in a real browser: a `switchyard gateway` in front of
+//! fake providers with a scripted fault, its `/dashboard` loaded in headless
+//! Chromium driven through chromedriver's W3C WebDriver API. The page must
+//! render, chart real data, and show the breaker trip through its live polling.
+//! A screenshot is left at `target/dashboard-screenshot.png`.
+//!
+//! Needs Debian's `chromium` and `chromium-driver` (`scripts/setup` installs them).
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use support::fake_provider::{Behaviour, FakeProvider, FakeRateLimits};
+use switchyard::router::canary::TOKEN;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::time::Instant;
+
+const CHROMIUM: &str = "/usr/bin/chromium";
+const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
+const KEY: &str = "sk-test-dashboard-0123456789abcdef";
+/// Generous: two cores share Chromium, the gateway and the compiler's leftovers.
+const PATIENCE: Duration = Duration::from_secs(120);
+
+fn require_chromium() {
+    for binary in [CHROMIUM, CHROMEDRIVER] {
+        assert!(
+            Path::new(binary).exists(),
+            "{binary} is missing: run scripts/setup (installs Debian's chromium and chromium-driver)"
+        );
+    }
+}
+
+/// `target/`, wherever the build puts it.
+fn target_dir() -> PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .parent()
+        .expect("CARGO_TARGET_TMPDIR is target/tmp")
+        .to_path_buf()
+}
+
+// ---- The gateway under test.
+
+struct Gateway {
+    child: tokio::process::Child,
+    url: String,
+    _home: tempfile::TempDir,
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        let _ = self.child.start_kill();
+    }
+}
+
+/// Refactors start on `secondary/big` (large) and downshift to `primary/mid`
+/// (medium); explains go to `primary/mid`. Canaries every 200 ms, so the
+/// history fills in seconds; two failures open a breaker for a minute.
+async fn gateway(primary: &FakeProvider, secondary: &FakeProvider, extra: &str) -> Gateway {
+    let home = tempfile::tempdir().unwrap();
+    let config = format!(
+        r#"
+[local]
+auto_pull = false
+
+[providers.primary]
+kind = "openai"
+base_url = "{}"
+api_key_env = "SY_KEY"
+
+[providers.secondary]
+kind = "anthropic"
+base_url = "{}"
+api_key_env = "SY_KEY"
+
+[tiers]
+large = ["secondary/big"]
+medium = ["primary/mid"]
+small = []
+
+[tasks.explain]
+wait_ms = 0
+
+[tasks.refactor]
+wait_ms = 0
+
+[resilience]
+canary_interval_ms = 200
+primary_canary_ms = 1000
+
+[resilience.breaker]
+failures = 2
+cooldown_ms = 60000
+{extra}
+"#,
+        primary.openai_url(),
+        secondary.anthropic_url(),
+    );
+    std::fs::write(home.path().join("config.toml"), config).unwrap();
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_switchyard"))
+        .args(["gateway", "--listen", "127.0.0.1:0", "--log-file"])
+        .arg(home.path().join("gateway.log"))
+        .env("SWITCHYARD_CONFIG", home.path().join("config.toml"))
+        .env("SWITCHYARD_STATE_DIR", home.path().join("state"))
+        .env("SWITCHYARD_MODEL_DIR", home.path().join("models"))
+        .env("SY_KEY", KEY)
+        .env("SY_GATEWAY_TOKEN", "dashboard-test-token")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
+        .await
+        .expect("the gateway says where it listens")
+        .unwrap()
+        .unwrap();
+    let url = first.rsplit(' ').next().unwrap().to_owned();
+    Gateway {
+        child,
+        url,
+        _home: home,
+    }
+}
+
+/// The status and body of one chat completion.
+async fn ask(gateway: &Gateway, model: &str, task: &str) -> (u16, String) {
+    let body = json!({"model": model, "messages": [{"role": "user", "content": "What does Vec::drain do?"}]});
+    let response = reqwest::Client::new()
+        .post(format!("{}/v1/chat/completions", gateway.url))
+        .header("x-switchyard-task", task)
+        .header("authorization", "Bearer dashboard-test-token")
+        .json(&body)
+        .timeout(Duration::from_secs(60))
+        .send()
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    (status, response.text().await.unwrap())
+}
+
+// ---- A minimal W3C WebDriver client over chromedriver.
+
+/// Chromedriver and its session; dropping it ends both, even when a test panics.
+struct Driver {
+    child: Child,
+    port: u16,
+    session: Option<String>,
+    profile: tempfile::TempDir,
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        // Deleting the session is what makes chromedriver close Chromium; a blocking
+        // request, because Drop cannot await.
+        if let Some(session) = &self.session
+            && let Ok(mut stream) = TcpStream::connect(("127.0.0.1", self.port))
+        {
+            let _ = stream.set_read_timeout(Some(Duration::from_secs(20)));
+            let request = format!(
+                "DELETE /session/{session} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+            );
+            if stream.write_all(request.as_bytes()).is_ok() {
+                let _ = stream.read_to_end(&mut Vec::new());
+            }
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+struct Browser {
+    http: reqwest::Client,
+    base: String,
+    driver: Driver,
+}
+
+impl Browser {
+    async fn start() -> Browser {
+        require_chromium();
+        // A free port for chromedriver (it has no "pick one and tell me").
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = Command::new(CHROMEDRIVER)
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start chromedriver");
+        let profile = tempfile::tempdir().unwrap();
+        let mut browser = Browser {
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(90))
+                .build()
+                .unwrap(),
+            base: format!("http://127.0.0.1:{port}"),
+            driver: Driver {
+                child,
+                port,
+                session: None,
+                profile,
+            },
+        };
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            let ready = browser.http.get(format!("{}/status", browser.base)).send();
+            if let Ok(response) = ready.await
+                && let Ok(status) = response.json::<Value>().await
+                && status["value"]["ready"] == true
+            {
+                break;
+            }
+            assert!(Instant::now() < deadline, "chromedriver did not start");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let user_data = format!(
+            "--user-data-dir={}",
+            browser.driver.profile.path().display()
+        );
+        let args = [
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--disable-dev-shm-usage",
+            "--window-size=1280,900",
+            user_data.as_str(),
+        ];
+        let capabilities = json!({"capabilities": {"alwaysMatch": {
+            "browserName": "chrome",
+            "goog:chromeOptions": {"binary": CHROMIUM, "args": args},
+        }}});
+        let created = browser.command("POST", "/session", capabilities).await;
+        let session = created["sessionId"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no session: {created}"))
+            .to_owned();
+        browser.driver.session = Some(session);
+        browser
+    }
+
+    /// One WebDriver command; its `value`.
+    async fn command(&self, method: &str, path: &str, body: Value) -> Value {
+        let session = self.driver.session.as_deref().unwrap_or("");
+        let path = path.replace("{session}", session);
+        let url = format!("{}{path}", self.base);
+        let request = match method {
+            "GET" => self.http.get(url),
+            "DELETE" => self.http.delete(url),
+            _ => self.http.post(url).json(&body),
+        };
+        let response = request.send().await.expect("chromedriver answers");
+        let status = response.status();
+        let reply: Value = response.json().await.expect("chromedriver answers JSON");
+        assert!(status.is_success(), "{method} {path}: {status} {reply}");
+        reply["value"].clone()
+    }
+
+    async fn goto(&self, url: &str) {
+        self.command("POST", "/session/{session}/url", json!({"url": url}))
+            .await;
+    }
+
+    async fn eval(&self, script: &str) -> Value {
+        let body = json!({"script": script, "args": []});
+        self.command("POST", "/session/{session}/execute/sync", body)
+            .await
+    }
+
+    /// A full-page PNG: the window is grown until the page fits in it.
+    async fn screenshot(&self, path: &Path) {
+        for _ in 0..3 {
+            let sizes = self
+                .eval("return [document.documentElement.scrollHeight, window.innerHeight, window.outerHeight];")
+                .await;
+            let size = |i: usize| sizes[i].as_u64().unwrap_or(900);
+            let (page, inner, outer) = (size(0), size(1), size(2));
+            if page <= inner {
+                break;
+            }
+            // The window's height includes whatever chrome it has around the page.
+            let height = (page + outer.saturating_sub(inner)).min(6000);
+            let rect = json!({"width": 1280, "height": height});
+            self.command("POST", "/session/{session}/window/rect", rect)
+                .await;
+        }
+        let png = self
+            .command("GET", "/session/{session}/screenshot", Value::Null)
+            .await;
+        std::fs::write(path, base64_decode(png.as_str().expect("base64 PNG"))).unwrap();
+        println!("dashboard screenshot: {}", path.display());
+    }
+
+    /// Polls the page's state until `done` holds; on timeout keeps a screenshot
+    /// of what the page showed and fails with its state.
+    async fn wait_until(&self, what: &str, done: impl Fn(&Value) -> bool) -> Value {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            let state = self.eval(PAGE_STATE).await;
+            if done(&state) {
+                return state;
+            }
+            if Instant::now() > deadline {
+                let shot = target_dir().join("dashboard-screenshot-failed.png");
+                self.screenshot(&shot).await;
+                panic!("timed out waiting for {what}; the page showed: {state:#}");
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    }
+}
+
+/// What the page shows, read from its data attributes.
+const PAGE_STATE: &str = r##"
+const q = (s) => document.querySelector(s);
+const entries = {};
+for (const e of document.querySelectorAll("[data-entry]")) {
+  const points = (metric) => {
+    const chart = e.querySelector(`svg[data-metric="${metric}"]`);
+    return chart ? Number(chart.dataset.points) : null;
+  };
+  const band = e.querySelector("[data-band]");
+  entries[e.dataset.entry] = {
+    state: e.dataset.state,
+    phase: e.querySelector("[data-breaker-phase]")?.dataset.breakerPhase ?? null,
+    trips: Number(e.querySelector("[data-trips]")?.dataset.trips ?? -1),
+    ttft: points("ttft"),
+    total: points("total"),
+    errors: points("errors"),
+    band: band ? band.dataset.phases : null,
+    linePaths: e.querySelectorAll('svg[data-metric="ttft"] path').length,
+  };
+}
+return {
+  heading: q("h1")?.textContent ?? null,
+  updates: Number(document.body.dataset.updates),
+  verdict: q("#verdict")?.dataset.verdict ?? null,
+  headline: q("#verdict .headline")?.textContent ?? null,
+  entries,
+  canaries: document.querySelectorAll("[data-canary]").length,
+  downshifts: document.querySelectorAll("[data-downshift]").length,
+  quota: document.querySelectorAll("[data-quota]").length,
+  origin: location.origin,
+  resources: performance.getEntriesByType("resource").map((r) => r.name),
+};
+"##;
+
+fn base64_decode(text: &str) -> Vec<u8> {
+    let value = |c: u8| match c {
+        b'A'..=b'Z' => c - b'A',
+        b'a'..=b'z' => c - b'a' + 26,
+        b'0'..=b'9' => c - b'0' + 52,
+        b'+' => 62,
+        b'/' => 63,
+        _ => panic!("not base64: {c}"),
+    };
+    let digits: Vec<u8> = text
+        .bytes()
+        .filter(|c| !c.is_ascii_whitespace() && *c != b'=')
+        .map(value)
+        .collect();
+    let mut out = Vec::with_capacity(digits.len() * 3 / 4);
+    for chunk in digits.chunks(4) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (i, d)| n | (u32::from(*d) << (18 - 6 * i)));
+        out.extend_from_slice(&n.to_be_bytes()[1..chunk.len()]);
+    }
+    out
+}
+
+fn entry<'a>(state: &'a Value, id: &str) -> &'a Value {
+    &state["entries"][id]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_charts_live_health_and_shows_a_breaker_trip() {
+    require_chromium();
+    // Answers carry the canary's token, so the primaries' canaries pass.
+    let answer = Behaviour::Ok {
+        text: format!("It removes a range. {TOKEN}"),
+        chunks: 4,
+        delay: Duration::from_millis(20),
+    };
+    // Rate-limit headers give the governor learned meters to show as headroom.
+    let limits = FakeRateLimits {
+        requests_limit: 600,
+        requests_remaining: 540,
+        requests_reset: Duration::from_secs(6),
+        tokens_limit: 200_000,
+        tokens_remaining: 150_000,
+        tokens_reset: Duration::from_secs(15),
+    };
+    let answer = answer
+        .after_latency(Duration::from_millis(40))
+        .with_rate_limits(limits);
+    let primary = FakeProvider::with_default(answer).await;
+    let secondary = FakeProvider::with_default(Behaviour::ok(&format!("Done. {TOKEN}"))).await;
+    let gateway = gateway(&primary, &secondary, "").await;
+    for (model, task) in [("switchyard/medium", "explain"), ("switchyard", "refactor")] {
+        for _ in 0..4 {
+            let (status, body) = ask(&gateway, model, task).await;
+            assert_eq!(status, 200, "{body}");
+        }
+    }
+    let browser = Browser::start().await;
+    browser.goto(&format!("{}/dashboard", gateway.url)).await;
+    let healthy = browser
+        .wait_until("charts with data for primary/mid", |s| {
+            entry(s, "primary/mid")["ttft"].as_u64() > Some(0)
+                && entry(s, "primary/mid")["total"].as_u64() > Some(0)
+        })
+        .await;
+    assert_eq!(healthy["heading"], "switchyard gateway", "{healthy:#}");
+    assert_eq!(entry(&healthy, "primary/mid")["state"], "healthy");
+    assert_eq!(entry(&healthy, "primary/mid")["phase"], "closed");
+    assert!(entry(&healthy, "primary/mid")["linePaths"].as_u64() > Some(0));
+    assert_eq!(entry(&healthy, "secondary/big")["phase"], "closed");
+    let before = healthy["updates"].as_u64().unwrap();
+
+    // The scripted fault: the large tier's only entry starts answering 503
+    // (its canaries fail too), and refactors downshift to medium.
+    secondary.set_default(Behaviour::Unavailable);
+    let served = secondary.request_count();
+    for _ in 0..3 {
+        ask(&gateway, "switchyard", "refactor").await;
+    }
+    assert!(
+        secondary.request_count() >= served + 2,
+        "the fault was exercised"
+    );
+
+    // The page was loaded before the trip: only its polling can show it.
+    let tripped = browser
+        .wait_until("the breaker trip on secondary/big", |s| {
+            entry(s, "secondary/big")["phase"] == "open"
+                && entry(s, "secondary/big")["band"]
+                    .as_str()
+                    .is_some_and(|b| b.contains("open"))
+                && s["canaries"].as_u64() > Some(0)
+        })
+        .await;
+    assert!(tripped["updates"].as_u64().unwrap() > before, "{tripped:#}");
+    assert_eq!(tripped["verdict"], "down", "{tripped:#}");
+    assert!(
+        tripped["headline"]
+            .as_str()
+            .unwrap()
+            .contains("secondary/big"),
+        "{tripped:#}"
+    );
+    assert_eq!(entry(&tripped, "secondary/big")["state"], "down");
+    assert!(entry(&tripped, "secondary/big")["trips"].as_u64() >= Some(1));
+    assert!(tripped["downshifts"].as_u64() > Some(0), "{tripped:#}");
+    assert!(tripped["quota"].as_u64() > Some(0), "{tripped:#}");
+    // Nothing was fetched from anywhere but the gateway.
+    let origin = tripped["origin"].as_str().unwrap();
+    for resource in tripped["resources"].as_array().unwrap() {
+        let resource = resource.as_str().unwrap();
+        assert!(resource.starts_with(origin), "external request: {resource}");
+    }
+
+    browser
+        .screenshot(&target_dir().join("dashboard-screenshot.png"))
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_a_bearer_token_the_page_reads_it_from_the_fragment() {
+    require_chromium();
+    let primary = FakeProvider::with_default(Behaviour::ok("Yes.")).await;
+    let secondary = FakeProvider::with_default(Behaviour::ok("Yes.")).await;
+    let gateway = gateway(
+        &primary,
+        &secondary,
+        "[gateway]\ntoken_env = \"SY_GATEWAY_TOKEN\"\n",
+    )
+    .await;
+    let status = reqwest::get(format!("{}/status", gateway.url))
+        .await
+        .unwrap();
+    assert_eq!(status.status(), 401, "the token is enforced");
+
+    let browser = Browser::start().await;
+    browser.goto(&format!("{}/dashboard", gateway.url)).await;
+    browser
+        .wait_until("the page to ask for a token", |s| {
+            s["verdict"] == "unauthorised"
+        })
+        .await;
+    browser
+        .goto(&format!(
+            "{}/dashboard#token=dashboard-test-token",
+            gateway.url
+        ))
+        .await;
+    // A fragment change does not reload the page; the next poll uses the token.
+    let state = browser
+        .wait_until("data with the token", |s| {
+            s["updates"].as_u64() > Some(0) && s["entries"]["primary/mid"].is_object()
+        })
+        .await;
+    assert_ne!(state["verdict"], "unauthorised", "{state:#}");
+}
+
+/// The page is one self-contained document: nothing to load from elsewhere.
+#[tokio::test]
+async fn the_page_is_self_contained() {
+    let primary = FakeProvider::start().await;
+    let secondary = FakeProvider::start().await;
+    let gateway = gateway(&primary, &secondary, "").await;
+    let response = reqwest::get(format!("{}/dashboard", gateway.url))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let headers = response.headers().clone();
+    assert!(
+        headers["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/html")
+    );
+    let policy = headers["content-security-policy"].to_str().unwrap();
+    assert!(
+        policy.contains("default-src 'none'") && policy.contains("connect-src 'self'"),
+        "{policy}"
+    );
+    let page = response.text().await.unwrap();
+    // The SVG namespace is a name, not a request.
+    let urls = page
+        .replace("http://www.w3.org/2000/svg", "")
+        .matches("http")
+        .count();
+    assert_eq!(urls, 0, "the page names no other origin");
+    for external in [" src=", "@import", "url(", "<link rel=\"stylesheet\""] {
+        assert!(!page.contains(external), "the page loads {external}");
+    }
+}
