@@ -98,7 +98,11 @@ impl Router {
                 model: model.into(),
             }),
             max_tokens: Some(16),
-            ..TaskRequest::new(TaskKind::Explain, "You are a health check.", PromptParts::default())
+            ..TaskRequest::new(
+                TaskKind::Explain,
+                "You are a health check.",
+                PromptParts::default(),
+            )
         };
         let started = Instant::now();
         let outcome = self.run(request, CancellationToken::new(), &|_| {}).await;

@@ -88,6 +88,15 @@ pub(super) enum HedgeRan {
     Failed(Failure),
 }
 
+impl HedgeRan {
+    /// Whether the hedge's entry was really tried: it answered or failed on
+    /// its own (not merely cancelled for losing the race), so the chain need
+    /// not try it again.
+    pub(super) fn tried(&self) -> bool {
+        matches!(self, HedgeRan::Yes | HedgeRan::Failed(Failure::Failed(_)))
+    }
+}
+
 impl Router {
     /// Serves `primary`, hedged by `hedge` after the first-token ceiling.
     /// Returns the outcome, which side it came from, and whether the hedge
@@ -139,6 +148,10 @@ impl Router {
                     _ = cancel_hedge.cancelled() => return Err(Failure::Cancelled),
                     _ = tokio::time::sleep(profile.first_token_ceiling()) => {}
                 }
+                if hedge_progress.racer.lost() {
+                    // The primary's first token came in time: nothing to hedge.
+                    return Err(Failure::Cancelled);
+                }
                 hedge_started.store(true, Ordering::Release);
                 tracing::info!(
                     "{}/{} has no first token after {:.1} s; hedging with {}/{}",
@@ -175,13 +188,15 @@ impl Router {
                     }
                 }
                 result = &mut hedge_call => {
-                    if result.is_ok() {
-                        cancel_primary.cancel();
-                        let _ = primary_call.await;
-                        (result, Side::Hedge, HedgeRan::Yes)
-                    } else {
-                        {
-                            let hedge_failure = result.err().expect("the hedge failed");
+                    let started = hedge_started.load(Ordering::Acquire);
+                    match result {
+                        Ok(answer) => {
+                            cancel_primary.cancel();
+                            let _ = primary_call.await;
+                            (Ok(answer), Side::Hedge, HedgeRan::Yes)
+                        }
+                        Err(_) if !started => (primary_call.await, Side::Primary, HedgeRan::No),
+                        Err(hedge_failure) => {
                             (primary_call.await, Side::Primary, HedgeRan::Failed(hedge_failure))
                         }
                     }

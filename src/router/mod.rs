@@ -548,7 +548,7 @@ impl Router {
                                 &entry, &hedge, &request, &profile, &mut run, &cancel, progress,
                             )
                             .await;
-                        hedged_already[j] = !matches!(hedge_ran, hedge::HedgeRan::No);
+                        hedged_already[j] = hedge_ran.tried();
                         if let hedge::HedgeRan::Failed(Failure::Failed(failed)) = hedge_ran {
                             let (p, m) = &entries[j];
                             trouble.push(format!("{p}/{m}: {}", failed.reason));
@@ -1258,11 +1258,21 @@ async fn consume(
                         "answer truncated at max_tokens",
                         None,
                     ),
-                    FinishReason::Refusal => degraded(
-                        Degradation::Refused,
-                        "the model refused",
-                        Some(ErrorClass::Fatal(Fatal::Refusal)),
-                    ),
+                    FinishReason::Refusal => {
+                        let said: String = seen.text.trim().chars().take(200).collect();
+                        let why = if said.is_empty() {
+                            "the model refused (finish reason: refusal / content_filter)".to_owned()
+                        } else {
+                            format!(
+                                "the model refused (finish reason: refusal / content_filter): {said}"
+                            )
+                        };
+                        degraded(
+                            Degradation::Refused,
+                            &why,
+                            Some(ErrorClass::Fatal(Fatal::Refusal)),
+                        )
+                    }
                     _ if seen.text.trim().is_empty() => {
                         degraded(Degradation::Empty, "empty answer", None)
                     }

@@ -5,6 +5,7 @@
 pub mod fake_provider;
 pub mod lsp_client;
 pub mod redis_server;
+pub mod scenario;
 
 use std::path::PathBuf;
 

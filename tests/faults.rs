@@ -1,0 +1,798 @@
+//! Provider faults (issue #7): each scenario runs through the gateway (whole
+//! answers and streaming) AND the language server's explain command, each
+//! against its own fake providers, and asserts the outcome the caller sees AND
+//! the conduct the fake saw (attempt count and spacing).
+//!
+//! The default profile scales ceilings, backoff and the faults' waits down
+//! together; `FAULTS_FULL=1 cargo test --test faults` runs the real lengths
+//! (see `support::scenario::Profile` and docs/HOSTILE.md). Spacing is asserted
+//! with lower bounds and loose upper bounds, never as exact wall-clock speed.
+
+mod support;
+
+use std::time::Duration;
+
+use serde_json::json;
+use support::fake_provider::{Behaviour, FAKE_INPUT_TOKENS, FakeProvider, RecordedRequest};
+use support::scenario::{
+    CannedError, Front, PRIMARY, Profile, Rig, SECONDARY, Setup, Wire, each_front, prefill, tokens,
+    words,
+};
+use tokio::time::Instant;
+
+async fn fakes() -> (FakeProvider, FakeProvider) {
+    (FakeProvider::start().await, FakeProvider::start().await)
+}
+
+/// Tolerance on the upper bound of one short wait (a loaded 2-core box).
+fn tolerance(profile: &Profile) -> Duration {
+    if profile.full {
+        Duration::from_secs(2)
+    } else {
+        Duration::from_millis(600)
+    }
+}
+
+fn ms(d: Duration) -> u64 {
+    d.as_millis() as u64
+}
+
+/// The time from one recorded request to another.
+fn between(earlier: &RecordedRequest, later: &RecordedRequest) -> Duration {
+    later.at.saturating_duration_since(earlier.at)
+}
+
+/// The full answer a cut stream was part of, 60 tokens in the fake's four chunks of 15.
+const WHOLE: usize = 60;
+
+fn rest_after(chunks: usize) -> String {
+    let all = tokens(WHOLE);
+    let done: Vec<&str> = words(&all)[..chunks * WHOLE / 4].to_vec();
+    format!(" {}", words(&all)[done.len()..].join(" "))
+}
+
+// 1. 429 with retry-after 2 s, once: wait it out, one retry, same provider.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s01_a_429_with_retry_after_is_waited_out_and_retried_once_on_the_same_provider() {
+    each_front(|front, profile| async move {
+        let (primary, secondary) = fakes().await;
+        primary.push(Behaviour::RateLimited {
+            retry_after: Some(2),
+        });
+        // As in the real profile (10 s), the first-token ceiling (when the hedge
+        // starts) is longer than the provider's retry-after.
+        let ceiling = profile.first_token.max(Duration::from_secs(6));
+        let setup = Setup {
+            extra: json!({"tasks": {"explain": {"first_token_ms": ms(ceiling)}}}),
+            ..Setup::default()
+        };
+        let mut rig = Rig::start(front, &profile, setup, &primary, &secondary).await;
+        let reply = rig.ask().await;
+        assert_eq!(reply.served().model, PRIMARY, "{front:?}");
+        assert_eq!(reply.served().text, "Hello from the fake", "{front:?}");
+        assert_eq!(primary.request_count(), 2, "{front:?}: one retry");
+        assert_eq!(secondary.request_count(), 0, "{front:?}: no failover");
+        let gap = primary.gaps()[0];
+        assert!(
+            gap >= Duration::from_secs(2),
+            "{front:?}: retried after {gap:?}, before retry-after"
+        );
+        // retry-after plus at most 10% jitter.
+        assert!(
+            gap <= Duration::from_millis(2_200) + tolerance(&profile),
+            "{front:?}: retried only after {gap:?}"
+        );
+    })
+    .await;
+}
+
+// 2. 429 without retry-after, persistent: jittered exponential backoff,
+// bounded attempts, then the secondary.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s02_a_persistent_429_backs_off_with_jitter_then_fails_over() {
+    each_front(|front, profile| async move {
+        let (primary, secondary) = fakes().await;
+        primary.set_default(Behaviour::RateLimited { retry_after: None });
+        // Fast: a wait budget spent before the hedge would start, so the
+        // failover is the budget's doing. Full: the real 30 s budget and 10 s hedge.
+        let wait = if profile.full {
+            profile.wait
+        } else {
+            Duration::from_millis(1_500)
+        };
+        let setup = Setup {
+            extra: json!({"tasks": {"explain": {"wait_ms": ms(wait)}}}),
+            ..Setup::default()
+        };
+        let mut rig = Rig::start(front, &profile, setup, &primary, &secondary).await;
+        let reply = rig.ask().await;
+        assert_eq!(reply.served().model, SECONDARY, "{front:?}");
+        let attempts = primary.request_count();
+        // At least one retry; at most the first attempt plus the account's
+        // retry budget (ten, shared by every process).
+        assert!(
+            (2..=12).contains(&attempts),
+            "{front:?}: {attempts} attempts on the primary"
+        );
+        assert_eq!(secondary.request_count(), 1, "{front:?}");
+        let gaps = primary.gaps();
+        for (i, gap) in gaps.iter().enumerate() {
+            let ceiling = (profile.rate_limit_base * (1 << i.min(16))).min(profile.backoff_cap);
+            assert!(
+                *gap <= ceiling + tolerance(&profile),
+                "{front:?}: wait {i} was {gap:?}, over its exponential ceiling {ceiling:?}: {gaps:?}"
+            );
+        }
+        let waited: Duration = gaps.iter().sum();
+        assert!(
+            waited <= wait + tolerance(&profile),
+            "{front:?}: waited {waited:?}, over the {wait:?} budget"
+        );
+        // Full jitter: waits are spread below their ceilings, not at them.
+        if gaps.len() >= 3 {
+            assert!(
+                gaps.iter().enumerate().any(|(i, gap)| {
+                    let ceiling =
+                        (profile.rate_limit_base * (1 << i.min(16))).min(profile.backoff_cap);
+                    *gap < ceiling.mul_f64(0.9)
+                }),
+                "{front:?}: every wait at its ceiling, no jitter: {gaps:?}"
+            );
+        }
+        let last_primary = primary.requests().last().unwrap().at;
+        assert!(
+            secondary.requests()[0].at >= last_primary,
+            "{front:?}: failed over only after the primary gave up"
+        );
+    })
+    .await;
+}
+
+// 3. 500 once: one retry on the same provider.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s03_a_single_500_is_retried_once_on_the_same_provider() {
+    each_front(|front, profile| async move {
+        let (primary, secondary) = fakes().await;
+        primary.push(Behaviour::ServerError);
+        let mut rig = Rig::start(front, &profile, Setup::default(), &primary, &secondary).await;
+        let reply = rig.ask().await;
+        assert_eq!(reply.served().model, PRIMARY, "{front:?}");
+        assert_eq!(primary.request_count(), 2, "{front:?}: one retry");
+        assert_eq!(secondary.request_count(), 0, "{front:?}");
+        let gap = primary.gaps()[0];
+        assert!(
+            gap <= profile.transient_base + tolerance(&profile),
+            "{front:?}: a transient error waited {gap:?}"
+        );
+    })
+    .await;
+}
+
+// 4. 503 persistent: retried within the wait budget, then the secondary.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s04_a_persistent_503_fails_over_within_the_wait_budget() {
+    each_front(|front, profile| async move {
+        let (primary, secondary) = fakes().await;
+        primary.set_default(Behaviour::Unavailable);
+        let mut rig = Rig::start(front, &profile, Setup::default(), &primary, &secondary).await;
+        let reply = rig.ask().await;
+        assert_eq!(reply.served().model, SECONDARY, "{front:?}");
+        let attempts = primary.request_count();
+        // Retried, but no more than the breaker's six consecutive failures.
+        assert!(
+            (2..=6).contains(&attempts),
+            "{front:?}: {attempts} attempts on the primary"
+        );
+        assert_eq!(secondary.request_count(), 1, "{front:?}");
+        // The hedge (at the first-token ceiling) or the spent budget ends the waiting.
+        let bound = profile.wait.min(profile.first_token) + profile.slack;
+        assert!(
+            reply.elapsed <= bound,
+            "{front:?}: answered after {:?}",
+            reply.elapsed
+        );
+    })
+    .await;
+}
+
+// 5. TCP reset before the headers: retried or failed over; answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s05_a_reset_before_headers_is_retried_or_failed_over() {
+    each_front(|front, profile| async move {
+        let (primary, secondary) = fakes().await;
+        primary.push(Behaviour::ResetBeforeHeaders);
+        let mut rig = Rig::start(front, &profile, Setup::default(), &primary, &secondary).await;
+        let reply = rig.ask().await;
+        let served = reply.served();
+        assert_eq!(served.text, "Hello from the fake", "{front:?}");
+        let (p, s) = (primary.request_count(), secondary.request_count());
+        if served.model == PRIMARY {
+            assert_eq!((p, s), (2, 0), "{front:?}: retried once on the primary");
+        } else {
+            assert_eq!((p, s), (1, 1), "{front:?}: failed over once");
+        }
+    })
+    .await;
+}
+
+/// Scenarios 6 and 7: the primary gives no first token; the secondary serves,
+/// started at the first-token ceiling, and the caller waits about that long.
+fn assert_served_after_the_ceiling(
+    front: Front,
+    profile: &Profile,
+    reply: &support::scenario::Reply,
+    primary: &FakeProvider,
+    secondary: &FakeProvider,
+    fault: Duration,
+) {
+    assert_eq!(reply.served().model, SECONDARY, "{front:?}");
+    assert_eq!(primary.request_count(), 1, "{front:?}");
+    assert_eq!(secondary.request_count(), 1, "{front:?}");
+    // The ceiling runs from when the task started (the caller's request),
+    // which is a little before the primary's request reached the fake.
+    let started = secondary.requests()[0]
+        .at
+        .saturating_duration_since(reply.sent);
+    assert!(
+        started >= profile.first_token,
+        "{front:?}: the secondary started {started:?} into the request, before the ceiling"
+    );
+    assert!(
+        reply.elapsed >= profile.first_token,
+        "{front:?}: {:?}",
+        reply.elapsed
+    );
+    // Ceiling + the secondary's (instant) answer, well before the fault ends.
+    assert!(
+        reply.elapsed <= profile.first_token + profile.slack && reply.elapsed < fault,
+        "{front:?}: answered after {:?}",
+        reply.elapsed
+    );
+    assert!(reply.elapsed < Duration::from_secs(30), "{front:?}");
+}
+
+// 6. No response at all: timed out at the first-token ceiling, well before 30 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s06_a_provider_that_never_answers_is_abandoned_at_the_first_token_ceiling() {
+    each_front(|front, profile| async move {
+        let (primary, secondary) = fakes().await;
+        primary.set_default(Behaviour::ok("too late").after_latency(profile.silence));
+        let mut rig = Rig::start(front, &profile, Setup::default(), &primary, &secondary).await;
+        let reply = rig.ask().await;
+        assert_served_after_the_ceiling(
+            front,
+            &profile,
+            &reply,
+            &primary,
+            &secondary,
+            profile.silence,
+        );
+    })
+    .await;
+}
+
+// 7. First token after 20 s (fast: well after the ceiling): hedged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s07_a_late_first_token_is_hedged_and_the_secondary_serves() {
+    each_front(|front, profile| async move {
+        let (primary, secondary) = fakes().await;
+        primary.set_default(Behaviour::SlowFirstToken {
+            delay: profile.slow_first_token,
+            text: "too late".into(),
+        });
+        let mut rig = Rig::start(front, &profile, Setup::default(), &primary, &secondary).await;
+        let reply = rig.ask().await;
+        assert_served_after_the_ceiling(
+            front,
+            &profile,
+            &reply,
+            &primary,
+            &secondary,
+            profile.slow_first_token,
+        );
+        assert_eq!(reply.served().text, "Hello from the fake", "{front:?}");
+    })
+    .await;
+}
+
+// 8. Stream cut after 45 of 60 tokens: the Anthropic-wire fallback continues
+// it (prefill), so the answer is complete; never a truncated success.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s08_a_cut_stream_is_completed_by_a_fallback_that_continues_it() {
+    each_front(|front, profile| async move {
+        let (primary, secondary) = fakes().await;
+        primary.push(Behaviour::CutAfter {
+            text: tokens(WHOLE),
+            after_chunks: 3,
+        });
+        secondary.set_default(Behaviour::ok(&rest_after(3)));
+        let setup = Setup {
+            primary: Wire::OpenAi,
+            secondary: Wire::Anthropic,
+            ..Setup::default()
+        };
+        let mut rig = Rig::start(front, &profile, setup, &primary, &secondary).await;
+        let reply = rig.ask().await;
+        let served = reply.served();
+        assert_eq!(served.model, SECONDARY, "{front:?}");
+        assert_eq!(
+            words(&served.text),
+            words(&tokens(WHOLE)),
+            "{front:?}: the whole answer, once"
+        );
+        assert_eq!(primary.request_count(), 1, "{front:?}: no retry mid-answer");
+        assert_eq!(secondary.request_count(), 1, "{front:?}");
+        let sent = prefill(&secondary.requests()[0].body);
+        let first_45 = words(&tokens(WHOLE))[..45].join(" ");
+        assert_eq!(sent.as_deref(), Some(first_45.as_str()), "{front:?}");
+        if front == Front::GatewayStream {
+            // Both models streamed, in order, and the end names the one that finished it.
+            assert_eq!(served.chunk_models.first().unwrap(), PRIMARY, "{front:?}");
+            assert_eq!(served.chunk_models.last().unwrap(), SECONDARY, "{front:?}");
+        }
+    })
+    .await;
+}
+
+// 9. A stream that stalls (fast: past idle_ms) is detected, failed over and
+// completed; the server stays healthy and the next request works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s09_a_stalled_stream_fails_over_and_the_server_stays_healthy() {
+    each_front(|front, profile| async move {
+        let (primary, secondary) = fakes().await;
+        primary.push(Behaviour::StallMidStream {
+            text: tokens(WHOLE),
+            after_chunks: 2,
+            stall: profile.stall,
+        });
+        secondary.set_default(Behaviour::ok(&rest_after(2)));
+        let setup = Setup {
+            primary: Wire::OpenAi,
+            secondary: Wire::Anthropic,
+            ..Setup::default()
+        };
+        let mut rig = Rig::start(front, &profile, setup, &primary, &secondary).await;
+        let reply = rig.ask().await;
+        let served = reply.served();
+        assert_eq!(served.model, SECONDARY, "{front:?}");
+        assert_eq!(words(&served.text), words(&tokens(WHOLE)), "{front:?}");
+        let detected = between(&primary.requests()[0], &secondary.requests()[0]);
+        assert!(
+            detected >= profile.idle && detected < profile.stall,
+            "{front:?}: failed over after {detected:?}"
+        );
+        assert!(reply.elapsed < profile.stall, "{front:?}");
+
+        assert!(rig.healthy().await, "{front:?}");
+        let next = rig.ask().await;
+        assert_eq!(next.served().model, PRIMARY, "{front:?}");
+        assert_eq!(primary.request_count(), 2, "{front:?}");
+    })
+    .await;
+}
+
+// 9b. The same stall with the real ordering of the ceilings (idle 30 s > first
+// token 10 s): the stall is detected after the hedge point. Fast: idle = first
+// token + 1 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s09b_a_stall_detected_after_the_first_token_ceiling_still_fails_over() {
+    each_front(|front, profile| async move {
+        let (primary, secondary) = fakes().await;
+        let idle = profile
+            .idle
+            .max(profile.first_token + Duration::from_secs(1));
+        primary.push(Behaviour::StallMidStream {
+            text: tokens(WHOLE),
+            after_chunks: 2,
+            stall: idle * 3,
+        });
+        secondary.set_default(Behaviour::ok(&rest_after(2)));
+        let setup = Setup {
+            primary: Wire::OpenAi,
+            secondary: Wire::Anthropic,
+            extra: json!({"tasks": {"explain": {"idle_ms": ms(idle)}}}),
+        };
+        let mut rig = Rig::start(front, &profile, setup, &primary, &secondary).await;
+        let reply = rig.ask().await;
+        let served = reply.served();
+        assert_eq!(served.model, SECONDARY, "{front:?}");
+        assert_eq!(words(&served.text), words(&tokens(WHOLE)), "{front:?}");
+    })
+    .await;
+}
+
+// An answer that streams past the first-token ceiling is not hedged: its first
+// token came in time, so the secondary is never asked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s09c_a_long_answer_that_started_in_time_is_not_hedged() {
+    each_front(|front, profile| async move {
+        let (primary, secondary) = fakes().await;
+        // Twelve deltas, the first at once, each within the idle ceiling, the
+        // last well after the first-token ceiling.
+        primary.set_default(Behaviour::Ok {
+            text: tokens(WHOLE),
+            chunks: 12,
+            delay: (profile.idle / 2).min(profile.first_token / 4),
+        });
+        let mut rig = Rig::start(front, &profile, Setup::default(), &primary, &secondary).await;
+        let reply = rig.ask().await;
+        assert_eq!(reply.served().model, PRIMARY, "{front:?}");
+        assert_eq!(
+            secondary.request_count(),
+            0,
+            "{front:?}: hedged although the first token came at once"
+        );
+    })
+    .await;
+}
+
+// 10. A malformed chunk: skipped or failed cleanly: a complete answer (from
+// the fallback) or a clear error, never a truncated success, never a crash.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s10_a_malformed_chunk_fails_cleanly() {
+    each_front(|front, profile| async move {
+        let (primary, secondary) = fakes().await;
+        primary.push(Behaviour::MalformedChunk {
+            text: tokens(WHOLE),
+            after_chunks: 2,
+        });
+        secondary.set_default(Behaviour::ok(&rest_after(2)));
+        let setup = Setup {
+            primary: Wire::OpenAi,
+            secondary: Wire::Anthropic,
+            ..Setup::default()
+        };
+        let mut rig = Rig::start(front, &profile, setup, &primary, &secondary).await;
+        let reply = rig.ask().await;
+        match &reply.result {
+            Ok(served) => {
+                assert_eq!(
+                    words(&served.text),
+                    words(&tokens(WHOLE)),
+                    "{front:?}: {served:?}"
+                );
+                assert_eq!(primary.request_count(), 1, "{front:?}");
+            }
+            Err(failed) => assert!(!failed.message.is_empty(), "{front:?}: {failed:?}"),
+        }
+        assert!(
+            primary.request_count() + secondary.request_count() <= 3,
+            "{front:?}"
+        );
+        assert!(rig.healthy().await, "{front:?}: {}", rig.log());
+        assert_eq!(rig.ask().await.served().model, PRIMARY, "{front:?}");
+    })
+    .await;
+}
+
+// 11. The stream ends after its finish reason but without its terminal event:
+// finalised, with the usage reported, by that provider (both wire formats).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s11_a_stream_without_its_terminal_event_is_finalised_with_its_usage() {
+    each_front(|front, profile| async move {
+        for wire in [Wire::Anthropic, Wire::OpenAi] {
+            let (primary, secondary) = fakes().await;
+            primary.push(Behaviour::MissingTerminal {
+                text: "It inserts or updates.".into(),
+            });
+            let setup = Setup {
+                primary: wire,
+                ..Setup::default()
+            };
+            let mut rig = Rig::start(front, &profile, setup, &primary, &secondary).await;
+            let reply = rig.ask().await;
+            let served = reply.served();
+            assert_eq!(served.model, PRIMARY, "{front:?} {wire:?}");
+            assert_eq!(served.text, "It inserts or updates.", "{front:?} {wire:?}");
+            assert_eq!(primary.request_count(), 1, "{front:?} {wire:?}: no retry");
+            assert_eq!(secondary.request_count(), 0, "{front:?} {wire:?}");
+            if let Some(usage) = &served.usage {
+                assert_eq!(
+                    usage["prompt_tokens"], FAKE_INPUT_TOKENS,
+                    "{front:?} {wire:?}: {usage}"
+                );
+                assert_eq!(usage["completion_tokens"], 3, "{front:?} {wire:?}: {usage}");
+            }
+        }
+    })
+    .await;
+}
+
+// 12. 400 context length: no retry on that model; the next entry serves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s12_context_length_is_not_retried_and_the_next_entry_serves() {
+    each_front(|front, profile| async move {
+        let (primary, secondary) = fakes().await;
+        primary.set_default(Behaviour::ContextLength);
+        let mut rig = Rig::start(front, &profile, Setup::default(), &primary, &secondary).await;
+        let reply = rig.ask().await;
+        assert_eq!(reply.served().model, SECONDARY, "{front:?}");
+        assert_eq!(primary.request_count(), 1, "{front:?}: never retried");
+        assert_eq!(secondary.request_count(), 1, "{front:?}");
+        let moved = between(&primary.requests()[0], &secondary.requests()[0]);
+        assert!(
+            moved < tolerance(&profile),
+            "{front:?}: no backoff before the next entry, took {moved:?}"
+        );
+    })
+    .await;
+}
+
+// 13. Content filter: not retried, the reason reaches the caller, no other
+// provider is asked (stop_reason refusal / finish_reason content_filter).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s13_a_content_filter_refusal_ends_the_task_with_its_reason() {
+    each_front(|front, profile| async move {
+        for wire in [Wire::Anthropic, Wire::OpenAi] {
+            let (primary, secondary) = fakes().await;
+            primary.set_default(Behaviour::Refusal {
+                text: "I can't help with that.".into(),
+            });
+            let setup = Setup {
+                primary: wire,
+                ..Setup::default()
+            };
+            let mut rig = Rig::start(front, &profile, setup, &primary, &secondary).await;
+            let reply = rig.ask().await;
+            let failed = reply.failed();
+            assert!(
+                failed.message.contains("refused") && failed.message.contains(PRIMARY),
+                "{front:?} {wire:?}: {failed:?}"
+            );
+            match front {
+                Front::Gateway => {
+                    assert_eq!(failed.status, Some(400), "{front:?} {wire:?}");
+                    assert_eq!(failed.code.as_deref(), Some("content_refused"));
+                }
+                // The refusal's own text may already have streamed; the error follows it.
+                Front::GatewayStream => assert!(failed.code.is_some(), "{failed:?}"),
+                Front::Lsp => {}
+            }
+            assert_eq!(primary.request_count(), 1, "{front:?} {wire:?}: no retry");
+            assert_eq!(
+                secondary.request_count(),
+                0,
+                "{front:?} {wire:?}: no other provider"
+            );
+        }
+    })
+    .await;
+}
+
+// 13b. The same as Azure OpenAI sends it: HTTP 400 with code `content_filter`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s13b_a_400_content_filter_is_not_retried_and_its_reason_propagates() {
+    each_front(|front, profile| async move {
+        let filtered = "The response was filtered due to the prompt triggering Azure OpenAI's content management policy.";
+        let primary = CannedError::start(
+            400,
+            "Bad Request",
+            json!({"error": {"message": filtered, "type": null, "param": "prompt", "code": "content_filter", "status": 400}}),
+        )
+        .await;
+        let secondary = FakeProvider::start().await;
+        let setup = Setup {
+            primary: Wire::OpenAi,
+            ..Setup::default()
+        };
+        let mut rig = Rig::start(front, &profile, setup, &primary, &secondary).await;
+        let reply = rig.ask().await;
+        let failed = reply.failed();
+        assert!(
+            failed.message.contains(PRIMARY)
+                && failed.message.contains("content_filter")
+                && failed.message.contains("content management policy"),
+            "{front:?}: {failed:?}"
+        );
+        if front != Front::Lsp {
+            // Nothing was streamed before the refusal: a plain HTTP error.
+            assert_eq!(failed.status, Some(400), "{front:?}: {failed:?}");
+            assert_eq!(failed.code.as_deref(), Some("content_refused"), "{failed:?}");
+        }
+        assert_eq!(primary.request_count(), 1, "{front:?}: no retry");
+        assert_eq!(secondary.request_count(), 0, "{front:?}: no other provider");
+    })
+    .await;
+}
+
+// The provider error's text already starts with "HTTP 400 content_filter: " and
+// the router's `describe` prefixes the same again; likewise "HTTP 503: HTTP 503: ".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s13c_an_error_names_its_status_once() {
+    each_front(|front, profile| async move {
+        let primary = CannedError::start(
+            400,
+            "Bad Request",
+            json!({"error": {"message": "filtered", "type": null, "param": "prompt", "code": "content_filter", "status": 400}}),
+        )
+        .await;
+        let secondary = FakeProvider::start().await;
+        let setup = Setup {
+            primary: Wire::OpenAi,
+            ..Setup::default()
+        };
+        let mut rig = Rig::start(front, &profile, setup, &primary, &secondary).await;
+        let reply = rig.ask().await;
+        let message = &reply.failed().message;
+        assert_eq!(message.matches("HTTP 400").count(), 1, "{front:?}: {message}");
+    })
+    .await;
+}
+
+// 14. Cut stream, and the fallback cannot take a prefill (OpenAI wire): it
+// restarts cleanly there; the real error is not masked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s14_a_cut_stream_restarts_cleanly_where_prefill_is_not_accepted() {
+    each_front(|front, profile| async move {
+        let (primary, secondary) = fakes().await;
+        primary.push(Behaviour::CutAfter {
+            text: tokens(WHOLE),
+            after_chunks: 2,
+        });
+        secondary.set_default(Behaviour::ok(&tokens(WHOLE)));
+        let mut rig = Rig::start(front, &profile, Setup::default(), &primary, &secondary).await;
+        let reply = rig.ask().await;
+        for request in secondary.requests() {
+            assert_eq!(prefill(&request.body), None, "{front:?}: a clean restart");
+        }
+        assert_eq!(primary.request_count(), 1, "{front:?}");
+        if front == Front::GatewayStream {
+            // The caller already holds the first half: the stream says it was cut.
+            let failed = reply.failed();
+            assert_eq!(failed.code.as_deref(), Some("stream_cut"), "{failed:?}");
+            assert_eq!(
+                words(&failed.streamed),
+                words(&tokens(WHOLE))[..30].to_vec(),
+                "{failed:?}"
+            );
+        } else {
+            let served = reply.served();
+            assert_eq!(served.model, SECONDARY, "{front:?}");
+            assert_eq!(words(&served.text), words(&tokens(WHOLE)), "{front:?}");
+            assert_eq!(secondary.request_count(), 1, "{front:?}");
+        }
+
+        // When the restart fails too, the error names both failures, the cut first.
+        primary.push(Behaviour::CutAfter {
+            text: tokens(WHOLE),
+            after_chunks: 2,
+        });
+        secondary.set_default(Behaviour::Unavailable);
+        let reply = rig.ask().await;
+        let failed = reply.failed();
+        if front == Front::GatewayStream {
+            assert_eq!(failed.code.as_deref(), Some("stream_cut"), "{failed:?}");
+        } else {
+            let message = failed.message.to_lowercase();
+            let cut = message.find("cut").unwrap_or(usize::MAX);
+            let unavailable = message.find("503").unwrap_or(0);
+            assert!(
+                message.contains(PRIMARY) && message.contains(SECONDARY) && cut < unavailable,
+                "{front:?}: {failed:?}"
+            );
+        }
+    })
+    .await;
+}
+
+// 15. The primary is down (fast: 3 s), then healthy; 20 requests over the
+// outage in pairs: all served, one probe at a time, back on the primary promptly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s15_an_outage_is_ridden_out_with_one_probe_at_a_time() {
+    each_front(|front, profile| async move {
+        let (primary, secondary) = fakes().await;
+        primary.set_default(Behaviour::Unavailable);
+        // No same-entry retries: each request is at most one attempt on the primary.
+        let setup = Setup {
+            extra: json!({
+                "tasks": {"explain": {"wait_ms": 0}},
+                "resilience": {"breaker": {
+                    "failures": 3,
+                    "cooldown_ms": ms(profile.cooldown),
+                    "max_cooldown_ms": ms(profile.max_cooldown)
+                }}
+            }),
+            ..Setup::default()
+        };
+        let mut rig = Rig::start(front, &profile, setup, &primary, &secondary).await;
+        let interval = profile.outage / 6;
+        let start = Instant::now();
+        let mut recovered = None;
+        let mut replies = Vec::new();
+        for wave in 0..10u32 {
+            tokio::time::sleep_until(start + interval * wave).await;
+            if wave == 6 {
+                primary.set_default(Behaviour::ok("back"));
+                recovered = Some(Instant::now());
+            }
+            replies.push(rig.ask_concurrently(2).await);
+        }
+        let recovered = recovered.unwrap();
+        for reply in replies.iter().flatten() {
+            reply.served();
+        }
+        let requests = primary.requests();
+        let offsets: Vec<Duration> = requests
+            .iter()
+            .map(|r| r.at.saturating_duration_since(start))
+            .collect();
+        eprintln!(
+            "{front:?}: primary requests at {offsets:?}, recovered at {:?}",
+            recovered - start
+        );
+        let during: Vec<&RecordedRequest> = requests.iter().filter(|r| r.at < recovered).collect();
+        // Up to four failures open the breaker (three, plus one already in
+        // flight); after that the open breaker lets one probe through per cooldown.
+        let gaps: Vec<Duration> = during
+            .windows(2)
+            .skip(3)
+            .map(|pair| between(pair[0], pair[1]))
+            .collect();
+        assert!(
+            gaps.iter().all(|gap| *gap >= profile.cooldown.mul_f64(0.8)),
+            "{front:?}: probes closer than the cooldown while open: {gaps:?}"
+        );
+        let most = 4 + (profile.outage.as_millis() / profile.cooldown.as_millis()) as usize + 1;
+        assert!(
+            during.len() <= most,
+            "{front:?}: {} requests reached the primary while it was down",
+            during.len()
+        );
+        // Back promptly: the first request after recovery comes within one
+        // (maximal) cooldown and one wave.
+        let back = requests
+            .iter()
+            .find(|r| r.at >= recovered)
+            .unwrap_or_else(|| panic!("{front:?}: the primary was never tried again"));
+        let late = back.at.saturating_duration_since(recovered);
+        assert!(
+            late <= profile.max_cooldown + interval + tolerance(&profile),
+            "{front:?}: back on the primary {late:?} after recovery"
+        );
+        let last_wave = replies.last().unwrap();
+        assert!(
+            last_wave.iter().any(|r| r.served().model == PRIMARY),
+            "{front:?}: {last_wave:?}"
+        );
+        assert_eq!(rig.ask().await.served().model, PRIMARY, "{front:?}");
+    })
+    .await;
+}
+
+// 16. 503, then the fallback answers: the response names the fallback model
+// and reports its usage only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s16_the_fallback_is_named_and_only_its_usage_reported() {
+    each_front(|front, profile| async move {
+        let (primary, secondary) = fakes().await;
+        primary.set_default(Behaviour::Unavailable);
+        secondary.set_default(Behaviour::ok("It inserts or updates."));
+        let setup = Setup {
+            extra: json!({"tasks": {"explain": {"wait_ms": 0}}}),
+            ..Setup::default()
+        };
+        let mut rig = Rig::start(front, &profile, setup, &primary, &secondary).await;
+        let reply = rig.ask().await;
+        let served = reply.served();
+        assert_eq!(served.model, SECONDARY, "{front:?}");
+        assert_eq!(served.text, "It inserts or updates.", "{front:?}");
+        if let Some(usage) = &served.usage {
+            assert_eq!(
+                *usage,
+                json!({"prompt_tokens": FAKE_INPUT_TOKENS, "completion_tokens": 3, "total_tokens": FAKE_INPUT_TOKENS + 3}),
+                "{front:?}"
+            );
+        }
+        assert!(
+            served.chunk_models.iter().all(|m| m == SECONDARY),
+            "{front:?}: {:?}",
+            served.chunk_models
+        );
+        assert_eq!(
+            (primary.request_count(), secondary.request_count()),
+            (1, 1),
+            "{front:?}"
+        );
+    })
+    .await;
+}
