@@ -1,0 +1,156 @@
+//! Load: eight switchyard processes (four language servers, four gateways) on
+//! one machine, sharing one fake provider with a quota and a scripted outage,
+//! through the shared state (files, then Redis). The fleet must not storm the
+//! quota, must let one half-open probe through per cooldown, and must answer
+//! every interactive request within its ceiling.
+
+mod support;
+
+use std::time::Duration;
+
+use futures::future::join_all;
+use serde_json::{Value, json};
+use support::fake_provider::{Behaviour, FakeProvider};
+use support::redis_server::RedisServer;
+use support::scenario::{Front, Profile, Reply, Rig, Setup};
+use tokio::time::Instant;
+
+const FRONTS: [Front; 8] = [
+    Front::Lsp,
+    Front::Gateway,
+    Front::Lsp,
+    Front::GatewayStream,
+    Front::Lsp,
+    Front::Gateway,
+    Front::Lsp,
+    Front::GatewayStream,
+];
+
+async fn every_process_asks(rigs: &mut [Rig], each: usize) -> Vec<Reply> {
+    join_all(rigs.iter_mut().map(|rig| rig.ask_concurrently(each)))
+        .await
+        .into_iter()
+        .flatten()
+        .collect()
+}
+
+fn served_by(replies: &[Reply], model: &str) -> usize {
+    replies.iter().filter(|r| r.served().model == model).count()
+}
+
+async fn fleet_rides_out_an_outage(state: Value) {
+    let profile = Profile::fast();
+    let primary = FakeProvider::start().await;
+    let secondary = FakeProvider::start().await;
+    // 10 requests a second for the account; the fleet learns it from the headers.
+    primary.set_quota(600);
+    let setup = Setup {
+        extra: json!({
+            "tasks": {"explain": {"wait_ms": 0}},
+            "resilience": {
+                "state": state,
+                "breaker": {"failures": 3, "cooldown_ms": profile.cooldown.as_millis() as u64, "max_cooldown_ms": profile.max_cooldown.as_millis() as u64},
+                "canary_interval_ms": 200
+            }
+        }),
+        ..Setup::default()
+    };
+    let mut rigs = Vec::new();
+    for front in FRONTS {
+        rigs.push(Rig::start(front, &profile, setup.clone(), &primary, &secondary).await);
+    }
+    let ceiling = profile.total + profile.slack;
+
+    let healthy = every_process_asks(&mut rigs, 3).await;
+    assert_eq!(
+        served_by(&healthy, "primary/mid"),
+        24,
+        "all on the primary while it is healthy"
+    );
+
+    // The outage: waves of requests from every process.
+    primary.set_default(Behaviour::Unavailable);
+    let outage_started = Instant::now();
+    let first_outage_request = primary.request_count();
+    let mut during = Vec::new();
+    for wave in 0..6u32 {
+        tokio::time::sleep_until(outage_started + profile.outage / 6 * wave).await;
+        during.extend(every_process_asks(&mut rigs, 2).await);
+    }
+    primary.set_default(Behaviour::ok("back"));
+    let recovered = Instant::now();
+    let outage_requests: Vec<Instant> = primary.requests()[first_outage_request..]
+        .iter()
+        .map(|r| r.at)
+        .filter(|at| *at < recovered)
+        .collect();
+
+    // After the cooldown, a canary or a request probes and closes the breaker.
+    tokio::time::sleep(profile.max_cooldown + profile.cooldown).await;
+    let after = every_process_asks(&mut rigs, 2).await;
+
+    for reply in healthy.iter().chain(&during).chain(&after) {
+        assert!(
+            reply.elapsed <= ceiling,
+            "{:?} took {:?}",
+            reply.front,
+            reply.elapsed
+        );
+    }
+    assert_eq!(
+        primary.quota_rejections(),
+        0,
+        "no 429 storm: no request without quota in hand"
+    );
+    // The first wave is in flight before any failure is known (8 processes x 2);
+    // after it the shared breaker admits one probe per cooldown, whoever sends it.
+    let first_wave = FRONTS.len() * 2;
+    let probes_allowed = (profile.outage.as_millis() / profile.cooldown.as_millis()) as usize + 1;
+    assert!(
+        outage_requests.len() <= first_wave + probes_allowed,
+        "{} requests reached the primary while it was down (allowed {} + {probes_allowed})",
+        outage_requests.len(),
+        first_wave
+    );
+    let after_first_wave: Vec<Duration> = outage_requests
+        .iter()
+        .skip(first_wave)
+        .collect::<Vec<_>>()
+        .windows(2)
+        .map(|pair| pair[1].saturating_duration_since(*pair[0]))
+        .collect();
+    assert!(
+        after_first_wave
+            .iter()
+            .all(|gap| *gap >= profile.cooldown.mul_f64(0.8)),
+        "half-open probes closer than the cooldown: {after_first_wave:?}"
+    );
+    // Attempts per unit of work stay about one: everything the fleet asked
+    // during the outage, against what the primary saw.
+    let units = during.len();
+    assert!(
+        outage_requests.len() * 2 <= units + first_wave,
+        "{} primary attempts for {units} requests",
+        outage_requests.len()
+    );
+    assert!(
+        served_by(&after, "primary/mid") >= after.len() * 3 / 4,
+        "back on the primary after recovery: {:?}",
+        after
+            .iter()
+            .map(|r| r.served().model.clone())
+            .collect::<Vec<_>>()
+    );
+}
+
+#[tokio::test]
+async fn eight_processes_share_breaker_and_quota_through_files() {
+    let shared = tempfile::tempdir().unwrap();
+    fleet_rides_out_an_outage(json!(format!("file://{}", shared.path().display()))).await;
+}
+
+#[tokio::test]
+async fn eight_processes_share_breaker_and_quota_through_redis() {
+    let redis = RedisServer::start();
+    fleet_rides_out_an_outage(json!(redis.url())).await;
+}
