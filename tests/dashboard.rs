@@ -16,8 +16,9 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use support::fake_provider::{Behaviour, FakeProvider, FakeRateLimits};
+use support::gateway::GatewayProcess as Gateway;
 use switchyard::router::canary::TOKEN;
-use tokio::io::{AsyncBufReadExt, BufReader};
+
 use tokio::time::Instant;
 
 const CHROMIUM: &str = "/usr/bin/chromium";
@@ -45,23 +46,10 @@ fn target_dir() -> PathBuf {
 
 // ---- The gateway under test.
 
-struct Gateway {
-    child: tokio::process::Child,
-    url: String,
-    _home: tempfile::TempDir,
-}
-
-impl Drop for Gateway {
-    fn drop(&mut self) {
-        let _ = self.child.start_kill();
-    }
-}
-
 /// Refactors start on `secondary/big` (large) and downshift to `primary/mid`
 /// (medium); explains go to `primary/mid`. Canaries every 200 ms, so the
 /// history fills in seconds; two failures open a breaker for a minute.
 async fn gateway(primary: &FakeProvider, secondary: &FakeProvider, extra: &str) -> Gateway {
-    let home = tempfile::tempdir().unwrap();
     let config = format!(
         r#"
 [local]
@@ -100,32 +88,11 @@ cooldown_ms = 60000
         primary.openai_url(),
         secondary.anthropic_url(),
     );
-    std::fs::write(home.path().join("config.toml"), config).unwrap();
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_switchyard"))
-        .args(["gateway", "--listen", "127.0.0.1:0", "--log-file"])
-        .arg(home.path().join("gateway.log"))
-        .env("SWITCHYARD_CONFIG", home.path().join("config.toml"))
-        .env("SWITCHYARD_STATE_DIR", home.path().join("state"))
-        .env("SWITCHYARD_MODEL_DIR", home.path().join("models"))
-        .env("SY_KEY", KEY)
-        .env("SY_GATEWAY_TOKEN", "dashboard-test-token")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let first = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
-        .await
-        .expect("the gateway says where it listens")
-        .unwrap()
-        .unwrap();
-    let url = first.rsplit(' ').next().unwrap().to_owned();
-    Gateway {
-        child,
-        url,
-        _home: home,
-    }
+    let env = [
+        ("SY_KEY", KEY),
+        ("SY_GATEWAY_TOKEN", "dashboard-test-token"),
+    ];
+    Gateway::start(&config, &env).await
 }
 
 /// The status and body of one chat completion.

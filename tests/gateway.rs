@@ -3,26 +3,16 @@
 
 mod support;
 
-use std::process::Stdio;
-use std::time::Duration;
-
 use serde_json::{Value, json};
 use support::fake_provider::{Behaviour, FakeProvider};
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
+use support::gateway::GatewayProcess as Gateway;
+use tokio::process::Command;
 
 const KEY: &str = "sk-test-gateway-0123456789abcdef";
-
-struct Gateway {
-    child: Child,
-    url: String,
-    _home: tempfile::TempDir,
-}
 
 /// primary speaks Anthropic (continues a cut answer as a prefill), secondary
 /// speaks OpenAI (cannot); `medium` is primary then secondary.
 async fn gateway(primary: &FakeProvider, secondary: &FakeProvider, medium: &[&str]) -> Gateway {
-    let home = tempfile::tempdir().unwrap();
     let config = format!(
         r#"
 [local]
@@ -56,34 +46,7 @@ wait_ms = 0
             .collect::<Vec<_>>()
             .join(", ")
     );
-    std::fs::write(home.path().join("config.toml"), config).unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_switchyard"))
-        .args(["gateway", "--listen", "127.0.0.1:0"])
-        .env("SWITCHYARD_CONFIG", home.path().join("config.toml"))
-        .env("SWITCHYARD_STATE_DIR", home.path().join("state"))
-        .env("SWITCHYARD_MODEL_DIR", home.path().join("models"))
-        .env("SY_KEY", KEY)
-        .args([
-            "--log-file",
-            home.path().join("gateway.log").to_str().unwrap(),
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let first = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
-        .await
-        .expect("the gateway says where it listens")
-        .unwrap()
-        .unwrap();
-    let url = first.rsplit(' ').next().unwrap().to_owned();
-    Gateway {
-        child,
-        url,
-        _home: home,
-    }
+    Gateway::start(&config, &[("SY_KEY", KEY)]).await
 }
 
 fn ask(model: &str, stream: bool) -> Value {
@@ -243,7 +206,10 @@ async fn models_health_status_and_bad_requests() {
     assert_eq!(response.status(), 200);
     let status: Value = get("/status").await.unwrap().json().await.unwrap();
     assert_eq!(status["routes"][0]["kind"], "explain", "{status}");
-    assert_eq!(status["routes"][0]["now"], "primary/mid (medium)", "{status}");
+    assert_eq!(
+        status["routes"][0]["now"], "primary/mid (medium)",
+        "{status}"
+    );
     assert!(
         status["sharedState"].as_str().unwrap().starts_with("file"),
         "{status}"
@@ -279,10 +245,4 @@ async fn listening_beyond_loopback_needs_an_explicit_flag() {
     assert_eq!(output.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("--allow-remote"), "{stderr}");
-}
-
-impl Drop for Gateway {
-    fn drop(&mut self) {
-        let _ = self.child.start_kill();
-    }
 }

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod fake_provider;
+pub mod gateway;
 pub mod lsp_client;
 pub mod redis_server;
 pub mod scenario;

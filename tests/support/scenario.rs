@@ -9,16 +9,15 @@
 //! real-length defaults of the explain task and faults as the issue states them.
 
 use std::future::Future;
-use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::process::{Child, Command};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::Instant;
 
 use super::fake_provider::FakeProvider;
+use super::gateway::GatewayProcess;
 use super::lsp_client::{LspClient, ServerOptions};
 
 pub const KEY: &str = "sk-test-faults-0123456789abcdef";
@@ -390,16 +389,8 @@ enum Driver {
 }
 
 struct Gateway {
-    child: Child,
-    url: String,
+    process: GatewayProcess,
     http: reqwest::Client,
-    home: tempfile::TempDir,
-}
-
-impl Drop for Gateway {
-    fn drop(&mut self) {
-        let _ = self.child.start_kill();
-    }
 }
 
 impl Rig {
@@ -485,7 +476,7 @@ impl Rig {
             Driver::Gateway(gateway) => {
                 let response = gateway
                     .http
-                    .get(format!("{}/health", gateway.url))
+                    .get(format!("{}/health", gateway.process.url))
                     .send()
                     .await;
                 match response {
@@ -511,53 +502,20 @@ impl Rig {
     /// The process's log, for failure messages.
     pub fn log(&self) -> String {
         match &self.driver {
-            Driver::Gateway(gateway) => {
-                std::fs::read_to_string(gateway.home.path().join("gateway.log")).unwrap_or_default()
-            }
+            Driver::Gateway(gateway) => gateway.process.log(),
             Driver::Lsp(client) => client.log(),
         }
     }
 }
 
 async fn start_gateway(config: &Value, profile: &Profile) -> Gateway {
-    let home = tempfile::tempdir().unwrap();
     let toml = toml::to_string(config).expect("the configuration as TOML");
-    std::fs::write(home.path().join("config.toml"), toml).unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_switchyard"))
-        .args(["gateway", "--listen", "127.0.0.1:0"])
-        .args([
-            "--log-file",
-            home.path().join("gateway.log").to_str().unwrap(),
-        ])
-        .env("SWITCHYARD_CONFIG", home.path().join("config.toml"))
-        .env("SWITCHYARD_STATE_DIR", home.path().join("state"))
-        .env("SWITCHYARD_MODEL_DIR", home.path().join("models"))
-        .env("SWITCHYARD_LOG", "debug")
-        .env("SY_FAULTS_KEY", KEY)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("spawning the gateway");
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let first = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
-        .await
-        .expect("the gateway says where it listens")
-        .unwrap()
-        .expect("the gateway printed its address");
-    let url = first.rsplit(' ').next().unwrap().to_owned();
-    // Keep draining stdout so the gateway never blocks on a full pipe.
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    let process = GatewayProcess::start(&toml, &[("SY_FAULTS_KEY", KEY)]).await;
     let http = reqwest::Client::builder()
         .timeout(profile.total + profile.wait + profile.silence + profile.slack)
         .build()
         .unwrap();
-    Gateway {
-        child,
-        url,
-        http,
-        home,
-    }
+    Gateway { process, http }
 }
 
 impl Gateway {
@@ -568,7 +526,7 @@ impl Gateway {
         ]});
         let response = self
             .http
-            .post(format!("{}/v1/chat/completions", self.url))
+            .post(format!("{}/v1/chat/completions", self.process.url))
             .json(&body)
             .send()
             .await
