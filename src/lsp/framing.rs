@@ -33,15 +33,26 @@ pub enum Incoming {
     End,
 }
 
+/// Longer header lines are cut (the rest reads as another, ignored, line), so a
+/// header without a newline cannot grow without bound.
+const MAX_HEADER_LINE_BYTES: u64 = 64 * 1024;
+
 /// Reads the next frame. Header lines other than `Content-Length` are ignored.
 pub async fn read_frame<R: AsyncBufRead + Unpin>(input: &mut R) -> std::io::Result<Incoming> {
     let mut length: Option<Result<usize, String>> = None;
     let mut saw_header = false;
     loop {
-        let mut line = String::new();
-        if input.read_line(&mut line).await? == 0 {
+        // Bytes, not `read_line`: a header that is not UTF-8 must be one bad
+        // frame, not an I/O error that ends the session.
+        let mut bytes = Vec::new();
+        let read = (&mut *input)
+            .take(MAX_HEADER_LINE_BYTES)
+            .read_until(b'\n', &mut bytes)
+            .await?;
+        if read == 0 {
             return Ok(Incoming::End);
         }
+        let line = String::from_utf8_lossy(&bytes);
         if line == "\r\n" || line == "\n" {
             if saw_header {
                 break;
@@ -105,7 +116,12 @@ fn check(body: Vec<u8>) -> Incoming {
         }
     };
     let id = value.get("id").cloned().unwrap_or(Value::Null);
-    let id_ok = matches!(id, Value::Null | Value::Number(_) | Value::String(_));
+    // The framework's ids are i64: a float or larger id would fail its decoding.
+    let id_ok = match &id {
+        Value::Null | Value::String(_) => true,
+        Value::Number(n) => n.is_i64(),
+        _ => false,
+    };
     let well_formed = value.get("jsonrpc") == Some(&json!("2.0"))
         && id_ok
         && match value.get("method") {
@@ -119,7 +135,8 @@ fn check(body: Vec<u8>) -> Incoming {
                 value.get("id").is_some()
                     && (value.get("result").is_some() || value.get("error").is_some())
             }
-        };
+        }
+        && framework_decodes(&body);
     if well_formed {
         Incoming::Message(body)
     } else {
@@ -130,6 +147,15 @@ fn check(body: Vec<u8>) -> Incoming {
             "not a JSON-RPC 2.0 request, notification or response".into(),
         )
     }
+}
+
+/// Whether the framework's own decoder accepts `body`: one it cannot decode
+/// ends its input stream (and so the session), e.g. a duplicated `"id"` key,
+/// which `serde_json::Value` tolerates but a derived struct does not.
+fn framework_decodes(body: &[u8]) -> bool {
+    use tower_lsp_server::jsonrpc::{Request, Response};
+    serde_json::from_slice::<Response>(body).is_ok()
+        || serde_json::from_slice::<Request>(body).is_ok()
 }
 
 fn frame(body: &[u8]) -> Vec<u8> {
@@ -263,6 +289,54 @@ mod tests {
                 code: PARSE_ERROR,
                 ..
             }
+        ));
+    }
+
+    /// Found by tests/fuzz_inputs.rs: each of these ended the session.
+    #[tokio::test]
+    async fn frames_the_framework_cannot_decode_are_rejected_and_reading_goes_on() {
+        for body in [
+            &br#"{"jsonrpc":"2.0","id":1.5,"method":"x"}"#[..],
+            br#"{"jsonrpc":"2.0","id":18446744073709551615,"method":"x"}"#,
+            br#"{"jsonrpc":"2.0","id":1,"id":2,"method":"x"}"#,
+            br#"{"jsonrpc":"2.0","method":"x","method":"y"}"#,
+        ] {
+            let mut bytes = frame(body);
+            bytes.extend(frame(br#"{"jsonrpc":"2.0","method":"exit"}"#));
+            let mut input = BufReader::new(&bytes[..]);
+            assert!(
+                matches!(
+                    read_frame(&mut input).await.unwrap(),
+                    Incoming::Invalid {
+                        code: INVALID_REQUEST,
+                        ..
+                    }
+                ),
+                "{}",
+                String::from_utf8_lossy(body)
+            );
+            assert!(matches!(
+                read_frame(&mut input).await.unwrap(),
+                Incoming::Message(_)
+            ));
+        }
+    }
+
+    #[tokio::test]
+    async fn a_header_that_is_not_utf8_is_one_bad_frame() {
+        let mut bytes = b"X-\xff: 1\r\nContent-Length: 2\xff\r\n\r\n".to_vec();
+        bytes.extend(frame(br#"{"jsonrpc":"2.0","method":"exit"}"#));
+        let mut input = BufReader::new(&bytes[..]);
+        assert!(matches!(
+            read_frame(&mut input).await.unwrap(),
+            Incoming::Invalid {
+                code: PARSE_ERROR,
+                ..
+            }
+        ));
+        assert!(matches!(
+            read_frame(&mut input).await.unwrap(),
+            Incoming::Message(_)
         ));
     }
 
