@@ -20,10 +20,12 @@ pub fn init(file: &Path, also_stderr: bool) -> std::io::Result<WorkerGuard> {
     if let Some(dir) = file.parent() {
         std::fs::create_dir_all(dir)?;
     }
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(file)?;
+    let mut options = std::fs::OpenOptions::new();
+    options.create(true).append(true);
+    // Logs quote code and prompts: private to the user, like the state files.
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    let log = options.open(file)?;
     let (writer, guard) = tracing_appender::non_blocking(log);
     let filter = EnvFilter::try_from_env("SWITCHYARD_LOG")
         .unwrap_or_else(|_| EnvFilter::new(DEFAULT_FILTER));

@@ -18,6 +18,8 @@ use tokio::sync::mpsc;
 pub const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
 
 const PARSE_ERROR: i64 = -32700;
+/// JSON-RPC `MethodNotFound`.
+const METHOD_NOT_FOUND: i64 = -32601;
 const INVALID_REQUEST: i64 = -32600;
 
 /// One frame read from the client.
@@ -137,6 +139,20 @@ fn check(body: Vec<u8>) -> Incoming {
             }
         }
         && framework_decodes(&body);
+    let is_request = value.get("id").is_some();
+    let protocol_method = value
+        .get("method")
+        .and_then(Value::as_str)
+        .is_some_and(|m| m.starts_with("$/"));
+    if well_formed && is_request && protocol_method {
+        // The framework drops `$/` requests unanswered; the spec wants an error,
+        // and a client would otherwise wait forever.
+        return invalid(
+            id,
+            METHOD_NOT_FOUND,
+            "this server implements no `$/` requests".into(),
+        );
+    }
     if well_formed {
         Incoming::Message(body)
     } else {
@@ -289,6 +305,25 @@ mod tests {
                 code: PARSE_ERROR,
                 ..
             }
+        ));
+    }
+
+    #[tokio::test]
+    async fn protocol_requests_are_answered_method_not_found_and_notifications_pass() {
+        let mut bytes = frame(br#"{"jsonrpc":"2.0","id":7,"method":"$/custom"}"#);
+        bytes.extend(frame(
+            br#"{"jsonrpc":"2.0","method":"$/cancelRequest","params":{"id":1}}"#,
+        ));
+        let mut input = BufReader::new(&bytes[..]);
+        match read_frame(&mut input).await.unwrap() {
+            Incoming::Invalid { id, code, .. } => {
+                assert_eq!((id, code), (json!(7), METHOD_NOT_FOUND));
+            }
+            _ => panic!("a `$/` request must be answered"),
+        }
+        assert!(matches!(
+            read_frame(&mut input).await.unwrap(),
+            Incoming::Message(_)
         ));
     }
 
