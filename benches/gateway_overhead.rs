@@ -5,7 +5,8 @@
 //! its default shared state (files); its resident memory is read from /proc.
 //!
 //! Run: `cargo bench --bench gateway_overhead`
-//! (`GATEWAY_RATES=100,500,1000`, `GATEWAY_SECONDS=5` per rate and path).
+//! (`GATEWAY_RATES=100,500,1000`, `GATEWAY_SECONDS=5` per rate and path,
+//! `GATEWAY_STATE=memory` to leave out the shared-state files).
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -91,8 +92,10 @@ async fn main() {
 
     let fake = FakeProvider::start().await;
     let home = tempfile::tempdir().unwrap();
+    // `GATEWAY_STATE=memory` isolates the gateway from its shared-state backend.
+    let state = std::env::var("GATEWAY_STATE").unwrap_or_else(|_| "file".into());
     let config = format!(
-        "[local]\nauto_pull = false\n\n[providers.fake]\nkind = \"openai\"\nbase_url = \"{}\"\n\n[tiers]\nlarge = []\nmedium = [\"fake/bench\"]\nsmall = []\n",
+        "[local]\nauto_pull = false\n\n[resilience]\nstate = \"{state}\"\n\n[providers.fake]\nkind = \"openai\"\nbase_url = \"{}\"\n\n[tiers]\nlarge = []\nmedium = [\"fake/bench\"]\nsmall = []\n",
         fake.openai_url()
     );
     std::fs::write(home.path().join("config.toml"), config).unwrap();
@@ -122,7 +125,7 @@ async fn main() {
     // Warm both paths (connections, the gateway's first route).
     load(&client, &direct_url, &direct_body, 50, 1).await;
     load(&client, &gateway_url, &gateway_body, 50, 1).await;
-    println!("gateway overhead ({seconds} s per rate and path, open loop; gateway pid {pid})");
+    println!("gateway overhead ({seconds} s per rate and path, open loop, state {state}; gateway pid {pid})");
     println!(
         "{:>6} | {:>9} {:>9} | {:>9} {:>9} | {:>9} {:>9} | {:>8} | {:>9}",
         "req/s",
