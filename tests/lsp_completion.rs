@@ -211,7 +211,7 @@ async fn with_remotes_down_completions_and_local_only_explanations_come_from_the
         "local": {"auto_pull": false},
         "providers": {"remote": {"kind": "openai", "base_url": down.openai_url(), "api_key_env": "SY_KEY"}},
         "tiers": {"large": ["remote/big"], "medium": ["remote/mid"], "small": ["local"]},
-        "tasks": {"explain": {"first_token_ms": 60000, "total_ms": 120000, "output_tokens": 200}},
+        "tasks": {"explain": {"first_token_ms": 60000, "total_ms": 120000, "output_tokens": 200, "wait_ms": 0}},
         // The smallest budget the engine ever sizes to, so the prompt (and the
         // greedy answer) is the same everywhere.
         "autocomplete": {"input_tokens": 256}

@@ -267,8 +267,9 @@ async fn every_answer_is_complete_or_a_clear_error() {
         text: "The function counts".into(),
         after_chunks: 2,
     });
-    secondary.set_default(Behaviour::MissingTerminal {
+    secondary.set_default(Behaviour::CutAfter {
         text: "The function counts words".into(),
+        after_chunks: 1,
     });
 
     let response = explain(&mut client).await;

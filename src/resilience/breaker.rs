@@ -237,13 +237,44 @@ impl Breakers {
                 .try_lease(&lease_key(key), &self.holder, probe_ttl)
                 .await
             {
-                Ok(true) => Admission::Probe,
+                Ok(true) => self.confirm_probe(key).await,
                 Ok(false) => Admission::Open {
                     reason: format!("{}; another request is probing it", record.reason),
                     retry_in: probe_ttl,
                 },
                 Err(error) => self.unavailable(&error.to_string()),
             },
+        }
+    }
+
+    /// The lease is ours, but the record was read before taking it: a probe
+    /// that failed in between re-opened the breaker and then freed the lease.
+    /// Probers record their verdict before releasing, so a second read now
+    /// tells; a breaker no longer half-open gets its lease back, unused.
+    async fn confirm_probe(&self, key: &str) -> Admission {
+        let read = async {
+            Ok::<_, crate::state::StateError>((
+                self.state.get(key).await?,
+                self.state.now_ms().await?,
+            ))
+        };
+        let (record, now) = match read.await {
+            Ok((stored, now)) => (decode(stored), now),
+            Err(error) => return self.unavailable(&error.to_string()),
+        };
+        match record.phase(now) {
+            Phase::HalfOpen => Admission::Probe,
+            Phase::Closed => {
+                self.abandon(key, &Admission::Probe).await;
+                Admission::Closed
+            }
+            Phase::Open => {
+                self.abandon(key, &Admission::Probe).await;
+                Admission::Open {
+                    reason: record.reason,
+                    retry_in: Duration::from_millis(record.open_until - now),
+                }
+            }
         }
     }
 
@@ -516,6 +547,32 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    /// B read the breaker as half-open just before A's probe failed and freed
+    /// the lease: B takes the free lease but must not probe a re-opened breaker.
+    #[tokio::test(start_paused = true)]
+    async fn a_lease_taken_after_a_failed_probe_is_not_a_probe() {
+        let state = Arc::new(MemoryState::new());
+        let (a, b) = (breakers(&state), breakers(&state));
+        fail(&a, "k", 6).await;
+        tokio::time::advance(Duration::from_secs(300)).await;
+        assert_eq!(a.admit("k", TTL).await, Admission::Probe);
+        a.record("k", &Admission::Probe, false, "HTTP 503").await;
+        assert!(
+            state
+                .try_lease(&lease_key("k"), &b.holder, TTL)
+                .await
+                .unwrap()
+        );
+        assert!(matches!(b.confirm_probe("k").await, Admission::Open { .. }));
+        assert!(
+            state
+                .try_lease(&lease_key("k"), "someone", TTL)
+                .await
+                .unwrap(),
+            "the unused lease was given back"
+        );
     }
 
     #[tokio::test(start_paused = true)]

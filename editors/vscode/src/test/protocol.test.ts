@@ -105,6 +105,7 @@ describe("the extension's protocol against the real server", { timeout: 240_000 
   const statuses: StatusReport[] = [];
   const statusListeners: (() => void)[] = [];
   const configurationSections: (string | undefined)[] = [];
+  const configurationListeners: (() => void)[] = [];
 
   before(async () => {
     const { command, args } = serverCommand(settings);
@@ -112,6 +113,7 @@ describe("the extension's protocol against the real server", { timeout: 240_000 
     connection = createProtocolConnection(new StreamMessageReader(server.stdout!), new StreamMessageWriter(server.stdin!));
     connection.onRequest(ConfigurationRequest.type, (params) => {
       configurationSections.push(...params.items.map((i) => i.section));
+      configurationListeners.forEach((f) => f());
       return configurationResponse(settings, params.items);
     });
     connection.onRequest(WorkDoneProgressCreateRequest.type, () => {});
@@ -157,7 +159,8 @@ describe("the extension's protocol against the real server", { timeout: 240_000 
     assert.equal(first.localOnly, false);
     assert.ok(first.health.some((h) => h.provider === "local"), JSON.stringify(first));
     assert.match(formatStatus(first).text, /^\$\(server-process\) switchyard/);
-    assert.ok(configurationSections.includes("switchyard"), `asked for ${configurationSections}`);
+    // The first status may come before the server asks for its configuration.
+    await waitFor(configurationSections, (f) => configurationListeners.push(f), (s) => (s === "switchyard" ? s : undefined), "a workspace/configuration request for the switchyard section");
   });
 
   test("the toggle flips local-only, the status follows and the mode is persisted", async () => {
