@@ -125,7 +125,9 @@ async fn main() {
     // Warm both paths (connections, the gateway's first route).
     load(&client, &direct_url, &direct_body, 50, 1).await;
     load(&client, &gateway_url, &gateway_body, 50, 1).await;
-    println!("gateway overhead ({seconds} s per rate and path, open loop, state {state}; gateway pid {pid})");
+    println!(
+        "gateway overhead ({seconds} s per rate and path, open loop, state {state}; gateway pid {pid})"
+    );
     println!(
         "{:>6} | {:>9} {:>9} | {:>9} {:>9} | {:>9} {:>9} | {:>8} | {:>9}",
         "req/s",
