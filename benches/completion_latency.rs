@@ -126,7 +126,7 @@ async fn run_script(service: &CompletionService, budget: Duration, every: usize)
                 for c in text.chars() {
                     session.type_char(c);
                     keystroke += 1;
-                    if keystroke % every != 0 {
+                    if !keystroke.is_multiple_of(every) {
                         continue;
                     }
                     let request = CompletionRequest {

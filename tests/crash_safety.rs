@@ -118,9 +118,8 @@ fn child_state_writer() {
                 }
             }));
         }
-        for task in tasks {
-            task.await.unwrap();
-        }
+        // The writers loop until the parent kills this process.
+        futures::future::join_all(tasks).await;
     });
 }
 
@@ -199,7 +198,8 @@ async fn kill_9_mid_write_loses_no_acknowledged_update_and_corrupts_no_record() 
 
         assert_records_whole(&dir);
         let state = FileState::open(dir.clone()).unwrap();
-        for (key, best) in acked.lock().unwrap().clone() {
+        let acknowledged = acked.lock().unwrap().clone();
+        for (key, best) in acknowledged {
             let stored = state.get(&key).await.unwrap();
             let n = stored
                 .as_ref()

@@ -141,10 +141,10 @@ fn strip_suffix_overlap<'a>(text: &'a str, after: &str) -> &'a str {
     if let Some(stripped) = text.strip_suffix(after) {
         return stripped;
     }
-    if let Some(at) = text.rfind(after) {
-        if text[at + after.len()..].chars().all(|c| ";,".contains(c)) {
-            return &text[..at];
-        }
+    if let Some(at) = text.rfind(after)
+        && text[at + after.len()..].chars().all(|c| ";,".contains(c))
+    {
+        return &text[..at];
     }
     text
 }

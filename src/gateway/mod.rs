@@ -203,7 +203,8 @@ fn unauthorised() -> Response {
     )
 }
 
-/// What the caller asked for, as a routed task.
+/// What the caller asked for, as a routed task, or the response refusing it.
+#[allow(clippy::result_large_err)] // the refusal is the handler's own response
 fn task(
     gateway: &Gateway,
     headers: &HeaderMap,

@@ -161,13 +161,13 @@ impl Backend {
 
     async fn set_local_only(&self, on: bool) -> Result<Value> {
         self.router().set_local_only(on);
-        if let Some(path) = self.config_path() {
-            if let Err(e) = crate::config::persist_local_only(path, on) {
-                tracing::warn!(
-                    "could not persist local-only mode in {}: {e}",
-                    path.display()
-                );
-            }
+        if let Some(path) = self.config_path()
+            && let Err(e) = crate::config::persist_local_only(path, on)
+        {
+            tracing::warn!(
+                "could not persist local-only mode in {}: {e}",
+                path.display()
+            );
         }
         self.remember_local_only(on);
         Ok(json!({"localOnly": on}))
@@ -237,26 +237,23 @@ impl Backend {
                         provider, model, ..
                     },
                 ) = (&progress, &event)
+                    && self.supports_progress()
+                    && self
+                        .client
+                        .create_work_done_progress(token.clone())
+                        .await
+                        .is_ok()
                 {
-                    if self.supports_progress()
-                        && self
-                            .client
-                            .create_work_done_progress(token.clone())
-                            .await
-                            .is_ok()
-                    {
-                        self.progress_cancels.insert(token.clone(), cancel.clone());
-                        let title =
-                            format!("switchyard: {} with {provider}/{model}", kind.as_str());
-                        progress = Some(
-                            self.client
-                                .progress(token.clone(), title)
-                                .with_cancel_button()
-                                .begin()
-                                .await,
-                        );
-                        continue;
-                    }
+                    self.progress_cancels.insert(token.clone(), cancel.clone());
+                    let title = format!("switchyard: {} with {provider}/{model}", kind.as_str());
+                    progress = Some(
+                        self.client
+                            .progress(token.clone(), title)
+                            .with_cancel_button()
+                            .begin()
+                            .await,
+                    );
+                    continue;
                 }
                 if let Some(progress) = &progress {
                     progress.report_with_message(message, None).await;

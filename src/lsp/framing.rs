@@ -62,15 +62,15 @@ pub async fn read_frame<R: AsyncBufRead + Unpin>(input: &mut R) -> std::io::Resu
             continue; // blank lines between frames
         }
         saw_header = true;
-        if let Some((name, value)) = line.trim_end().split_once(':') {
-            if name.trim().eq_ignore_ascii_case("content-length") {
-                length = Some(
-                    value
-                        .trim()
-                        .parse::<usize>()
-                        .map_err(|e| format!("bad Content-Length {value:?}: {e}")),
-                );
-            }
+        if let Some((name, value)) = line.trim_end().split_once(':')
+            && name.trim().eq_ignore_ascii_case("content-length")
+        {
+            length = Some(
+                value
+                    .trim()
+                    .parse::<usize>()
+                    .map_err(|e| format!("bad Content-Length {value:?}: {e}")),
+            );
         }
     }
     let length = match length {
