@@ -10,12 +10,11 @@ use std::time::Duration;
 
 use futures::future::join_all;
 use serde_json::{Value, json};
+use support::actions::{DOC, URI, command, whole_function};
 use support::fake_provider::{Behaviour, FakeProvider};
 use support::lsp_client::{LspClient, ServerOptions};
 use support::redis_server::RedisServer;
 
-const URI: &str = "file:///work/store.rs";
-const DOC: &str = "use std::collections::HashMap;\n\nfn count(words: &[&str]) -> HashMap<String, usize> {\n    let mut map = HashMap::new();\n    for w in words {\n        *map.entry(w.to_string()).or_insert(0) += 1;\n    }\n    map\n}\n";
 const REWRITE: &str = "```rust\nfn count(words: &[&str]) -> HashMap<String, usize> {\n    words.iter().fold(HashMap::new(), |mut m, w| { *m.entry(w.to_string()).or_insert(0) += 1; m })\n}\n```";
 const KEY: &str = "sk-test-shared-0123456789abcdef";
 
@@ -72,19 +71,6 @@ fn merge(base: &mut Value, extra: Value) {
         }
         (base, extra) => *base = extra,
     }
-}
-
-fn whole_function() -> Value {
-    json!({"start": {"line": 2, "character": 0}, "end": {"line": 9, "character": 0}})
-}
-
-async fn command(client: &mut LspClient, name: &str, arguments: Value) -> Value {
-    client
-        .request(
-            "workspace/executeCommand",
-            json!({"command": name, "arguments": arguments}),
-        )
-        .await
 }
 
 /// The provider that served an explain, or the error.

@@ -7,11 +7,10 @@ mod support;
 use std::time::Duration;
 
 use serde_json::{Value, json};
+use support::actions::{DOC, URI, command, whole_function};
 use support::fake_provider::{Behaviour, FakeProvider};
 use support::lsp_client::{LspClient, ServerOptions};
 
-const URI: &str = "file:///work/store.rs";
-const DOC: &str = "use std::collections::HashMap;\n\nfn count(words: &[&str]) -> HashMap<String, usize> {\n    let mut map = HashMap::new();\n    for w in words {\n        *map.entry(w.to_string()).or_insert(0) += 1;\n    }\n    map\n}\n";
 const PRIMARY_KEY: &str = "sk-test-primary-0123456789abcdef";
 const SECONDARY_KEY: &str = "sk-test-secondary-fedcba9876543210";
 
@@ -63,19 +62,6 @@ async fn setup(capabilities: Value, status_notifications: bool) -> Setup {
 
 fn editor_capabilities() -> Value {
     json!({"window": {"workDoneProgress": true, "showDocument": {"support": true}}, "workspace": {"applyEdit": true}})
-}
-
-fn whole_function() -> Value {
-    json!({"start": {"line": 2, "character": 0}, "end": {"line": 9, "character": 0}})
-}
-
-async fn command(client: &mut LspClient, name: &str, arguments: Value) -> Value {
-    client
-        .request(
-            "workspace/executeCommand",
-            json!({"command": name, "arguments": arguments}),
-        )
-        .await
 }
 
 async fn explain(client: &mut LspClient) -> Value {

@@ -17,6 +17,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use serde_json::{Value, json};
+use support::actions::{DOC, URI, command, whole_function};
 use support::fake_provider::{Behaviour, FakeProvider};
 use support::lsp_client::{LspClient, ServerOptions};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
@@ -27,9 +28,6 @@ const ANTHROPIC_KEY: &str = "sk-ant-SECRET-a1b2c3d4e5f6a7b8c9d0";
 const OPENAI_KEY: &str = "sk-proj-SECRET-0f1e2d3c4b5a69788796";
 const ECHO_KEY: &str = "sk-echo-SECRET-5a5b5c5d5e5f60616263";
 const GATEWAY_TOKEN: &str = "sy-gw-SECRET-token-77665544332211";
-
-const URI: &str = "file:///work/store.rs";
-const DOC: &str = "use std::collections::HashMap;\n\nfn count(words: &[&str]) -> HashMap<String, usize> {\n    let mut map = HashMap::new();\n    for w in words {\n        *map.entry(w.to_string()).or_insert(0) += 1;\n    }\n    map\n}\n";
 
 /// Any 10 consecutive characters of a key would say too much.
 fn leaks(haystack: &str) -> Vec<String> {
@@ -163,10 +161,6 @@ fn key_env() -> Vec<(String, String)> {
     ]
 }
 
-fn whole_function() -> Value {
-    json!({"start": {"line": 2, "character": 0}, "end": {"line": 9, "character": 0}})
-}
-
 /// Everything a session produced that a user or a log collector could see.
 #[derive(Default)]
 struct Transcript {
@@ -210,15 +204,6 @@ fn files_under(dir: &Path) -> Vec<PathBuf> {
         }
     }
     out
-}
-
-async fn command(client: &mut LspClient, name: &str, arguments: Value) -> Value {
-    client
-        .request(
-            "workspace/executeCommand",
-            json!({"command": name, "arguments": arguments}),
-        )
-        .await
 }
 
 #[tokio::test]

@@ -213,17 +213,19 @@ impl Breakers {
         &self.config
     }
 
+    /// The record and the backend's now.
+    async fn read(&self, key: &str) -> Result<(Record, u64), crate::state::StateError> {
+        Ok((
+            decode(self.state.get(key).await?),
+            self.state.now_ms().await?,
+        ))
+    }
+
     /// May a request go to this entry now? `probe_ttl` bounds how long a probe
     /// may hold the half-open lease (the probe request's own ceiling).
     pub async fn admit(&self, key: &str, probe_ttl: Duration) -> Admission {
-        let read = async {
-            Ok::<_, crate::state::StateError>((
-                self.state.get(key).await?,
-                self.state.now_ms().await?,
-            ))
-        };
-        let (record, now) = match read.await {
-            Ok((stored, now)) => (decode(stored), now),
+        let (record, now) = match self.read(key).await {
+            Ok(read) => read,
             Err(error) => return self.unavailable(&error.to_string()),
         };
         match record.phase(now) {
@@ -252,14 +254,8 @@ impl Breakers {
     /// Probers record their verdict before releasing, so a second read now
     /// tells; a breaker no longer half-open gets its lease back, unused.
     async fn confirm_probe(&self, key: &str) -> Admission {
-        let read = async {
-            Ok::<_, crate::state::StateError>((
-                self.state.get(key).await?,
-                self.state.now_ms().await?,
-            ))
-        };
-        let (record, now) = match read.await {
-            Ok((stored, now)) => (decode(stored), now),
+        let (record, now) = match self.read(key).await {
+            Ok(read) => read,
             Err(error) => return self.unavailable(&error.to_string()),
         };
         match record.phase(now) {

@@ -1459,6 +1459,15 @@ mod tests {
     }
 
     fn router(config: Config, providers: &[&Arc<Scripted>]) -> Router {
+        sharing(config, providers, Arc::new(Resilience::in_memory()))
+    }
+
+    /// A router over `resilience`, which other routers (processes) may share.
+    fn sharing(
+        config: Config,
+        providers: &[&Arc<Scripted>],
+        resilience: Arc<Resilience>,
+    ) -> Router {
         let map = providers
             .iter()
             .map(|p| (p.name.clone(), (*p).clone() as Arc<dyn Provider>))
@@ -1470,7 +1479,7 @@ mod tests {
             EngineSlot::default(),
             Arc::default(),
             watch::channel(StatusReport::default()).0,
-            Arc::new(Resilience::in_memory()),
+            resilience,
         )
     }
 
@@ -1842,19 +1851,7 @@ mod tests {
     async fn an_open_breaker_is_shared_and_a_refactor_can_wait_for_it() {
         let resilience = Arc::new(Resilience::in_memory());
         let shared = |config: Config, providers: &[&Arc<Scripted>]| {
-            let map = providers
-                .iter()
-                .map(|p| (p.name.clone(), (*p).clone() as Arc<dyn Provider>))
-                .collect();
-            Router::with_providers(
-                &config,
-                map,
-                HashMap::new(),
-                EngineSlot::default(),
-                Arc::default(),
-                watch::channel(StatusReport::default()).0,
-                resilience.clone(),
-            )
+            sharing(config, providers, resilience.clone())
         };
         let down = Scripted::new("down", vec![], Behaviour::Fail(503));
         let first = shared(chains(&["down/m"], &[]), &[&down]);

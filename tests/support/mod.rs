@@ -2,6 +2,7 @@
 //! real `switchyard` binary over stdio, and the test model's location.
 #![allow(dead_code)]
 
+pub mod actions;
 pub mod fake_provider;
 pub mod gateway;
 pub mod lsp_client;

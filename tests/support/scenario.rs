@@ -16,13 +16,12 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::Instant;
 
+pub use super::actions::{DOC, URI};
 use super::fake_provider::FakeProvider;
 use super::gateway::GatewayProcess;
 use super::lsp_client::{LspClient, ServerOptions};
 
 pub const KEY: &str = "sk-test-faults-0123456789abcdef";
-pub const URI: &str = "file:///work/store.rs";
-pub const DOC: &str = "use std::collections::HashMap;\n\nfn count(words: &[&str]) -> HashMap<String, usize> {\n    let mut map = HashMap::new();\n    for w in words {\n        *map.entry(w.to_string()).or_insert(0) += 1;\n    }\n    map\n}\n";
 /// The chain entries every scenario uses: `medium` is primary then secondary.
 pub const PRIMARY: &str = "primary/mid";
 pub const SECONDARY: &str = "secondary/backup";
