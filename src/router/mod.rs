@@ -46,6 +46,9 @@ use beacon::{Beacons, Degradation, Outcome, Sample};
 use status::{ParkedStatus, Route, StatusReport};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Prompts are trimmed to at most this share of the budget for a model that
+/// keeps saying they are too long.
+const MIN_INPUT_SCALE: f64 = 0.125;
 const FIM_SYSTEM: &str = "You are a code completion engine. Reply with only the code that belongs at the empty selection: no explanation, no code fences.";
 const FIM_INSTRUCTION: &str =
     "Write the code that goes at the empty selection, continuing the code before it.";
@@ -282,6 +285,9 @@ struct RunState {
     retry_later: bool,
     /// This run's side of a hedged race, while one is on.
     racer: Option<hedge::Racer>,
+    /// Share of the input budget prompts are rendered to; halved when a
+    /// model says the prompt is too long.
+    input_scale: f64,
 }
 
 impl RunState {
@@ -293,6 +299,7 @@ impl RunState {
             partial: self.partial.clone(),
             retry_later: false,
             racer: Some(racer),
+            input_scale: self.input_scale,
         }
     }
 
@@ -479,6 +486,7 @@ impl Router {
             partial: request.continuation.clone(),
             retry_later: false,
             racer: None,
+            input_scale: 1.0,
         };
         let mut tried = Vec::new();
         let mut downshift: Option<String> = None;
@@ -489,162 +497,198 @@ impl Router {
             }
             None => profile.tier,
         };
-        let mut tier = Some(first_tier);
-        while let Some(current) = tier {
-            let mut entries = match &request.pin {
-                Some(Pin::Entry { provider, model }) => vec![(provider.clone(), model.clone())],
-                _ => self.entries(current, kind),
-            };
-            if self.local_only() {
-                entries.retain(|(provider, _)| provider == LOCAL);
-            }
-            let mut trouble = Vec::new();
-            let mut hedged_already = vec![false; entries.len()];
-            for i in 0..entries.len() {
-                if hedged_already[i] {
-                    continue;
-                }
-                let (provider, model) = entries[i].clone();
-                let attempt = |outcome: String| Attempt {
-                    provider: provider.clone(),
-                    model: model.clone(),
-                    tier: current,
-                    outcome,
+        // Entries that said the prompt is too long get it again, trimmed (less
+        // of the code around the selection, never the selection itself), once
+        // no larger-context entry could serve: half the budget each pass, down
+        // to an eighth. A conversation from the gateway is never trimmed.
+        let mut only: Option<Vec<(String, String)>> = None;
+        loop {
+            let mut too_long = Vec::new();
+            let mut tier = Some(first_tier);
+            while let Some(current) = tier {
+                let mut entries = match &request.pin {
+                    Some(Pin::Entry { provider, model }) => vec![(provider.clone(), model.clone())],
+                    _ => self.entries(current, kind),
                 };
-                if let Some(var) = self.missing_keys.get(&provider) {
-                    tried.push(attempt(format!("skipped: no API key in ${var}")));
-                    continue;
+                if self.local_only() {
+                    entries.retain(|(provider, _)| provider == LOCAL);
                 }
-                if let Some(reason) = self
-                    .beacons
-                    .summary(&provider, &model)
-                    .unhealthy_reason(&profile)
-                {
-                    trouble.push(format!("{provider}/{model}: {reason}"));
-                    tried.push(attempt(format!("skipped: {reason}")));
-                    continue;
+                if let Some(only) = &only {
+                    entries.retain(|entry| only.contains(entry));
                 }
-                let entry = Entry {
-                    provider: &provider,
-                    model: &model,
-                    tier: current,
-                };
-                // Interactive tasks race a slow entry against the next usable one.
-                let hedge_with = (profile.hedge && !matches!(request.pin, Some(Pin::Entry { .. })))
+                let mut trouble = Vec::new();
+                let mut hedged_already = vec![false; entries.len()];
+                for i in 0..entries.len() {
+                    if hedged_already[i] {
+                        continue;
+                    }
+                    let (provider, model) = entries[i].clone();
+                    let attempt = |outcome: String| Attempt {
+                        provider: provider.clone(),
+                        model: model.clone(),
+                        tier: current,
+                        outcome,
+                    };
+                    if let Some(var) = self.missing_keys.get(&provider) {
+                        tried.push(attempt(format!("skipped: no API key in ${var}")));
+                        continue;
+                    }
+                    if let Some(reason) = self
+                        .beacons
+                        .summary(&provider, &model)
+                        .unhealthy_reason(&profile)
+                    {
+                        trouble.push(format!("{provider}/{model}: {reason}"));
+                        tried.push(attempt(format!("skipped: {reason}")));
+                        continue;
+                    }
+                    let entry = Entry {
+                        provider: &provider,
+                        model: &model,
+                        tier: current,
+                    };
+                    // Interactive tasks race a slow entry against the next usable one.
+                    let hedge_with = (profile.hedge
+                        && !matches!(request.pin, Some(Pin::Entry { .. })))
                     .then(|| {
                         (i + 1..entries.len())
                             .find(|&j| self.usable(&entries[j].0, &entries[j].1, &profile))
                     })
                     .flatten();
-                let (result, served_by) = match hedge_with {
-                    Some(j) => {
-                        let hedge = Entry {
-                            provider: &entries[j].0,
-                            model: &entries[j].1,
-                            tier: current,
-                        };
-                        let (result, side, hedge_ran) = self
-                            .hedged(
-                                &entry, &hedge, &request, &profile, &mut run, &cancel, progress,
-                            )
-                            .await;
-                        hedged_already[j] = hedge_ran.tried();
-                        if let hedge::HedgeRan::Failed(Failure::Failed(failed)) = hedge_ran {
-                            let (p, m) = &entries[j];
-                            trouble.push(format!("{p}/{m}: {}", failed.reason));
-                            tried.push(Attempt {
-                                provider: p.clone(),
-                                model: m.clone(),
+                    let (result, served_by) = match hedge_with {
+                        Some(j) => {
+                            let hedge = Entry {
+                                provider: &entries[j].0,
+                                model: &entries[j].1,
                                 tier: current,
-                                outcome: format!("hedge: {}", failed.reason),
-                            });
-                        }
-                        let served_by = match side {
-                            hedge::Side::Primary => i,
-                            hedge::Side::Hedge => {
-                                tried.push(attempt(format!(
-                                    "no first token within {:.1} s; the hedge {}/{} answered first",
-                                    profile.first_token_ceiling().as_secs_f64(),
-                                    entries[j].0,
-                                    entries[j].1
-                                )));
-                                j
+                            };
+                            let (result, side, hedge_ran) = self
+                                .hedged(
+                                    &entry, &hedge, &request, &profile, &mut run, &cancel, progress,
+                                )
+                                .await;
+                            hedged_already[j] = hedge_ran.tried();
+                            if let hedge::HedgeRan::Failed(Failure::Failed(failed)) = hedge_ran {
+                                let (p, m) = &entries[j];
+                                trouble.push(format!("{p}/{m}: {}", failed.reason));
+                                tried.push(Attempt {
+                                    provider: p.clone(),
+                                    model: m.clone(),
+                                    tier: current,
+                                    outcome: format!("hedge: {}", failed.reason),
+                                });
                             }
-                        };
-                        (result, served_by)
-                    }
-                    None => (
-                        self.serve_entry(&entry, &request, &profile, &mut run, &cancel, progress)
+                            let served_by = match side {
+                                hedge::Side::Primary => i,
+                                hedge::Side::Hedge => {
+                                    tried.push(attempt(format!(
+                                        "no first token within {:.1} s; the hedge {}/{} answered first",
+                                        profile.first_token_ceiling().as_secs_f64(),
+                                        entries[j].0,
+                                        entries[j].1
+                                    )));
+                                    j
+                                }
+                            };
+                            (result, served_by)
+                        }
+                        None => (
+                            self.serve_entry(
+                                &entry, &request, &profile, &mut run, &cancel, progress,
+                            )
                             .await,
-                        i,
-                    ),
-                };
-                let (provider, model) = entries[served_by].clone();
-                match result {
-                    Ok((text, usage)) => {
-                        let route = Route {
-                            provider,
-                            model,
-                            tier: current,
-                            downshifted_from: (current != first_tier).then_some(first_tier),
-                            reason: downshift.clone(),
-                        };
-                        tracing::info!(
-                            task = kind.as_str(),
-                            "served by {}/{} ({} tier), {} input + {} output tokens",
-                            route.provider,
-                            route.model,
-                            route.tier,
-                            usage.input_tokens,
-                            usage.output_tokens
-                        );
-                        self.active
-                            .lock()
-                            .expect("active lock")
-                            .insert(kind, route.clone());
-                        *self.last.lock().expect("last lock") = Some(route.clone());
-                        self.publish();
-                        return Ok(Answer {
-                            text,
-                            route,
-                            usage,
-                            attempts: tried,
-                        });
-                    }
-                    Err(Failure::Cancelled) => return Err(RouteError::Cancelled),
-                    Err(Failure::OverBudget(e)) => tried.push(attempt(format!("skipped: {e}"))),
-                    Err(Failure::Failed(failed)) => {
-                        tracing::warn!(
-                            task = kind.as_str(),
-                            "{provider}/{model} ({current} tier) failed: {}",
-                            failed.reason
-                        );
-                        if let Some(ErrorClass::Fatal(Fatal::Refusal)) = failed.class {
-                            return Err(RouteError::Refused {
-                                by: format!("{provider}/{model}"),
-                                reason: failed.reason,
+                            i,
+                        ),
+                    };
+                    let (provider, model) = entries[served_by].clone();
+                    match result {
+                        Ok((text, usage)) => {
+                            let route = Route {
+                                provider,
+                                model,
+                                tier: current,
+                                downshifted_from: (current != first_tier).then_some(first_tier),
+                                reason: downshift.clone(),
+                            };
+                            tracing::info!(
+                                task = kind.as_str(),
+                                "served by {}/{} ({} tier), {} input + {} output tokens",
+                                route.provider,
+                                route.model,
+                                route.tier,
+                                usage.input_tokens,
+                                usage.output_tokens
+                            );
+                            self.active
+                                .lock()
+                                .expect("active lock")
+                                .insert(kind, route.clone());
+                            *self.last.lock().expect("last lock") = Some(route.clone());
+                            self.publish();
+                            return Ok(Answer {
+                                text,
+                                route,
+                                usage,
+                                attempts: tried,
                             });
                         }
-                        trouble.push(format!("{provider}/{model}: {}", failed.reason));
-                        tried.push(attempt(failed.reason));
+                        Err(Failure::Cancelled) => return Err(RouteError::Cancelled),
+                        Err(Failure::OverBudget(e)) => tried.push(attempt(format!("skipped: {e}"))),
+                        Err(Failure::Failed(failed)) => {
+                            tracing::warn!(
+                                task = kind.as_str(),
+                                "{provider}/{model} ({current} tier) failed: {}",
+                                failed.reason
+                            );
+                            if let Some(ErrorClass::Fatal(Fatal::Refusal)) = failed.class {
+                                return Err(RouteError::Refused {
+                                    by: format!("{provider}/{model}"),
+                                    reason: failed.reason,
+                                });
+                            }
+                            if failed.class == Some(ErrorClass::Fatal(Fatal::ContextLength)) {
+                                too_long.push((provider.clone(), model.clone()));
+                            }
+                            trouble.push(format!("{provider}/{model}: {}", failed.reason));
+                            tried.push(attempt(failed.reason));
+                        }
                     }
                 }
+                self.publish();
+                if !trouble.is_empty() || downshift.is_none() {
+                    downshift = Some(format!(
+                        "{current} tier unavailable: {}",
+                        if trouble.is_empty() {
+                            "no usable entries".into()
+                        } else {
+                            trouble.join("; ")
+                        }
+                    ));
+                }
+                tier = match request.pin {
+                    Some(Pin::Entry { .. }) => None,
+                    _ => current.smaller(),
+                };
             }
-            self.publish();
-            if !trouble.is_empty() || downshift.is_none() {
-                downshift = Some(format!(
-                    "{current} tier unavailable: {}",
-                    if trouble.is_empty() {
-                        "no usable entries".into()
-                    } else {
-                        trouble.join("; ")
-                    }
-                ));
-            }
-            tier = match request.pin {
-                Some(Pin::Entry { .. }) => None,
-                _ => current.smaller(),
+            let rendered = |scale: f64| {
+                let budget = (profile.input_tokens as f64 * scale) as usize;
+                chat::render(&request.parts, budget).map_or(usize::MAX, |text| text.len())
             };
+            if too_long.is_empty()
+                || request.messages.is_some()
+                || run.input_scale <= MIN_INPUT_SCALE
+                // Nothing left around the selection to cut: the same prompt again would fail again.
+                || rendered(run.input_scale / 2.0) >= rendered(run.input_scale)
+            {
+                break;
+            }
+            run.input_scale /= 2.0;
+            tracing::info!(
+                task = kind.as_str(),
+                "prompt too long for every entry that could take it; trimming it to {:.0} % of the input budget",
+                run.input_scale * 100.0
+            );
+            only = Some(too_long);
         }
         Err(RouteError::NothingHealthy {
             kind: kind.as_str(),
@@ -698,7 +742,7 @@ impl Router {
                 entry,
                 request,
                 profile,
-                &run.partial,
+                (&run.partial, run.input_scale),
                 provider.supports_prefill(),
             );
             let prompt = match prompt {
@@ -856,10 +900,11 @@ impl Router {
         entry: &Entry<'_>,
         request: &TaskRequest,
         profile: &TaskProfile,
-        partial: &str,
+        (partial, input_scale): (&str, f64),
         supports_prefill: bool,
     ) -> Result<Prompt, OverBudget> {
         let (input_budget, max_tokens) = self.limits(entry.provider, profile);
+        let input_budget = (input_budget as f64 * input_scale) as usize;
         let max_tokens = request
             .max_tokens
             .map_or(max_tokens, |asked| max_tokens.min(asked as usize));
@@ -1090,6 +1135,7 @@ impl Router {
                 partial: String::new(),
                 retry_later: false,
                 racer: None,
+                input_scale: 1.0,
             };
             let entry = Entry {
                 provider,
@@ -1916,5 +1962,57 @@ mod tests {
             .await;
         assert!(served.is_none());
         assert_eq!(remote.calls(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_prompt_too_long_for_every_entry_is_trimmed_and_sent_again() {
+        let too_long = fail_with(400, "context_length_exceeded", None);
+        let primary = Scripted::new("primary", vec![too_long.clone(), too_long], ok());
+        let first = router(chains(&[], &["primary/m"]), &[&primary]);
+        let mut parts = PromptParts {
+            language: "rust".into(),
+            file_name: "a.rs".into(),
+            before: "// context before\n".repeat(2_000),
+            selection: "fn a() {}\n".into(),
+            after: "// context after\n".repeat(2_000),
+            instruction: "Explain.".into(),
+        };
+        let answer = run(
+            &first,
+            TaskRequest::new(TaskKind::Explain, "system", parts.clone()),
+        )
+        .await
+        .unwrap();
+        assert_eq!(answer.route.provider, "primary");
+        let (sizes, kept_selection) = {
+            let seen = primary.seen.lock().unwrap();
+            let sizes: Vec<usize> = seen.iter().map(|(_, m)| m[0].content.len()).collect();
+            let kept = seen.iter().all(|(_, m)| m[0].content.contains("fn a() {}"));
+            (sizes, kept)
+        };
+        assert_eq!(
+            sizes.len(),
+            3,
+            "two trimmed passes after the first: {sizes:?}"
+        );
+        assert!(sizes[0] > sizes[1] && sizes[1] > sizes[2], "{sizes:?}");
+        assert!(kept_selection, "the selection is kept");
+
+        // Nothing to trim around the selection: no pointless resend.
+        parts.before.clear();
+        parts.after.clear();
+        let stuck = Scripted::new(
+            "stuck",
+            vec![],
+            fail_with(400, "context_length_exceeded", None),
+        );
+        let second = router(chains(&[], &["stuck/m"]), &[&stuck]);
+        let err = run(
+            &second,
+            TaskRequest::new(TaskKind::Explain, "system", parts),
+        )
+        .await;
+        assert!(err.is_err());
+        assert_eq!(stuck.calls(), 1);
     }
 }
