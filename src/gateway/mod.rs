@@ -236,13 +236,7 @@ fn task(
         "switchyard/medium" => Some(Pin::Tier(Tier::Medium)),
         "switchyard/small" => Some(Pin::Tier(Tier::Small)),
         model => match model.split_once('/') {
-            Some((provider, name))
-                if gateway
-                    .router
-                    .config()
-                    .all_providers()
-                    .contains_key(provider) =>
-            {
+            Some((provider, name)) if gateway.router.provider_config(provider).is_some() => {
                 Some(Pin::Entry {
                     provider: provider.into(),
                     model: name.into(),

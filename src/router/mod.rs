@@ -15,7 +15,7 @@ pub mod local_first;
 pub mod runbook;
 pub mod status;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -25,7 +25,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::Config;
+use crate::config::{Config, ProviderConfig};
 use crate::context::chat::{self, OverBudget, PromptParts};
 use crate::providers::local::FimText;
 use crate::providers::local::chat::{EngineSlot, LOCAL, LocalProvider};
@@ -178,6 +178,8 @@ pub struct Router {
     /// Providers left out because their key variable is unset: name -> variable.
     missing_keys: HashMap<String, String>,
     config: Config,
+    /// `config.all_providers()`, resolved once: read on every attempt.
+    provider_configs: BTreeMap<String, ProviderConfig>,
     beacons: Arc<Beacons>,
     local_only: AtomicBool,
     local: EngineSlot,
@@ -403,6 +405,7 @@ impl Router {
             providers,
             missing_keys,
             config: config.clone(),
+            provider_configs: config.all_providers(),
             beacons,
             local_only: AtomicBool::new(config.local_only),
             local,
@@ -971,18 +974,19 @@ impl Router {
             })
     }
 
+    /// A configured provider's settings (the well-known ones included).
+    pub(crate) fn provider_config(&self, provider: &str) -> Option<&ProviderConfig> {
+        self.provider_configs.get(provider)
+    }
+
     pub(crate) fn account(&self, provider: &str) -> String {
-        self.config
-            .all_providers()
-            .get(provider)
+        self.provider_config(provider)
             .map_or(provider, |p| p.account(provider))
             .to_owned()
     }
 
     fn quota(&self, provider: &str) -> Quota {
-        self.config
-            .all_providers()
-            .get(provider)
+        self.provider_config(provider)
             .map(|p| p.quota)
             .unwrap_or_default()
     }
