@@ -119,7 +119,7 @@ async fn main() {
     let config = Config {
         tiers: TierChains {
             large: vec![],
-            medium: vec!["fake/bench-model".into()],
+            medium: vec![switchyard::entry::ChainEntry::try_from("fake/bench-model".to_owned()).unwrap()],
             small: vec![],
         },
         ..Config::default()
@@ -197,7 +197,7 @@ async fn main() {
     let memory_config = Config {
         tiers: TierChains {
             large: vec![],
-            medium: vec!["memory/bench-model".into()],
+            medium: vec![switchyard::entry::ChainEntry::try_from("memory/bench-model".to_owned()).unwrap()],
             small: vec![],
         },
         ..Config::default()

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::entry::{ChainEntry, ModelRef};
 use crate::task::{TaskProfile, TaskProfiles, Tier};
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -112,14 +113,18 @@ impl ProviderConfig {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct TierChains {
-    pub large: Vec<String>,
-    pub medium: Vec<String>,
-    pub small: Vec<String>,
+    pub large: Vec<ChainEntry>,
+    pub medium: Vec<ChainEntry>,
+    pub small: Vec<ChainEntry>,
 }
 
 impl Default for TierChains {
     fn default() -> Self {
-        let entries = |list: &[&str]| list.iter().map(|s| s.to_string()).collect();
+        let entries = |list: &[&str]| {
+            list.iter()
+                .map(|s| ChainEntry::try_from(s.to_string()).expect("default chain entries parse"))
+                .collect()
+        };
         TierChains {
             large: entries(&[
                 "anthropic/claude-sonnet-4-5",
@@ -137,7 +142,7 @@ impl Default for TierChains {
 }
 
 impl TierChains {
-    pub fn get(&self, tier: Tier) -> &[String] {
+    pub fn get(&self, tier: Tier) -> &[ChainEntry] {
         match tier {
             Tier::Large => &self.large,
             Tier::Medium => &self.medium,
@@ -223,7 +228,7 @@ pub struct AutocompleteConfig {
     pub precompute_next: bool,
     /// Who completes, in order: `provider/model` entries before `local` are tried
     /// first with part of the budget; the local engine answers when they miss it.
-    pub chain: Vec<String>,
+    pub chain: Vec<ChainEntry>,
     /// A daily window in which the local engine serves even when `chain` puts
     /// a remote first, so the fallback is exercised before it is needed.
     pub local_first: Option<crate::router::local_first::LocalFirstWindow>,
@@ -239,7 +244,7 @@ impl Default for AutocompleteConfig {
             suffix_tokens: 128,
             prewarm_debounce_ms: 150,
             precompute_next: true,
-            chain: vec!["local".into()],
+            chain: vec![ChainEntry::Local],
             local_first: None,
         }
     }
@@ -442,13 +447,10 @@ impl Config {
         for (chain, entries) in chains {
             for (i, entry) in entries.iter().enumerate() {
                 let key = format!("{chain}[{i}]");
-                if entry == crate::providers::local::chat::LOCAL {
+                let Some(ModelRef { provider, .. }) = entry.remote() else {
                     continue;
-                }
-                let Some((provider, model)) = entry.split_once('/') else {
-                    return Err((key, format!("`{entry}` is not `provider/model` or `local`")));
                 };
-                if !providers.contains_key(provider) || model.is_empty() {
+                if !providers.contains_key(provider) {
                     return Err((
                         key,
                         format!(

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 
+use switchyard::gateway::wire::StatusResponse;
 use switchyard::providers::local::chat::EngineSlot;
 use switchyard::resilience::Resilience;
 use switchyard::resilience::park::ParkingLot;
@@ -44,9 +45,11 @@ pub async fn run(config_file: Option<PathBuf>, json: bool) -> ExitCode {
     .use_parked(Arc::new(Mutex::new(parked)));
     let runbook = router.runbook().await;
     if json {
+        // The same documented JSON as the gateway's `GET /status`.
+        let wire = StatusResponse::from(&runbook);
         println!(
             "{}",
-            serde_json::to_string_pretty(&runbook).expect("runbook serialises")
+            serde_json::to_string_pretty(&wire).expect("runbook serialises")
         );
     } else {
         print!("{}", human(&runbook));
@@ -85,7 +88,7 @@ fn human(runbook: &Runbook) -> String {
             "  {:<48} {:<9} trips {}, recoveries {}",
             b.key, b.phase, b.trips, b.recoveries
         );
-        if b.phase != "closed" {
+        if b.phase != switchyard::resilience::breaker::Phase::Closed {
             out += &format!(
                 ", open {:.0} s more: {}",
                 b.open_for_ms as f64 / 1000.0,

@@ -20,7 +20,7 @@ use tokio::time::Instant;
 use crate::cancel::CancelFlag;
 use crate::config::AutocompleteConfig;
 use crate::context::fim::{self, WindowBudget};
-use crate::providers::local::chat::LOCAL;
+use crate::entry::ChainEntry;
 use crate::providers::local::{
     CompletionJob, EngineError, EngineStatus, FimText, Generation, LocalEngine, ModelInfo,
     StopReason,
@@ -250,7 +250,7 @@ impl CompletionService {
         situation: &Situation,
         spot: Spot<'_>,
     ) -> Option<Suggestion> {
-        if config.chain.first().is_none_or(|entry| entry == LOCAL) {
+        if config.chain.first().is_none_or(ChainEntry::is_local) {
             return None;
         }
         let router = self.router.read().expect("router lock").clone()?;

@@ -12,6 +12,8 @@
 //!   never ends looking successful (no `[DONE]` after an error).
 //! - `GET /v1/models`, `GET /health`, `GET /status` (the runbook as JSON),
 //!   `GET /history` (the last hour), `GET /dashboard` (both, as live charts).
+//!   `/status` and `/history` answer with [`wire`]'s types (documented in
+//!   docs/lsp-extensions.md), never the core's.
 //! - Canaries check cooled-down breakers (and, if configured, the primaries)
 //!   in the background, so recovery is noticed without a caller's request.
 //!
@@ -19,6 +21,7 @@
 
 mod dashboard;
 pub mod openai;
+pub mod wire;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -36,6 +39,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
+use crate::entry::ModelRef;
 use crate::context::chat::PromptParts;
 use crate::providers::Secret;
 use crate::providers::local::chat::EngineSlot;
@@ -164,13 +168,11 @@ async fn models(State(gateway): State<Arc<Gateway>>, headers: HeaderMap) -> Resp
     ]
     .map(String::from)
     .into();
-    for tier in [Tier::Large, Tier::Medium, Tier::Small] {
-        for entry in config.tiers.get(tier) {
-            if !ids.contains(entry) {
-                ids.push(entry.clone());
-            }
-        }
-    }
+    ids.extend(
+        crate::router::plan::chain_entries(config)
+            .iter()
+            .map(ToString::to_string),
+    );
     let data: Vec<Value> = ids
         .into_iter()
         .map(|id| json!({"id": id, "object": "model", "created": 0, "owned_by": "switchyard"}))
@@ -182,7 +184,7 @@ async fn status(State(gateway): State<Arc<Gateway>>, headers: HeaderMap) -> Resp
     if !authorised(&gateway, &headers) {
         return unauthorised();
     }
-    Json(gateway.router.runbook().await).into_response()
+    Json(wire::StatusResponse::from(&gateway.router.runbook().await)).into_response()
 }
 
 /// The last hour of health, one point per upkeep tick (the dashboard's data).
@@ -191,7 +193,11 @@ async fn history(State(gateway): State<Arc<Gateway>>, headers: HeaderMap) -> Res
         return unauthorised();
     }
     let tick_ms = gateway.history.tick().as_millis() as u64;
-    Json(json!({"tickMs": tick_ms, "points": gateway.history.points()})).into_response()
+    Json(wire::HistoryResponse::new(
+        tick_ms,
+        &gateway.history.points(),
+    ))
+    .into_response()
 }
 
 fn unauthorised() -> Response {
@@ -237,10 +243,7 @@ fn task(
         "switchyard/small" => Some(Pin::Tier(Tier::Small)),
         model => match model.split_once('/') {
             Some((provider, name)) if gateway.router.provider_config(provider).is_some() => {
-                Some(Pin::Entry {
-                    provider: provider.into(),
-                    model: name.into(),
-                })
+                Some(Pin::Entry(ModelRef::new(provider, name)))
             }
             _ => {
                 return Err(error(
@@ -393,9 +396,7 @@ async fn stream_completion(gateway: Arc<Gateway>, task: TaskRequest, id: String)
         let result = router
             .run(task, run_cancel, &move |event| {
                 let event = match event {
-                    Progress::Trying {
-                        provider, model, ..
-                    } => Event::Trying(format!("{provider}/{model}")),
+                    Progress::Trying { entry, .. } => Event::Trying(entry.to_string()),
                     Progress::Delta(text) => Event::Delta(text),
                     Progress::Restarted => Event::Restarted,
                     Progress::Received { .. } => return,

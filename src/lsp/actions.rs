@@ -16,7 +16,11 @@ use super::edits;
 use super::parked::ParkRequest;
 use super::position;
 use super::server::Backend;
+use super::wire::{
+    self, ExplainResult, LocalOnlyResult, RefactorDone, RefactorResult, StatusParams,
+};
 use crate::context::chat::{PromptParts, code_block};
+use crate::prompts::{EXPLAIN_INSTRUCTION, EXPLAIN_SYSTEM, PRESETS, REFACTOR_SYSTEM};
 use crate::router::{Progress, RouteError, TaskRequest};
 use crate::task::TaskKind;
 
@@ -29,24 +33,6 @@ pub const COMMANDS: [&str; 5] = [EXPLAIN, REFACTOR, TOGGLE_LOCAL_ONLY, SET_LOCAL
 
 /// LSP's `RequestFailed`: the request was valid but the server could not serve it.
 const REQUEST_FAILED: i64 = -32803;
-
-const PRESETS: [(&str, &str); 3] = [
-    (
-        "Simplify",
-        "Simplify this code without changing its behaviour.",
-    ),
-    (
-        "Add error handling",
-        "Add error handling to this code: handle failures explicitly instead of panicking or ignoring them.",
-    ),
-    (
-        "Add docs",
-        "Add documentation comments to this code, in the language's conventional style.",
-    ),
-];
-
-const EXPLAIN_SYSTEM: &str = "You are a senior engineer explaining code to a colleague. Be concise and concrete; use Markdown.";
-const REFACTOR_SYSTEM: &str = "You rewrite code as instructed. Answer with the complete rewritten selection in a single fenced code block and nothing else. Keep the surrounding indentation.";
 
 fn command(title: &str, name: &str, arguments: Vec<Value>) -> Command {
     Command {
@@ -90,15 +76,12 @@ impl Backend {
             ));
         }
         if !params.context.diagnostics.is_empty() {
-            let problems: Vec<String> = params
-                .context
-                .diagnostics
-                .iter()
-                .map(|d| format!("line {}: {}", d.range.start.line + 1, d.message))
-                .collect();
-            let instruction = format!(
-                "Fix these problems reported in this code:\n{}",
-                problems.join("\n")
+            let instruction = crate::prompts::fix_diagnostics_instruction(
+                params
+                    .context
+                    .diagnostics
+                    .iter()
+                    .map(|d| (d.range.start.line, d.message.as_str())),
             );
             actions.push(action(
                 "switchyard: Fix diagnostics".into(),
@@ -127,9 +110,9 @@ impl Backend {
                     .ok_or_else(|| invalid("switchyard.setLocalOnly takes one boolean argument"))?;
                 self.set_local_only(on).await.map(Some)
             }
-            STATUS => Ok(Some(
-                serde_json::to_value(self.router().status()).expect("status serializes"),
-            )),
+            STATUS => Ok(Some(wire::result(StatusParams::from(
+                &self.router().status(),
+            )))),
             EXPLAIN | REFACTOR => {
                 let uri: Uri = args
                     .first()
@@ -170,7 +153,7 @@ impl Backend {
             );
         }
         self.remember_local_only(on);
-        Ok(json!({"localOnly": on}))
+        Ok(wire::result(LocalOnlyResult { local_only: on }))
     }
 
     /// The prompt parts for a range; an empty range means the enclosing item.
@@ -221,22 +204,13 @@ impl Backend {
             let mut progress = None;
             while let Some(event) = rx.recv().await {
                 let message = match &event {
-                    Progress::Trying {
-                        provider,
-                        model,
-                        tier,
-                    } => format!("trying {provider}/{model} ({tier} tier)"),
+                    Progress::Trying { entry, tier } => format!("trying {entry} ({tier} tier)"),
                     Progress::Received { chars } => format!("received {chars} characters"),
                     Progress::Restarted => "starting over on another model".into(),
                     // Counted by `Received`; the editor gets the text at the end.
                     Progress::Delta(_) => continue,
                 };
-                if let (
-                    None,
-                    Progress::Trying {
-                        provider, model, ..
-                    },
-                ) = (&progress, &event)
+                if let (None, Progress::Trying { entry, .. }) = (&progress, &event)
                     && self.supports_progress()
                     && self
                         .client
@@ -245,7 +219,7 @@ impl Backend {
                         .is_ok()
                 {
                     self.progress_cancels.insert(token.clone(), cancel.clone());
-                    let title = format!("switchyard: {} with {provider}/{model}", kind.as_str());
+                    let title = format!("switchyard: {} with {entry}", kind.as_str());
                     progress = Some(
                         self.client
                             .progress(token.clone(), title)
@@ -289,11 +263,7 @@ impl Backend {
     }
 
     async fn explain(&self, uri: Uri, range: Range) -> Result<Option<Value>> {
-        let (parts, ..) = self.parts(
-            &uri,
-            range,
-            "Explain what the selected code does and anything surprising about it.",
-        )?;
+        let (parts, ..) = self.parts(&uri, range, EXPLAIN_INSTRUCTION)?;
         let answer = self
             .routed(TaskKind::Explain, EXPLAIN_SYSTEM, parts)
             .await
@@ -328,9 +298,13 @@ impl Backend {
                 .show_message(MessageType::INFO, format!("switchyard ({by}): {summary}"))
                 .await;
         }
-        Ok(Some(
-            json!({"provider": answer.route.provider, "model": answer.route.model, "tier": answer.route.tier, "path": path, "text": answer.text}),
-        ))
+        Ok(Some(wire::result(ExplainResult {
+            provider: answer.route.provider,
+            model: answer.route.model,
+            tier: answer.route.tier.into(),
+            path: path.to_string_lossy().into_owned(),
+            text: answer.text,
+        })))
     }
 
     async fn refactor(&self, uri: Uri, range: Range, instruction: String) -> Result<Option<Value>> {
@@ -361,7 +335,7 @@ impl Backend {
                     note: e.to_string(),
                 };
                 return match parking.park(request).await {
-                    Ok(parked) => Ok(Some(parked)),
+                    Ok(parked) => Ok(Some(wire::result(RefactorResult::Parked(parked)))),
                     Err(io) => {
                         tracing::error!("could not park the refactor: {io}");
                         Err(request_failed(e))
@@ -401,9 +375,13 @@ impl Backend {
             .await
             .map(|r| r.applied)
             .unwrap_or(false);
-        Ok(Some(
-            json!({"applied": applied, "edits": text_edits.len(), "provider": answer.route.provider, "model": answer.route.model, "tier": answer.route.tier}),
-        ))
+        Ok(Some(wire::result(RefactorResult::Done(RefactorDone {
+            applied,
+            edits: text_edits.len(),
+            provider: answer.route.provider,
+            model: answer.route.model,
+            tier: answer.route.tier.into(),
+        }))))
     }
 }
 

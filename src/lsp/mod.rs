@@ -1,5 +1,6 @@
 //! The language server front end: documents, completion handlers, model loading
-//! with `$/progress`, and configuration from the editor.
+//! with `$/progress`, and configuration from the editor. The custom protocol
+//! (notifications, command results) is [`wire`], documented in docs/lsp-extensions.md.
 
 mod actions;
 pub mod documents;
@@ -10,5 +11,6 @@ mod loader;
 mod parked;
 pub mod position;
 mod server;
+pub mod wire;
 
 pub use server::{Backend, serve_stdio};

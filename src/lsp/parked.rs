@@ -11,7 +11,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
-use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 use tower_lsp_server::Client;
 use tower_lsp_server::ls_types::*;
@@ -19,6 +18,7 @@ use tower_lsp_server::ls_types::*;
 use super::documents::DocumentStore;
 use super::edits;
 use super::position::PositionEncoding;
+use super::wire::RefactorParked;
 use crate::context::chat::code_block;
 use crate::resilience::park::{Checkpoint, DocumentVersion, ParkingLot, new_id, now_ms};
 use crate::router::status::ParkedStatus;
@@ -101,7 +101,7 @@ impl Parking {
     }
 
     /// Writes the checkpoint; the answer tells the editor it was parked.
-    pub(super) async fn park(&self, request: ParkRequest) -> std::io::Result<Value> {
+    pub(super) async fn park(&self, request: ParkRequest) -> std::io::Result<RefactorParked> {
         let id = new_id();
         let target = Target {
             uri: request.uri.clone(),
@@ -138,7 +138,10 @@ impl Parking {
                 ),
             )
             .await;
-        Ok(json!({"parked": id, "reason": request.note}))
+        Ok(RefactorParked {
+            parked: id,
+            reason: request.note,
+        })
     }
 
     /// Refreshes the parked list that status shows.

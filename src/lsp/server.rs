@@ -17,6 +17,7 @@ use super::actions;
 use super::documents::DocumentStore;
 use super::parked::Parking;
 use super::position::PositionEncoding;
+use super::wire::{StatusNotification, StatusParams};
 use crate::completion::CompletionService;
 use crate::config::{Config, ConfigError, ConfigLayers, ResilienceConfig};
 use crate::providers::local::chat::EngineSlot;
@@ -24,7 +25,7 @@ use crate::resilience::Resilience;
 use crate::resilience::park::ParkingLot;
 use crate::router::Router;
 use crate::router::beacon::Beacons;
-use crate::router::status::{StatusNotification, StatusReport};
+use crate::router::status::StatusReport;
 
 /// Requests the server works on at once. Completion requests wait on the engine,
 /// and notifications queue behind them, so leave plenty of room.
@@ -227,14 +228,14 @@ impl Backend {
             let mut before = rx.borrow_and_update().clone();
             if notify {
                 client
-                    .send_notification::<StatusNotification>(before.clone())
+                    .send_notification::<StatusNotification>(StatusParams::from(&before))
                     .await;
             }
             while rx.changed().await.is_ok() {
                 let now = rx.borrow_and_update().clone();
                 if notify {
                     client
-                        .send_notification::<StatusNotification>(now.clone())
+                        .send_notification::<StatusNotification>(StatusParams::from(&now))
                         .await;
                 } else if let Some(message) = now.change_message(&before) {
                     let kind = if now.downshifted_from.is_some() {

@@ -133,7 +133,7 @@ async fn complete_snippet(
 fn local_only(config: &Config) -> crate::config::AutocompleteConfig {
     let mut autocomplete = config.autocomplete.clone();
     autocomplete.enabled = true;
-    autocomplete.chain = vec![crate::providers::local::chat::LOCAL.to_owned()];
+    autocomplete.chain = vec![crate::entry::ChainEntry::Local];
     autocomplete
 }
 

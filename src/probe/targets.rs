@@ -4,10 +4,8 @@
 
 use std::sync::Arc;
 
-use crate::config::{Config, ProviderConfig};
-use crate::providers::local::chat::LOCAL;
-use crate::providers::{self, Provider, Secret};
-use crate::task::Tier;
+use crate::config::Config;
+use crate::providers::{self, Provider};
 
 /// One chain entry to probe.
 pub struct Target {
@@ -50,25 +48,12 @@ pub enum TargetError {
 }
 
 /// The distinct remote entries of the tier chains, large to small, in chain
-/// order. A validated config names only known providers; anything else is
-/// left out rather than trusted.
+/// order (the router's plan lists them the same way).
 fn chain_entries(config: &Config) -> Vec<(String, String)> {
-    let mut entries: Vec<(String, String)> = Vec::new();
-    for tier in [Tier::Large, Tier::Medium, Tier::Small] {
-        for entry in config.tiers.get(tier) {
-            if entry == LOCAL {
-                continue;
-            }
-            let Some((provider, model)) = entry.split_once('/') else {
-                continue;
-            };
-            let pair = (provider.to_owned(), model.to_owned());
-            if !entries.contains(&pair) {
-                entries.push(pair);
-            }
-        }
-    }
-    entries
+    crate::router::plan::chain_entries(config)
+        .into_iter()
+        .filter_map(|entry| entry.remote().map(|m| (m.provider.clone(), m.model.clone())))
+        .collect()
 }
 
 /// The entries to probe, limited to `only` (a provider name) when given.
@@ -100,7 +85,7 @@ pub fn select(config: &Config, only: Option<&str>) -> Result<Targets, TargetErro
         let Some(settings) = providers.get(&name) else {
             continue;
         };
-        match build(&name, settings) {
+        match providers::from_config(&name, settings) {
             Ok(provider) => targets.probe.push(Target { provider, model }),
             Err(key_env) => targets.skipped.push(Skipped {
                 provider: name,
@@ -112,39 +97,23 @@ pub fn select(config: &Config, only: Option<&str>) -> Result<Targets, TargetErro
     Ok(targets)
 }
 
-/// Builds a provider as the router does: the key comes from the variable the
-/// config names. `Err` carries that variable when it is unset or empty.
-fn build(name: &str, settings: &ProviderConfig) -> Result<Arc<dyn Provider>, String> {
-    let key = match &settings.api_key_env {
-        Some(var) => Some(Secret::from_env(var).ok_or_else(|| var.clone())?),
-        None => None,
-    };
-    let headers = settings
-        .headers
-        .iter()
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
-    Ok(providers::build(
-        name,
-        settings.kind,
-        &settings.base_url,
-        key,
-        headers,
-    ))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::TierChains;
+    use crate::config::{ProviderConfig, TierChains};
 
     fn config(large: &[&str], medium: &[&str]) -> Config {
-        let list = |entries: &[&str]| entries.iter().map(|e| e.to_string()).collect();
+        let list = |entries: &[&str]| {
+            entries
+                .iter()
+                .map(|e| crate::entry::ChainEntry::try_from(e.to_string()).unwrap())
+                .collect()
+        };
         Config {
             tiers: TierChains {
                 large: list(large),
                 medium: list(medium),
-                small: vec!["local".into()],
+                small: vec![crate::entry::ChainEntry::Local],
             },
             ..Config::default()
         }

@@ -390,3 +390,21 @@ mod tests {
         assert!(!format!("{provider:?}").contains("sk-ant-xyz"));
     }
 }
+
+/// Builds a configured provider; its key comes from the variable the config
+/// names. `Err` carries that variable when it is unset or empty.
+pub fn from_config(
+    name: &str,
+    settings: &crate::config::ProviderConfig,
+) -> Result<Arc<dyn Provider>, String> {
+    let key = match &settings.api_key_env {
+        Some(var) => Some(Secret::from_env(var).ok_or_else(|| var.clone())?),
+        None => None,
+    };
+    let headers = settings
+        .headers
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    Ok(build(name, settings.kind, &settings.base_url, key, headers))
+}

@@ -69,7 +69,8 @@ pub struct Record {
     pub recoveries: u64,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum Phase {
     Closed,
     Open,
@@ -77,12 +78,40 @@ pub enum Phase {
     HalfOpen,
 }
 
+impl Phase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Closed => "closed",
+            Phase::Open => "open",
+            Phase::HalfOpen => "half-open",
+        }
+    }
+}
+
+impl std::fmt::Display for Phase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// How long one read of a closed breaker serves this process's later
+/// admissions: the hot path reads shared state at most this often per entry,
+/// and a trip recorded by another process takes effect here within it.
+pub const VIEW_TTL: Duration = Duration::from_millis(50);
+
+/// A record as last read, with the backend's clock at the read.
+struct View {
+    record: Record,
+    backend_now: u64,
+    read_at: Instant,
+}
+
 /// What a caller may do with the entry now.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Debug, PartialEq, Eq)]
 pub enum Admission {
     Closed,
     /// This caller holds the probe lease: its request is the probe.
-    Probe,
+    Probe(ProbePermit),
     /// Route around it.
     Open {
         reason: String,
@@ -90,12 +119,80 @@ pub enum Admission {
     },
 }
 
+impl Admission {
+    pub fn is_probe(&self) -> bool {
+        matches!(self, Admission::Probe(_))
+    }
+}
+
+/// The half-open probe lease, held while the probe request runs. Recording
+/// the verdict gives it back; so does dropping it (a cancelled or abandoned
+/// request), at once rather than when the lease's TTL runs out, so another
+/// request or process can probe.
+#[derive(Debug)]
+pub struct ProbePermit {
+    lease: Option<Lease>,
+}
+
+struct Lease {
+    state: Arc<dyn SharedState>,
+    key: String,
+    holder: String,
+}
+
+impl std::fmt::Debug for Lease {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lease").field("key", &self.key).finish()
+    }
+}
+
+impl Lease {
+    async fn release(self) {
+        if let Err(error) = self.state.release_lease(&self.key, &self.holder).await {
+            tracing::warn!("{}: could not release the probe lease: {error}", self.key);
+        }
+    }
+}
+
+impl ProbePermit {
+    /// Gives the lease back now.
+    pub async fn release(mut self) {
+        if let Some(lease) = self.lease.take() {
+            lease.release().await;
+        }
+    }
+}
+
+impl Drop for ProbePermit {
+    fn drop(&mut self) {
+        let Some(lease) = self.lease.take() else {
+            return;
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(lease.release());
+            }
+            // No runtime left (process exit): the lease's TTL frees it.
+            Err(_) => tracing::debug!("{}: probe lease left to expire", lease.key),
+        }
+    }
+}
+
+/// Every permit is the same permit: what matters is that the caller holds one.
+impl PartialEq for ProbePermit {
+    fn eq(&self, _: &ProbePermit) -> bool {
+        true
+    }
+}
+
+impl Eq for ProbePermit {}
+
 /// One breaker as status shows it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct BreakerView {
     pub key: String,
-    pub phase: String,
+    pub phase: Phase,
     pub reason: String,
     /// How much longer it stays open.
     pub open_for_ms: u64,
@@ -114,10 +211,8 @@ pub struct Breakers {
     /// last wrote them: the hot path reads the record but writes it at most
     /// once per window slot, so a busy healthy entry costs no lock per request.
     pending: Mutex<HashMap<String, (u32, Instant)>>,
-}
-
-pub fn key(account: &str, provider: &str, model: &str) -> String {
-    format!("breaker/{account}/{provider}/{model}")
+    /// Short-lived views of closed breakers (see [`VIEW_TTL`]).
+    views: Mutex<HashMap<String, View>>,
 }
 
 fn lease_key(breaker: &str) -> String {
@@ -206,6 +301,7 @@ impl Breakers {
             holder: format!("{}-{:08x}", std::process::id(), fastrand::u32(..)),
             when_unavailable,
             pending: Mutex::new(HashMap::new()),
+            views: Mutex::new(HashMap::new()),
         }
     }
 
@@ -215,15 +311,57 @@ impl Breakers {
 
     /// The record and the backend's now.
     async fn read(&self, key: &str) -> Result<(Record, u64), crate::state::StateError> {
-        Ok((
+        let (record, now) = (
             decode(self.state.get(key).await?),
             self.state.now_ms().await?,
-        ))
+        );
+        self.remember(key, record.clone(), now);
+        Ok((record, now))
+    }
+
+    /// The record of a breaker read closed less than [`VIEW_TTL`] ago.
+    fn closed_view(&self, key: &str) -> Option<Record> {
+        let views = self.views.lock().expect("views lock");
+        let view = views.get(key)?;
+        let age = view.read_at.elapsed();
+        let now = view.backend_now + age.as_millis() as u64;
+        (age < VIEW_TTL && view.record.phase(now) == Phase::Closed).then(|| view.record.clone())
+    }
+
+    /// The phase of a breaker as this process last read it (by an admission
+    /// or a scan), with the reason and how long it stays open; `None` if it
+    /// never read it. Plans use it without touching the shared state.
+    pub fn last_known(&self, key: &str) -> Option<(Phase, String, Duration)> {
+        let views = self.views.lock().expect("views lock");
+        let view = views.get(key)?;
+        let now = view.backend_now + view.read_at.elapsed().as_millis() as u64;
+        let record = &view.record;
+        let open_for = Duration::from_millis(record.open_until.saturating_sub(now));
+        Some((record.phase(now), record.reason.clone(), open_for))
+    }
+
+    fn remember(&self, key: &str, record: Record, backend_now: u64) {
+        let view = View {
+            record,
+            backend_now,
+            read_at: Instant::now(),
+        };
+        self.views
+            .lock()
+            .expect("views lock")
+            .insert(key.to_owned(), view);
+    }
+
+    fn forget_view(&self, key: &str) {
+        self.views.lock().expect("views lock").remove(key);
     }
 
     /// May a request go to this entry now? `probe_ttl` bounds how long a probe
     /// may hold the half-open lease (the probe request's own ceiling).
     pub async fn admit(&self, key: &str, probe_ttl: Duration) -> Admission {
+        if self.closed_view(key).is_some() {
+            return Admission::Closed;
+        }
         let (record, now) = match self.read(key).await {
             Ok(read) => read,
             Err(error) => return self.unavailable(&error.to_string()),
@@ -239,7 +377,7 @@ impl Breakers {
                 .try_lease(&lease_key(key), &self.holder, probe_ttl)
                 .await
             {
-                Ok(true) => self.confirm_probe(key).await,
+                Ok(true) => self.confirm_probe(key, self.permit(key)).await,
                 Ok(false) => Admission::Open {
                     reason: format!("{}; another request is probing it", record.reason),
                     retry_in: probe_ttl,
@@ -253,24 +391,34 @@ impl Breakers {
     /// that failed in between re-opened the breaker and then freed the lease.
     /// Probers record their verdict before releasing, so a second read now
     /// tells; a breaker no longer half-open gets its lease back, unused.
-    async fn confirm_probe(&self, key: &str) -> Admission {
+    async fn confirm_probe(&self, key: &str, permit: ProbePermit) -> Admission {
         let (record, now) = match self.read(key).await {
             Ok(read) => read,
             Err(error) => return self.unavailable(&error.to_string()),
         };
         match record.phase(now) {
-            Phase::HalfOpen => Admission::Probe,
+            Phase::HalfOpen => Admission::Probe(permit),
             Phase::Closed => {
-                self.abandon(key, &Admission::Probe).await;
+                permit.release().await;
                 Admission::Closed
             }
             Phase::Open => {
-                self.abandon(key, &Admission::Probe).await;
+                permit.release().await;
                 Admission::Open {
                     reason: record.reason,
                     retry_in: Duration::from_millis(record.open_until - now),
                 }
             }
+        }
+    }
+
+    fn permit(&self, key: &str) -> ProbePermit {
+        ProbePermit {
+            lease: Some(Lease {
+                state: self.state.clone(),
+                key: lease_key(key),
+                holder: self.holder.clone(),
+            }),
         }
     }
 
@@ -287,19 +435,21 @@ impl Breakers {
 
     /// Records how a request admitted by [`Breakers::admit`] went. Failures that
     /// say nothing about the provider's health are not recorded at all.
-    pub async fn record(&self, key: &str, admission: &Admission, success: bool, reason: &str) {
-        let probe = *admission == Admission::Probe;
+    pub async fn record(&self, key: &str, admission: Admission, success: bool, reason: &str) {
+        let probe = admission.is_probe();
         if success && !probe && self.batch_success(key).await {
             return;
         }
         let successes = self.take_pending(key) + u32::from(success);
         let config = &self.config;
+        let mut written_at = None;
         let result = self
             .state
             .update(
                 key,
                 Some(RECORD_TTL),
                 Box::new(|stored, now| {
+                    written_at = Some(now);
                     let mut record = decode(stored);
                     match (record.phase(now), probe, success) {
                         // Only the probe's verdict moves an open breaker.
@@ -341,16 +491,18 @@ impl Breakers {
                 }),
             )
             .await;
-        if let Err(error) = result {
-            tracing::warn!("breaker {key}: could not record the outcome: {error}");
+        match (result, written_at) {
+            (Ok(stored), Some(now)) => self.remember(key, decode(stored), now),
+            (result, _) => {
+                self.forget_view(key);
+                if let Err(error) = result {
+                    tracing::warn!("breaker {key}: could not record the outcome: {error}");
+                }
+            }
         }
-        if probe
-            && let Err(error) = self
-                .state
-                .release_lease(&lease_key(key), &self.holder)
-                .await
-        {
-            tracing::warn!("breaker {key}: could not release the probe lease: {error}");
+        // The verdict is written before the lease goes back (see `confirm_probe`).
+        if let Admission::Probe(permit) = admission {
+            permit.release().await;
         }
     }
 
@@ -358,13 +510,11 @@ impl Breakers {
     /// `false` when it must be written now (a streak to reset, an open
     /// breaker, or a slot's worth of successes to flush).
     async fn batch_success(&self, key: &str) -> bool {
-        let healthy = match self.state.get(key).await {
-            Ok(stored) => {
-                let record = decode(stored);
-                !record.open && record.consecutive == 0
-            }
-            Err(_) => false,
+        let record = match self.closed_view(key) {
+            Some(record) => Some(record),
+            None => self.read(key).await.ok().map(|(record, _)| record),
         };
+        let healthy = record.is_some_and(|record| !record.open && record.consecutive == 0);
         if !healthy {
             return false;
         }
@@ -389,19 +539,6 @@ impl Breakers {
         }
     }
 
-    /// The request never went out (cancelled, or refused before sending): a
-    /// probe lease goes back unused, so the next caller probes.
-    pub async fn abandon(&self, key: &str, admission: &Admission) {
-        if *admission == Admission::Probe
-            && let Err(error) = self
-                .state
-                .release_lease(&lease_key(key), &self.holder)
-                .await
-        {
-            tracing::warn!("breaker {key}: could not release the probe lease: {error}");
-        }
-    }
-
     /// Every breaker some process has recorded.
     pub async fn views(&self) -> Vec<BreakerView> {
         let now = self.state.now_ms().await.unwrap_or_default();
@@ -411,14 +548,10 @@ impl Breakers {
             .map(|(key, json)| {
                 let record = decode(Some(json));
                 let phase = record.phase(now);
+                self.remember(&key, record.clone(), now);
                 BreakerView {
                     key: key.trim_start_matches("breaker/").to_owned(),
-                    phase: match phase {
-                        Phase::Closed => "closed",
-                        Phase::Open => "open",
-                        Phase::HalfOpen => "half-open",
-                    }
-                    .into(),
+                    phase,
                     reason: record.reason.clone(),
                     open_for_ms: if phase == Phase::Open {
                         record.open_until - now
@@ -452,7 +585,7 @@ mod tests {
     async fn fail(b: &Breakers, key: &str, n: usize) {
         for _ in 0..n {
             let admission = b.admit(key, TTL).await;
-            b.record(key, &admission, false, "HTTP 503").await;
+            b.record(key, admission, false, "HTTP 503").await;
         }
     }
 
@@ -478,7 +611,7 @@ mod tests {
         let b = breakers(&state);
         for i in 0..10 {
             let admission = b.admit("k", TTL).await;
-            b.record("k", &admission, i % 2 == 0, "HTTP 500").await;
+            b.record("k", admission, i % 2 == 0, "HTTP 500").await;
         }
         assert!(matches!(b.admit("k", TTL).await, Admission::Open { .. }));
     }
@@ -489,8 +622,8 @@ mod tests {
         let b = breakers(&state);
         for _ in 0..9 {
             let admission = b.admit("k", TTL).await;
-            b.record("k", &admission, false, "x").await;
-            b.record("k", &admission, true, "").await;
+            b.record("k", admission, false, "x").await;
+            b.record("k", Admission::Closed, true, "").await;
             tokio::time::advance(Duration::from_secs(20)).await;
         }
         assert_eq!(b.admit("k", TTL).await, Admission::Closed);
@@ -499,7 +632,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn one_probe_among_many_processes_and_its_verdict_is_for_all() {
         let state = Arc::new(MemoryState::new());
-        let k = key("acct", "p", "m");
+        let k = "breaker/acct/p/m".to_owned();
         let processes: Vec<_> = (0..4).map(|_| breakers(&state)).collect();
         fail(&processes[0], &k, 6).await;
         tokio::time::advance(Duration::from_secs(301)).await;
@@ -509,19 +642,11 @@ mod tests {
                 admissions.push(b.admit(&k, TTL).await);
             }
         }
-        let probes = admissions
-            .iter()
-            .filter(|a| **a == Admission::Probe)
-            .count();
+        let probes = admissions.iter().filter(|a| a.is_probe()).count();
         assert_eq!(probes, 1, "{admissions:?}");
-        let prober = admissions
-            .iter()
-            .position(|a| *a == Admission::Probe)
-            .unwrap()
-            / 3;
-        processes[prober]
-            .record(&k, &Admission::Probe, true, "")
-            .await;
+        let at = admissions.iter().position(Admission::is_probe).unwrap();
+        let probe = admissions.swap_remove(at);
+        processes[at / 3].record(&k, probe, true, "").await;
         for b in &processes {
             assert_eq!(b.admit(&k, TTL).await, Admission::Closed);
         }
@@ -534,8 +659,9 @@ mod tests {
         let b = breakers(&state);
         fail(&b, "k", 6).await;
         tokio::time::advance(Duration::from_secs(300)).await;
-        assert_eq!(b.admit("k", TTL).await, Admission::Probe);
-        b.record("k", &Admission::Probe, false, "HTTP 503").await;
+        let probe = b.admit("k", TTL).await;
+        assert!(probe.is_probe());
+        b.record("k", probe, false, "HTTP 503").await;
         match b.admit("k", TTL).await {
             Admission::Open { reason, retry_in } => {
                 assert!(reason.starts_with("probe failed"), "{reason}");
@@ -553,15 +679,19 @@ mod tests {
         let (a, b) = (breakers(&state), breakers(&state));
         fail(&a, "k", 6).await;
         tokio::time::advance(Duration::from_secs(300)).await;
-        assert_eq!(a.admit("k", TTL).await, Admission::Probe);
-        a.record("k", &Admission::Probe, false, "HTTP 503").await;
+        let probe = a.admit("k", TTL).await;
+        assert!(probe.is_probe());
+        a.record("k", probe, false, "HTTP 503").await;
         assert!(
             state
                 .try_lease(&lease_key("k"), &b.holder, TTL)
                 .await
                 .unwrap()
         );
-        assert!(matches!(b.confirm_probe("k").await, Admission::Open { .. }));
+        assert!(matches!(
+            b.confirm_probe("k", b.permit("k")).await,
+            Admission::Open { .. }
+        ));
         assert!(
             state
                 .try_lease(&lease_key("k"), "someone", TTL)
@@ -577,11 +707,38 @@ mod tests {
         let (a, b) = (breakers(&state), breakers(&state));
         fail(&a, "k", 6).await;
         tokio::time::advance(Duration::from_secs(300)).await;
-        assert_eq!(a.admit("k", TTL).await, Admission::Probe);
-        drop(a); // crashed: never records a verdict
+        let probe = a.admit("k", TTL).await;
+        assert!(probe.is_probe());
+        // Crashed: no verdict, and no destructor runs either.
+        std::mem::forget(probe);
+        drop(a);
         assert!(matches!(b.admit("k", TTL).await, Admission::Open { .. }));
         tokio::time::advance(TTL + Duration::from_secs(1)).await;
-        assert_eq!(b.admit("k", TTL).await, Admission::Probe);
+        assert!(b.admit("k", TTL).await.is_probe());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_dropped_probe_gives_its_lease_back_at_once() {
+        let state = Arc::new(MemoryState::new());
+        let (a, b) = (breakers(&state), breakers(&state));
+        fail(&a, "k", 6).await;
+        tokio::time::advance(Duration::from_secs(300)).await;
+        let probe = a.admit("k", TTL).await;
+        assert!(probe.is_probe());
+        assert!(matches!(b.admit("k", TTL).await, Admission::Open { .. }));
+        drop(probe); // the request was cancelled before its verdict
+        tokio::task::yield_now().await;
+        assert!(b.admit("k", TTL).await.is_probe(), "no wait for the TTL");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_trip_in_another_process_takes_effect_within_the_view_ttl() {
+        let state = Arc::new(MemoryState::new());
+        let (a, b) = (breakers(&state), breakers(&state));
+        assert_eq!(b.admit("k", TTL).await, Admission::Closed);
+        fail(&a, "k", 6).await;
+        tokio::time::advance(VIEW_TTL).await;
+        assert!(matches!(b.admit("k", TTL).await, Admission::Open { .. }));
     }
 
     #[tokio::test(start_paused = true)]
@@ -589,7 +746,7 @@ mod tests {
         let state = Arc::new(MemoryState::new());
         let b = breakers(&state);
         fail(&b, "k", 6).await;
-        b.record("k", &Admission::Closed, true, "").await;
+        b.record("k", Admission::Closed, true, "").await;
         assert!(matches!(b.admit("k", TTL).await, Admission::Open { .. }));
     }
 
@@ -597,11 +754,11 @@ mod tests {
     async fn views_show_every_breaker() {
         let state = Arc::new(MemoryState::new());
         let b = breakers(&state);
-        fail(&b, &key("acct", "anthropic", "m"), 6).await;
+        fail(&b, "breaker/acct/anthropic/m", 6).await;
         let views = b.views().await;
         assert_eq!(views.len(), 1);
         assert_eq!(views[0].key, "acct/anthropic/m");
-        assert_eq!(views[0].phase, "open");
+        assert_eq!(views[0].phase, Phase::Open);
         assert_eq!(views[0].open_for_ms, 300_000);
     }
 }

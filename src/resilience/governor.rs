@@ -15,7 +15,8 @@
 //! interactive work still gets through. No request leaves without its tokens
 //! in hand.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -175,8 +176,11 @@ fn spare_now(limit: f64, remaining: f64, reset: Option<Duration>, since_reserved
     spare.max(remaining).min(limit)
 }
 
-/// Tokens held for one request until [`Governor::settle`].
-#[derive(Clone, Debug)]
+/// Tokens held for one request until [`Governor::settle`]. A reservation
+/// dropped unsettled (the request was cancelled or its future dropped) is
+/// settled as a request that used no output: the output share goes back to
+/// the bucket at once.
+#[derive(Debug)]
 pub struct Reservation {
     key: String,
     /// (meter, amount reserved, ticket), per governed meter.
@@ -184,6 +188,45 @@ pub struct Reservation {
     quota: Quota,
     /// When it was granted, on this process's clock.
     at: Instant,
+    /// Who settles it if it is dropped; `None` once settled.
+    governor: Option<Governor>,
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        let Some(governor) = self.governor.take() else {
+            return;
+        };
+        if self.held.is_empty() {
+            return;
+        }
+        let unsettled = Reservation {
+            key: self.key.clone(),
+            held: std::mem::take(&mut self.held),
+            quota: self.quota,
+            at: self.at,
+            governor: None,
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(async move { governor.settle(unsettled, None).await });
+            }
+            Err(_) => tracing::debug!("quota {}: reservation dropped at exit", self.key),
+        }
+    }
+}
+
+/// How long one read of an entry's pause and learned limits serves this
+/// process's later admissions: the hot path reads them at most this often,
+/// and a pause set by another process takes effect here within it.
+pub const VIEW_TTL: Duration = Duration::from_millis(50);
+
+/// An entry's pause and learned limits as last read.
+#[derive(Clone, Copy)]
+struct View {
+    paused_until: Option<u64>,
+    learned: Option<Quota>,
+    read_at: Instant,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -205,14 +248,19 @@ pub struct MeterView {
     pub available: f64,
 }
 
+/// Cheap to clone: clones share the state and the short-lived views.
+#[derive(Clone)]
 pub struct Governor {
     state: Arc<dyn SharedState>,
     config: GovernorConfig,
     when_unavailable: WhenUnavailable,
+    views: Arc<Mutex<HashMap<String, View>>>,
 }
 
-pub fn key(account: &str, provider: &str, model: &str) -> String {
-    format!("{account}/{provider}/{model}")
+impl std::fmt::Debug for Governor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Governor").finish_non_exhaustive()
+    }
 }
 
 fn bucket_key(key: &str, meter: Meter) -> String {
@@ -237,6 +285,46 @@ impl Governor {
             state,
             config,
             when_unavailable,
+            views: Arc::default(),
+        }
+    }
+
+    /// The entry's pause and learned limits, read at most every [`VIEW_TTL`].
+    async fn view(&self, key: &str) -> Result<View, StateError> {
+        if let Some(view) = self.views.lock().expect("views lock").get(key)
+            && view.read_at.elapsed() < VIEW_TTL
+        {
+            return Ok(*view);
+        }
+        let paused_until = self.state.get(&pause_key(key)).await?.and_then(|j| j.as_u64());
+        let learned = self
+            .state
+            .get(&learned_key(key))
+            .await?
+            .and_then(|json| serde_json::from_value::<Quota>(json).ok());
+        let view = View {
+            paused_until,
+            learned,
+            read_at: Instant::now(),
+        };
+        self.views
+            .lock()
+            .expect("views lock")
+            .insert(key.to_owned(), view);
+        Ok(view)
+    }
+
+    fn forget_view(&self, key: &str) {
+        self.views.lock().expect("views lock").remove(key);
+    }
+
+    fn reservation(&self, key: &str, held: Vec<(Meter, f64, f64)>, quota: Quota) -> Reservation {
+        Reservation {
+            key: key.to_owned(),
+            held,
+            quota,
+            at: Instant::now(),
+            governor: Some(self.clone()),
         }
     }
 
@@ -250,13 +338,7 @@ impl Governor {
     }
 
     async fn quota(&self, key: &str, configured: Quota) -> (Quota, bool) {
-        let learned = self
-            .state
-            .get(&learned_key(key))
-            .await
-            .ok()
-            .flatten()
-            .and_then(|json| serde_json::from_value::<Quota>(json).ok());
+        let learned = self.view(key).await.ok().and_then(|view| view.learned);
         let observed = learned.is_some_and(|q| !q.is_empty());
         (configured.or(learned.unwrap_or_default()), observed)
     }
@@ -288,12 +370,7 @@ impl Governor {
                 Err(error) => match self.when_unavailable {
                     WhenUnavailable::Open => {
                         tracing::warn!("quota state unavailable, sending ungoverned: {error}");
-                        return Ok(Reservation {
-                            key: key.to_owned(),
-                            held: Vec::new(),
-                            quota: configured,
-                            at: Instant::now(),
-                        });
+                        return Ok(self.reservation(key, Vec::new(), configured));
                     }
                     WhenUnavailable::Closed => {
                         return Err(starved(
@@ -322,12 +399,7 @@ impl Governor {
         input_tokens: u64,
         max_output_tokens: u64,
     ) -> Result<Result<Reservation, (String, Duration)>, StateError> {
-        if let Some(until) = self
-            .state
-            .get(&pause_key(key))
-            .await?
-            .and_then(|j| j.as_u64())
-        {
+        if let Some(until) = self.view(key).await?.paused_until {
             let now = self.state.now_ms().await?;
             if until > now {
                 return Ok(Err((
@@ -373,12 +445,7 @@ impl Governor {
             }
             held.push((meter, amount, reply.ticket));
         }
-        Ok(Ok(Reservation {
-            key: key.to_owned(),
-            held,
-            quota: configured,
-            at: Instant::now(),
-        }))
+        Ok(Ok(self.reservation(key, held, configured)))
     }
 
     /// Creates `meter`'s bucket empty unless it exists. Used before any header
@@ -431,7 +498,8 @@ impl Governor {
     /// forward to now (see [`spare_now`]).
     pub async fn observe(&self, reservation: &Reservation, limits: &RateLimits) {
         let learned = Quota::learned(limits);
-        if !learned.is_empty() {
+        if !learned.is_empty() && self.view(&reservation.key).await.ok().and_then(|v| v.learned) != Some(learned) {
+            self.forget_view(&reservation.key);
             let result = self
                 .state
                 .update(
@@ -487,7 +555,11 @@ impl Governor {
     /// Corrects a finished request's reservation with what it really used.
     /// `None` usage (the request failed before the provider counted it) gives
     /// back the whole output reservation and keeps the input charged.
-    pub async fn settle(&self, reservation: Reservation, usage: Option<Usage>) {
+    pub async fn settle(&self, mut reservation: Reservation, usage: Option<Usage>) {
+        reservation.governor = None;
+        if reservation.held.is_empty() {
+            return;
+        }
         let (quota, observed) = self.quota(&reservation.key, reservation.quota).await;
         for (meter, amount, _) in &reservation.held {
             let used = match usage {
@@ -519,6 +591,7 @@ impl Governor {
 
     /// Stops every process from sending to `key` for `wait` (a 429 said so).
     pub async fn pause(&self, key: &str, wait: Duration) {
+        self.forget_view(key);
         let result = self
             .state
             .update(
@@ -683,6 +756,30 @@ mod tests {
             g.admit("k", TaskKind::Autocomplete, TPM, 1_000, 1_000, soon())
                 .await
                 .is_ok()
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_dropped_reservation_gives_back_its_output_share_at_once() {
+        let state = Arc::new(MemoryState::new());
+        full(&state, TPM).await;
+        let g = governor(&state);
+        let r = g
+            .admit("k", TaskKind::Explain, TPM, 20_000, 38_000, soon())
+            .await
+            .unwrap();
+        assert!(
+            g.admit("k", TaskKind::Explain, TPM, 20_000, 0, soon())
+                .await
+                .is_err()
+        );
+        drop(r); // the request's future was dropped mid-stream
+        tokio::task::yield_now().await;
+        assert!(
+            g.admit("k", TaskKind::Explain, TPM, 20_000, 0, soon())
+                .await
+                .is_ok(),
+            "refunded without waiting for the refill"
         );
     }
 

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::entry::ModelRef;
 use crate::task::TaskProfile;
 
 pub const WINDOW: Duration = Duration::from_secs(60);
@@ -100,22 +101,20 @@ fn p95(mut values: Vec<Duration>) -> Option<Duration> {
 /// The beacons of every (provider, model).
 #[derive(Debug, Default)]
 pub struct Beacons {
-    samples: Mutex<HashMap<(String, String), VecDeque<Sample>>>,
+    samples: Mutex<HashMap<ModelRef, VecDeque<Sample>>>,
 }
 
 impl Beacons {
-    pub fn record(&self, provider: &str, model: &str, sample: Sample) {
+    pub fn record(&self, entry: &ModelRef, sample: Sample) {
         let mut map = self.samples.lock().expect("beacons lock");
-        let window = map
-            .entry((provider.to_owned(), model.to_owned()))
-            .or_default();
+        let window = map.entry(entry.clone()).or_default();
         window.push_back(sample);
         prune(window, sample.at);
     }
 
-    pub fn summary(&self, provider: &str, model: &str) -> Summary {
+    pub fn summary(&self, entry: &ModelRef) -> Summary {
         let mut map = self.samples.lock().expect("beacons lock");
-        let Some(window) = map.get_mut(&(provider.to_owned(), model.to_owned())) else {
+        let Some(window) = map.get_mut(entry) else {
             return Summary::default();
         };
         prune(window, Instant::now());
@@ -152,6 +151,10 @@ mod tests {
     use super::*;
     use crate::task::{TaskKind, TaskProfile};
 
+    fn a() -> ModelRef {
+        ModelRef::new("a", "m")
+    }
+
     fn sample(first_token_ms: u64, outcome: Outcome) -> Sample {
         Sample {
             at: Instant::now(),
@@ -164,19 +167,19 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn unknown_entries_count_as_healthy() {
         let beacons = Beacons::default();
-        beacons.record("a", "m", sample(90_000, Outcome::Failed));
-        beacons.record("a", "m", sample(90_000, Outcome::Failed));
+        beacons.record(&a(), sample(90_000, Outcome::Failed));
+        beacons.record(&a(), sample(90_000, Outcome::Failed));
         let explain = TaskProfile::default_for(TaskKind::Explain);
-        assert_eq!(beacons.summary("a", "m").unhealthy_reason(&explain), None);
+        assert_eq!(beacons.summary(&a()).unhealthy_reason(&explain), None);
     }
 
     #[tokio::test(start_paused = true)]
     async fn slow_first_tokens_breach_the_task_ceiling_not_a_provider_one() {
         let beacons = Beacons::default();
         for _ in 0..4 {
-            beacons.record("a", "m", sample(15_000, Outcome::Ok));
+            beacons.record(&a(), sample(15_000, Outcome::Ok));
         }
-        let summary = beacons.summary("a", "m");
+        let summary = beacons.summary(&a());
         let explain = TaskProfile::default_for(TaskKind::Explain);
         let refactor = TaskProfile::default_for(TaskKind::Refactor);
         assert!(
@@ -193,15 +196,14 @@ mod tests {
         let beacons = Beacons::default();
         for _ in 0..3 {
             beacons.record(
-                "a",
-                "m",
+                &a(),
                 sample(100, Outcome::Degraded(Degradation::Truncated)),
             );
         }
         let explain = TaskProfile::default_for(TaskKind::Explain);
         assert!(
             beacons
-                .summary("a", "m")
+                .summary(&a())
                 .unhealthy_reason(&explain)
                 .unwrap()
                 .contains("degraded")
@@ -212,18 +214,18 @@ mod tests {
     async fn a_busy_entry_keeps_only_its_most_recent_samples() {
         let beacons = Beacons::default();
         for _ in 0..MAX_SAMPLES + 50 {
-            beacons.record("a", "m", sample(100, Outcome::Ok));
+            beacons.record(&a(), sample(100, Outcome::Ok));
         }
-        assert_eq!(beacons.summary("a", "m").samples, MAX_SAMPLES);
+        assert_eq!(beacons.summary(&a()).samples, MAX_SAMPLES);
     }
 
     #[tokio::test(start_paused = true)]
     async fn samples_older_than_the_window_are_forgotten() {
         let beacons = Beacons::default();
         for _ in 0..5 {
-            beacons.record("a", "m", sample(100, Outcome::Failed));
+            beacons.record(&a(), sample(100, Outcome::Failed));
         }
         tokio::time::advance(WINDOW + Duration::from_secs(1)).await;
-        assert_eq!(beacons.summary("a", "m").samples, 0);
+        assert_eq!(beacons.summary(&a()).samples, 0);
     }
 }

@@ -15,7 +15,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::{Pin, RouteError, Router, TaskRequest};
 use crate::context::chat::PromptParts;
-use crate::providers::local::chat::LOCAL;
+use crate::entry::{EntryKey, LOCAL, ModelRef};
+use crate::resilience::breaker::Phase;
 use crate::providers::{ChatMessage, Role};
 use crate::task::{TaskKind, Tier};
 
@@ -43,36 +44,32 @@ impl Router {
     /// remote entry of each tier.
     pub async fn canary_round(&self, watch_primaries: bool) -> Vec<CanaryResult> {
         self.refresh_shared().await;
-        let mut due: Vec<(String, String, &'static str)> = Vec::new();
+        let mut due: Vec<(ModelRef, &'static str)> = Vec::new();
         for breaker in self.shared_views().breakers {
-            if breaker.phase != "half-open" {
+            if breaker.phase != Phase::HalfOpen {
                 continue;
             }
-            // Keys are account/provider/model; models may contain '/'.
-            let mut parts = breaker.key.splitn(3, '/');
-            if let (Some(_), Some(provider), Some(model)) =
-                (parts.next(), parts.next(), parts.next())
-                && self.providers.contains_key(provider)
+            if let Some(key) = EntryKey::parse_path(&breaker.key)
+                && self.providers.contains_key(&key.model.provider)
             {
-                due.push((provider.into(), model.into(), "breaker recovery check"));
+                due.push((key.model, "breaker recovery check"));
             }
         }
         if watch_primaries {
             for tier in [Tier::Large, Tier::Medium] {
-                let primary = self
-                    .entries(tier, TaskKind::Explain)
-                    .into_iter()
-                    .find(|(p, _)| p != LOCAL && !self.missing_keys.contains_key(p));
-                if let Some((provider, model)) = primary
-                    && !due.iter().any(|(p, m, _)| *p == provider && *m == model)
+                let primary = self.chain(tier, TaskKind::Explain).into_iter().find(|e| {
+                    e.provider != LOCAL && !self.missing_keys.contains_key(&e.provider)
+                });
+                if let Some(entry) = primary
+                    && !due.iter().any(|(e, _)| *e == entry)
                 {
-                    due.push((provider, model, "primary watch"));
+                    due.push((entry, "primary watch"));
                 }
             }
         }
         let mut results = Vec::new();
-        for (provider, model, reason) in due {
-            if let Some(result) = self.canary(&provider, &model, reason).await {
+        for (entry, reason) in due {
+            if let Some(result) = self.canary(&entry, reason).await {
                 results.push(result);
             }
         }
@@ -87,16 +84,13 @@ impl Router {
     }
 
     /// One canary; `None` when it was not sent (another process holds the probe).
-    async fn canary(&self, provider: &str, model: &str, reason: &str) -> Option<CanaryResult> {
+    async fn canary(&self, entry: &ModelRef, reason: &str) -> Option<CanaryResult> {
         let request = TaskRequest {
             messages: Some(vec![ChatMessage {
                 role: Role::User,
                 content: format!("Reply with exactly {TOKEN} and nothing else."),
             }]),
-            pin: Some(Pin::Entry {
-                provider: provider.into(),
-                model: model.into(),
-            }),
+            pin: Some(Pin::Entry(entry.clone())),
             max_tokens: Some(16),
             ..TaskRequest::new(
                 TaskKind::Explain,
@@ -117,13 +111,13 @@ impl Router {
             Err(e) => (false, Some(e.to_string())),
         };
         tracing::info!(
-            "canary to {provider}/{model} ({reason}): {}",
+            "canary to {entry} ({reason}): {}",
             error.as_deref().unwrap_or("ok")
         );
         Some(CanaryResult {
             at_ms: crate::resilience::park::now_ms(),
-            provider: provider.into(),
-            model: model.into(),
+            provider: entry.provider.clone(),
+            model: entry.model.clone(),
             ok,
             latency_ms: started.elapsed().as_millis() as u64,
             error,

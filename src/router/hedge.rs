@@ -10,7 +10,11 @@ use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
 use tokio_util::sync::CancellationToken;
 
-use super::{Entry, Failure, Progress, Router, RunState, TaskRequest};
+use super::Router;
+use super::attempt::Failure;
+use super::pipeline::RunState;
+use super::plan::Candidate;
+use super::request::{OnProgress, Progress, TaskRequest};
 use crate::providers::Usage;
 use crate::task::TaskProfile;
 
@@ -51,7 +55,7 @@ impl Racer {
 /// sees text (or a model name) from the side that loses.
 struct RacerProgress<'a> {
     racer: Racer,
-    inner: &'a (dyn Fn(Progress) + Send + Sync),
+    inner: OnProgress<'a>,
     /// The racer's latest `Trying`, told when it wins.
     pending: Mutex<Option<Progress>>,
 }
@@ -105,13 +109,13 @@ impl Router {
     #[allow(clippy::too_many_arguments)]
     pub(super) async fn hedged(
         &self,
-        primary: &Entry<'_>,
-        hedge: &Entry<'_>,
+        primary: &Candidate,
+        hedge: &Candidate,
         request: &TaskRequest,
         profile: &TaskProfile,
         run: &mut RunState,
         cancel: &CancellationToken,
-        progress: &(dyn Fn(Progress) + Send + Sync),
+        progress: OnProgress<'_>,
     ) -> (Result<(String, Usage), Failure>, Side, HedgeRan) {
         let race = Arc::new(Race::default());
         let racer = |me| Racer {
@@ -154,12 +158,10 @@ impl Router {
                 }
                 hedge_started.store(true, Ordering::Release);
                 tracing::info!(
-                    "{}/{} has no first token after {:.1} s; hedging with {}/{}",
-                    primary.provider,
-                    primary.model,
+                    "{} has no first token after {:.1} s; hedging with {}",
+                    primary.entry,
                     profile.first_token_ceiling().as_secs_f64(),
-                    hedge.provider,
-                    hedge.model
+                    hedge.entry
                 );
                 self.serve_entry(
                     hedge,

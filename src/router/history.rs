@@ -73,14 +73,15 @@ impl History {
         let status = router.status();
         let mut entries = Vec::new();
         for tier in [Tier::Large, Tier::Medium, Tier::Small] {
-            for (provider, model) in router.chain(tier, TaskKind::Explain) {
+            for entry in router.chain(tier, TaskKind::Explain) {
                 if entries
                     .iter()
-                    .any(|e: &EntryPoint| e.provider == provider && e.model == model)
+                    .any(|e: &EntryPoint| e.provider == entry.provider && e.model == entry.model)
                 {
                     continue;
                 }
-                let summary = router.beacons().summary(&provider, &model);
+                let summary = router.beacons().summary(&entry);
+                let crate::entry::ModelRef { provider, model } = entry;
                 let ms = |d: Option<Duration>| d.map(|d| d.as_millis() as u64);
                 entries.push(EntryPoint {
                     samples: summary.samples,

@@ -1,13 +1,13 @@
 //! The runbook view for `switchyard status`: for each task kind, which entry
-//! serves now and which is next, judged by what every process shares (breakers,
-//! quota) and what this configuration can reach (keys).
+//! serves now and which is next: the plan `run` would walk, after re-reading
+//! what every process shares (breakers, quota).
 
 use serde::Serialize;
 
 use super::Router;
+use super::plan::Candidate;
 use super::status::StatusReport;
 use crate::probe::history::{self, ProbeRecord};
-use crate::resilience::breaker;
 use crate::task::{TaskKind, Tier};
 
 #[derive(Clone, Debug, Serialize)]
@@ -42,39 +42,18 @@ impl Router {
         let routes = [TaskKind::Explain, TaskKind::Refactor]
             .into_iter()
             .map(|kind| {
-                let profile = self.config().tasks.get(kind);
-                let mut usable = Vec::new();
-                let mut skipped = Vec::new();
-                let mut tier = Some(profile.tier);
-                while let Some(current) = tier {
-                    for (provider, model) in self.chain(current, kind) {
-                        let entry = format!("{provider}/{model} ({current})");
-                        let key = breaker::key(&self.account(&provider), &provider, &model);
-                        let open = status
-                            .breakers
-                            .iter()
-                            .find(|b| format!("breaker/{}", b.key) == key && b.phase != "closed");
-                        if let Some(var) = self.missing_keys().get(&provider) {
-                            skipped.push(format!("{entry}: no API key in ${var}"));
-                        } else if let Some(b) = open {
-                            skipped.push(format!("{entry}: breaker {} ({})", b.phase, b.reason));
-                        } else if self.local_only()
-                            && provider != crate::providers::local::chat::LOCAL
-                        {
-                            skipped.push(format!("{entry}: local-only mode"));
-                        } else {
-                            usable.push(entry);
-                        }
-                    }
-                    tier = current.smaller();
-                }
-                let mut usable = usable.into_iter();
+                let plan = self.candidates(kind, None);
+                let name = |c: &Candidate| format!("{} ({})", c.entry, c.tier);
                 TaskRunbook {
                     kind,
-                    tier: profile.tier,
-                    now: usable.next(),
-                    next: usable.next(),
-                    skipped,
+                    tier: plan.first_tier,
+                    now: plan.now().map(name),
+                    next: plan.next().map(name),
+                    skipped: plan
+                        .candidates
+                        .iter()
+                        .filter_map(|c| Some(format!("{}: {}", name(c), c.skip.as_ref()?)))
+                        .collect(),
                 }
             })
             .collect();

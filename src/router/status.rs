@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use super::Router;
 use super::beacon::MIN_SAMPLES;
 use super::canary::CanaryResult;
-use crate::providers::local::chat::LOCAL;
+use crate::entry::{LOCAL, ModelRef};
 use crate::resilience::breaker::BreakerView;
 use crate::resilience::governor::MeterView;
 use crate::task::{TaskKind, Tier};
@@ -113,7 +113,7 @@ impl StatusReport {
         let phases = |r: &StatusReport| {
             r.breakers
                 .iter()
-                .map(|b| (b.key.clone(), b.phase.clone()))
+                .map(|b| (b.key.clone(), b.phase))
                 .collect::<Vec<_>>()
         };
         self.tasks == other.tasks
@@ -185,14 +185,15 @@ pub(super) fn report(router: &Router) -> StatusReport {
     let profile = router.config().tasks.get(TaskKind::Explain);
     let mut health = Vec::new();
     for tier in [Tier::Large, Tier::Medium, Tier::Small] {
-        for (provider, model) in router.chain(tier, TaskKind::Explain) {
+        for entry in router.chain(tier, TaskKind::Explain) {
             if health
                 .iter()
-                .any(|h: &EntryHealth| h.provider == provider && h.model == model)
+                .any(|h: &EntryHealth| h.provider == entry.provider && h.model == entry.model)
             {
                 continue;
             }
-            let summary = router.beacons().summary(&provider, &model);
+            let summary = router.beacons().summary(&entry);
+            let ModelRef { provider, model } = entry;
             let (state, reason) = match (
                 router.missing_keys().get(&provider),
                 summary.unhealthy_reason(&profile),

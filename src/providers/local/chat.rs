@@ -14,7 +14,7 @@ use crate::providers::{
     ResponseStream, Role, StreamEvent, Timeouts, Usage,
 };
 
-pub const LOCAL: &str = "local";
+pub use crate::entry::LOCAL;
 
 /// The engine the server loaded, if any; swapped when the model changes.
 #[derive(Clone, Default)]

@@ -5,55 +5,41 @@
 //! suffix); prompts are decoded in chunks with the cancel flag and deadline checked
 //! between chunks and tokens; a prompt that misses its deadline is answered empty
 //! and keeps filling in the background until a newer job arrives.
+//!
+//! This file owns the thread's job loop, interruption and generation; loading and
+//! sizing the model are in `load`, decoding prompts into the KV cache in `prefill`.
+
+mod load;
+mod prefill;
 
 use std::collections::VecDeque;
-use std::fs::File;
-use std::io::Read;
-use std::num::NonZeroU32;
-use std::path::Path;
-use std::sync::OnceLock;
 use std::sync::mpsc::{Receiver, TryRecvError};
 use std::time::{Duration, Instant};
 
 use llama_cpp_2::context::LlamaContext;
-use llama_cpp_2::context::params::LlamaContextParams;
 use llama_cpp_2::llama_backend::LlamaBackend;
 use llama_cpp_2::llama_batch::LlamaBatch;
-use llama_cpp_2::model::params::LlamaModelParams;
 use llama_cpp_2::model::{LlamaChatMessage, LlamaModel};
 use llama_cpp_2::sampling::LlamaSampler;
-use llama_cpp_2::token::LlamaToken;
 use tokio::sync::{oneshot, watch};
 
-use super::prompt::{self, FimOrder, FimPrompt, FimTokens, PromptBudget};
-use super::reuse::{self, SuffixSpan};
+use super::prompt::{self, FimPrompt, FimTokens, PromptBudget};
+use super::reuse::SuffixSpan;
 use super::{
     ChatJob, CompletionJob, EngineError, EngineOptions, EngineStatus, FimText, Generation, Job,
     ModelInfo, StopReason,
 };
 use crate::cancel::CancelFlag;
+use load::{
+    backend, context_params, fim_tokens, load_model, measure_prompt_speed, sized_input_budget,
+};
+use prefill::SyncError;
 
 /// Tokens per decode call: the cancel flag and deadline are checked between chunks.
 const CHUNK: usize = 32;
-/// A cold prompt should fill in the background within this long; the input budget
-/// shrinks on machines too slow for that.
-const COLD_FILL_SECONDS: f64 = 4.0;
-const MIN_INPUT_BUDGET: usize = 256;
 /// The KV sequence holding the prompt, and the one a shifted suffix waits in.
 const MAIN: i32 = 0;
 const PARKED: i32 = 1;
-
-/// llama.cpp's backend may be initialised once per process.
-fn backend() -> Result<&'static LlamaBackend, String> {
-    static BACKEND: OnceLock<Result<LlamaBackend, String>> = OnceLock::new();
-    BACKEND
-        .get_or_init(|| {
-            llama_cpp_2::send_logs_to_tracing(llama_cpp_2::LogOptions::default());
-            LlamaBackend::init().map_err(|e| e.to_string())
-        })
-        .as_ref()
-        .map_err(Clone::clone)
-}
 
 pub(super) fn run(options: EngineOptions, rx: Receiver<Job>, status: watch::Sender<EngineStatus>) {
     let started = Instant::now();
@@ -131,92 +117,6 @@ fn fail(status: &watch::Sender<EngineStatus>, rx: Receiver<Job>, reason: String)
             Job::Shutdown => break,
         }
     }
-}
-
-fn load_model(backend: &LlamaBackend, path: &Path) -> Result<LlamaModel, String> {
-    let mut magic = [0u8; 4];
-    File::open(path)
-        .and_then(|mut f| f.read_exact(&mut magic))
-        .map_err(|e| format!("cannot read model file {}: {e}", path.display()))?;
-    if &magic != b"GGUF" {
-        return Err(format!(
-            "{} is not a GGUF model file (it starts with {:?}); run `switchyard models verify`",
-            path.display(),
-            String::from_utf8_lossy(&magic)
-        ));
-    }
-    LlamaModel::load_from_file(backend, path, &LlamaModelParams::default()).map_err(|e| {
-        format!("llama.cpp could not load {} ({e}); the file may be corrupt: run `switchyard models verify`", path.display())
-    })
-}
-
-fn fim_tokens(model: &LlamaModel) -> Result<FimTokens, String> {
-    let vocab = model.vocab();
-    let (prefix, suffix, middle) = (vocab.fim_pre().0, vocab.fim_suf().0, vocab.fim_mid().0);
-    if prefix < 0 || suffix < 0 || middle < 0 {
-        return Err(
-            "the model has no fill-in-the-middle tokens; choose a coder model with FIM support"
-                .into(),
-        );
-    }
-    let prefix_text =
-        String::from_utf8_lossy(&vocab.token_to_piece(LlamaToken(prefix), true, None)).into_owned();
-    Ok(FimTokens {
-        prefix,
-        suffix,
-        middle,
-        bos: vocab.should_add_bos().then(|| vocab.bos().0),
-        order: FimOrder::from_prefix_token_text(&prefix_text),
-    })
-}
-
-fn context_params(n_ctx: u32, threads: usize) -> LlamaContextParams {
-    LlamaContextParams::default()
-        .with_n_ctx(NonZeroU32::new(n_ctx))
-        .with_n_batch(CHUNK as u32)
-        .with_n_ubatch(CHUNK as u32)
-        .with_n_threads(threads as i32)
-        .with_n_threads_batch(threads as i32)
-        // A second sequence parks a shifted suffix while the gap before it is decoded.
-        .with_n_seq_max(2)
-        .with_kv_unified(true)
-}
-
-/// Prompt tokens per second on this machine, from decoding a few chunks in a scratch context.
-fn measure_prompt_speed(
-    backend: &LlamaBackend,
-    model: &LlamaModel,
-    threads: usize,
-) -> Result<f64, String> {
-    let mut ctx = model
-        .new_context(backend, context_params(4 * CHUNK as u32, threads))
-        .map_err(|e| format!("creating a llama.cpp context: {e}"))?;
-    let sample = "fn main() {\n    let values: Vec<u32> = (0..10).map(|x| x * 2).collect();\n    println!(\"{values:?}\");\n}\n".repeat(8);
-    let tokens = model.vocab().tokenize(sample.as_bytes(), false, false);
-    let tokens = &tokens[..tokens.len().min(3 * CHUNK)];
-    let mut batch = LlamaBatch::new(CHUNK, 1);
-    // The first chunk warms caches and allocations; time the rest.
-    let mut timed = None;
-    for (i, chunk) in tokens.chunks(CHUNK).enumerate() {
-        if i == 1 {
-            timed = Some(Instant::now());
-        }
-        batch.clear();
-        for (j, &t) in chunk.iter().enumerate() {
-            batch
-                .add(t, (i * CHUNK + j) as i32, &[0], j + 1 == chunk.len())
-                .map_err(|e| e.to_string())?;
-        }
-        ctx.decode(&mut batch)
-            .map_err(|e| format!("llama.cpp decode failed: {e}"))?;
-    }
-    let seconds = timed.map_or(1.0, |t| t.elapsed().as_secs_f64()).max(1e-6);
-    Ok((tokens.len() - CHUNK.min(tokens.len())) as f64 / seconds)
-}
-
-fn sized_input_budget(configured: usize, tokens_per_s: f64) -> usize {
-    let affordable = (tokens_per_s * COLD_FILL_SECONDS) as usize;
-    configured.min(affordable.max(MIN_INPUT_BUDGET))
 }
 
 /// When a decode loop has to stop early.
@@ -453,107 +353,6 @@ impl Engine<'_> {
         )
     }
 
-    /// Brings the KV cache to `prompt`, decoding only what the cache lacks.
-    /// Returns how many tokens were decoded.
-    fn sync_prompt(
-        &mut self,
-        prompt: &FimPrompt,
-        interrupt: &Interrupt,
-    ) -> Result<usize, SyncError> {
-        if !self.reuse_cache {
-            self.fresh_context()?;
-        }
-        let plan = reuse::plan(
-            &self.cached,
-            self.cached_suffix,
-            &prompt.tokens,
-            prompt.suffix_span,
-        );
-        let mem = |e: llama_cpp_2::context::kv_cache::KvCacheConversionError| {
-            SyncError::Decode(e.to_string())
-        };
-        if let Some((old, new_start)) = plan.shifted_suffix {
-            // llama.cpp requires each sequence's positions to stay consecutive, so the
-            // suffix waits in the parking sequence, moved to its new positions, while
-            // the gap before it is decoded into the main sequence.
-            let delta = new_start as i32 - old.start as i32;
-            self.ctx
-                .copy_kv_cache_seq(MAIN, PARKED, Some(old.start as u32), Some(old.end as u32))
-                .map_err(mem)?;
-            self.ctx
-                .kv_cache_seq_add(PARKED, Some(old.start as u32), Some(old.end as u32), delta)
-                .map_err(mem)?;
-        }
-        self.ctx
-            .kv_cache_seq_rm(MAIN, Some(plan.keep as u32), None)
-            .map_err(mem)?;
-        self.cached.truncate(plan.keep);
-        self.cached_suffix = None;
-
-        let mut decoded = 0;
-        if let Some((old, new_start)) = plan.shifted_suffix {
-            let shifted_len = old.end - old.start;
-            // Fill the gap before the shifted suffix; if stopped, drop the suffix so the
-            // cache stays a contiguous run of known tokens.
-            let gap = self.decode_into_cache(&prompt.tokens[..new_start], interrupt, &mut decoded);
-            if gap.is_ok() {
-                let end = (new_start + shifted_len) as u32;
-                self.ctx
-                    .copy_kv_cache_seq(PARKED, MAIN, Some(new_start as u32), Some(end))
-                    .map_err(mem)?;
-                self.cached
-                    .extend_from_slice(&prompt.tokens[new_start..new_start + shifted_len]);
-            }
-            self.ctx.kv_cache_seq_rm(PARKED, None, None).map_err(mem)?;
-            gap.map_err(|stopped| SyncError::Stopped(stopped, decoded))?;
-        }
-        let filled = self.decode_into_cache(&prompt.tokens, interrupt, &mut decoded);
-        // A partly decoded suffix is still worth shifting next time.
-        self.cached_suffix = prompt
-            .suffix_span
-            .map(|span| SuffixSpan {
-                start: span.start,
-                end: span.end.min(self.cached.len()),
-            })
-            .filter(|span| span.end > span.start);
-        filled.map_err(|stopped| SyncError::Stopped(stopped, decoded))?;
-        Ok(decoded)
-    }
-
-    /// Decodes `target[self.cached.len()..]` in chunks; the last token gets logits.
-    fn decode_into_cache(
-        &mut self,
-        target: &[i32],
-        interrupt: &Interrupt,
-        decoded: &mut usize,
-    ) -> Result<(), Stopped> {
-        while self.cached.len() < target.len() {
-            let start = self.cached.len();
-            let end = (start + CHUNK).min(target.len());
-            if let Some(stopped) = self.check(
-                interrupt,
-                self.chunk_cost.mul_f64((end - start) as f64 / CHUNK as f64),
-            ) {
-                return Err(stopped);
-            }
-            self.batch.clear();
-            for (pos, &token) in (start..end).zip(&target[start..end]) {
-                let last = pos + 1 == target.len();
-                // Capacity is CHUNK and the chunk never exceeds it.
-                let _ = self.batch.add(LlamaToken(token), pos as i32, &[MAIN], last);
-            }
-            if let Err(e) = self.ctx.decode(&mut self.batch) {
-                tracing::error!("llama.cpp decode failed: {e}; clearing the cache");
-                self.reset_cache();
-                return Err(Stopped::Cancelled);
-            }
-            self.logits_index = (end - start) as i32 - 1;
-            self.cached.extend_from_slice(&target[start..end]);
-            *decoded += end - start;
-        }
-        Ok(())
-    }
-
     fn generate(
         &mut self,
         job: &mut CompletionJob,
@@ -616,42 +415,6 @@ impl Engine<'_> {
         }
         Ok(())
     }
-
-    fn reset_cache(&mut self) {
-        self.ctx.clear_kv_cache();
-        self.cached.clear();
-        self.cached_suffix = None;
-    }
-
-    /// The naive baseline: a new context for every request.
-    fn fresh_context(&mut self) -> Result<(), SyncError> {
-        self.ctx = self
-            .model
-            .new_context(
-                self.backend,
-                context_params(self.context_tokens, self.threads),
-            )
-            .map_err(|e| SyncError::Decode(format!("creating a llama.cpp context: {e}")))?;
-        self.cached.clear();
-        self.cached_suffix = None;
-        Ok(())
-    }
-}
-
-enum SyncError {
-    Stopped(Stopped, usize),
-    Decode(String),
-}
-
-impl std::fmt::Display for SyncError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            SyncError::Stopped(Stopped::Cancelled, _) => f.write_str("cancelled"),
-            SyncError::Stopped(Stopped::Deadline, _) => f.write_str("deadline"),
-            SyncError::Stopped(Stopped::Preempted, _) => f.write_str("a newer job arrived"),
-            SyncError::Decode(reason) => f.write_str(reason),
-        }
-    }
 }
 
 /// The longest valid UTF-8 prefix: a multi-byte character split across tokens
@@ -672,12 +435,5 @@ mod tests {
         let bytes = "é".as_bytes();
         assert_eq!(complete_utf8(&bytes[..1]), "");
         assert_eq!(complete_utf8(bytes), "é");
-    }
-
-    #[test]
-    fn slow_machines_get_a_smaller_input_budget() {
-        assert_eq!(sized_input_budget(2000, 1000.0), 2000);
-        assert_eq!(sized_input_budget(2000, 100.0), 400);
-        assert_eq!(sized_input_budget(2000, 1.0), MIN_INPUT_BUDGET);
     }
 }

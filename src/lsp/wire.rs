@@ -1,0 +1,632 @@
+//! The editor protocol's own payloads: every custom notification and command
+//! result switchyard sends, as explicit wire types (rust-analyzer's
+//! `lsp_ext` pattern). The core's types (`router::status::StatusReport` and
+//! friends) are free to change; these change only with the protocol, and
+//! `docs/lsp-extensions.md` documents each of them. Each is built from the
+//! core by an explicit field-by-field conversion and never serialises a core
+//! type, so renaming an internal field cannot change what editors read.
+//!
+//! The test at the bottom pins the JSON: a change to it is a protocol change
+//! (update docs/lsp-extensions.md and the clients under editors/).
+
+use serde::{Deserialize, Serialize};
+use tower_lsp_server::ls_types::notification::Notification;
+
+use crate::router::status as core;
+
+/// `switchyard/status`, server → client, sent only to clients that set
+/// `statusNotifications` (see docs/lsp-extensions.md).
+pub enum StatusNotification {}
+
+impl Notification for StatusNotification {
+    type Params = StatusParams;
+    const METHOD: &'static str = "switchyard/status";
+}
+
+/// A model size class.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Tier {
+    Small,
+    Medium,
+    Large,
+}
+
+impl From<crate::task::Tier> for Tier {
+    fn from(tier: crate::task::Tier) -> Tier {
+        match tier {
+            crate::task::Tier::Small => Tier::Small,
+            crate::task::Tier::Medium => Tier::Medium,
+            crate::task::Tier::Large => Tier::Large,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TaskKind {
+    Autocomplete,
+    Explain,
+    Refactor,
+}
+
+impl From<crate::task::TaskKind> for TaskKind {
+    fn from(kind: crate::task::TaskKind) -> TaskKind {
+        match kind {
+            crate::task::TaskKind::Autocomplete => TaskKind::Autocomplete,
+            crate::task::TaskKind::Explain => TaskKind::Explain,
+            crate::task::TaskKind::Refactor => TaskKind::Refactor,
+        }
+    }
+}
+
+/// The params of `switchyard/status`, and the result of the `switchyard.status`
+/// command. The top-level route is the latest served task's (all `null` before
+/// the first explain or refactor).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StatusParams {
+    pub provider: Option<String>,
+    pub model: Option<String>,
+    pub tier: Option<Tier>,
+    pub downshifted_from: Option<Tier>,
+    /// Why the latest task downshifted.
+    pub reason: Option<String>,
+    pub local_only: bool,
+    /// Explain and refactor, in that order.
+    pub tasks: Vec<TaskStatus>,
+    /// Each chain entry once, large tier first.
+    pub health: Vec<EntryHealth>,
+    #[serde(default)]
+    pub breakers: Vec<BreakerStatus>,
+    #[serde(default)]
+    pub quota: Vec<MeterStatus>,
+    #[serde(default)]
+    pub parked: Vec<ParkedTask>,
+    /// Newest last.
+    #[serde(default)]
+    pub canaries: Vec<CanaryStatus>,
+}
+
+/// One task kind. Its route's fields sit beside `kind` once the kind has been
+/// served; before that the object holds `kind` alone.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TaskStatus {
+    pub kind: TaskKind,
+    #[serde(flatten)]
+    pub route: Option<TaskRoute>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TaskRoute {
+    pub provider: String,
+    pub model: String,
+    pub tier: Tier,
+    pub downshifted_from: Option<Tier>,
+    pub reason: Option<String>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum HealthState {
+    Healthy,
+    Unknown,
+    Unhealthy,
+    NoKey,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EntryHealth {
+    pub provider: String,
+    pub model: String,
+    pub tier: Tier,
+    pub state: HealthState,
+    pub reason: Option<String>,
+    pub samples: usize,
+    pub p95_first_token_ms: Option<u64>,
+    pub error_rate: f64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum BreakerPhase {
+    Closed,
+    /// Routed around until its cooldown ends.
+    Open,
+    /// Cooled down: one probe (a canary or a request) decides.
+    HalfOpen,
+}
+
+impl From<crate::resilience::breaker::Phase> for BreakerPhase {
+    fn from(phase: crate::resilience::breaker::Phase) -> BreakerPhase {
+        use crate::resilience::breaker::Phase;
+        match phase {
+            Phase::Closed => BreakerPhase::Closed,
+            Phase::Open => BreakerPhase::Open,
+            Phase::HalfOpen => BreakerPhase::HalfOpen,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BreakerStatus {
+    /// `account/provider/model`.
+    pub key: String,
+    pub phase: BreakerPhase,
+    pub reason: String,
+    pub open_for_ms: u64,
+    pub consecutive_failures: u32,
+    pub trips: u64,
+    pub recoveries: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MeterStatus {
+    /// `account/provider/model`.
+    pub key: String,
+    pub meter: String,
+    pub limit: u64,
+    pub available: f64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ParkedTask {
+    pub id: String,
+    pub kind: TaskKind,
+    /// Why it is parked.
+    pub note: String,
+    pub parked_at_ms: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CanaryStatus {
+    pub at_ms: u64,
+    pub provider: String,
+    pub model: String,
+    pub ok: bool,
+    pub latency_ms: u64,
+    pub error: Option<String>,
+    /// What sent it.
+    pub reason: String,
+}
+
+impl From<&core::StatusReport> for StatusParams {
+    fn from(r: &core::StatusReport) -> StatusParams {
+        StatusParams {
+            provider: r.provider.clone(),
+            model: r.model.clone(),
+            tier: r.tier.map(Tier::from),
+            downshifted_from: r.downshifted_from.map(Tier::from),
+            reason: r.reason.clone(),
+            local_only: r.local_only,
+            tasks: r.tasks.iter().map(TaskStatus::from).collect(),
+            health: r.health.iter().map(EntryHealth::from).collect(),
+            breakers: r.breakers.iter().map(BreakerStatus::from).collect(),
+            quota: r.quota.iter().map(MeterStatus::from).collect(),
+            parked: r.parked.iter().map(ParkedTask::from).collect(),
+            canaries: r.canaries.iter().map(CanaryStatus::from).collect(),
+        }
+    }
+}
+
+impl From<&core::TaskStatus> for TaskStatus {
+    fn from(t: &core::TaskStatus) -> TaskStatus {
+        TaskStatus {
+            kind: t.kind.into(),
+            route: t.route.as_ref().map(|r| TaskRoute {
+                provider: r.provider.clone(),
+                model: r.model.clone(),
+                tier: r.tier.into(),
+                downshifted_from: r.downshifted_from.map(Tier::from),
+                reason: r.reason.clone(),
+            }),
+        }
+    }
+}
+
+impl From<core::HealthState> for HealthState {
+    fn from(state: core::HealthState) -> HealthState {
+        match state {
+            core::HealthState::Healthy => HealthState::Healthy,
+            core::HealthState::Unknown => HealthState::Unknown,
+            core::HealthState::Unhealthy => HealthState::Unhealthy,
+            core::HealthState::NoKey => HealthState::NoKey,
+        }
+    }
+}
+
+impl From<&core::EntryHealth> for EntryHealth {
+    fn from(h: &core::EntryHealth) -> EntryHealth {
+        EntryHealth {
+            provider: h.provider.clone(),
+            model: h.model.clone(),
+            tier: h.tier.into(),
+            state: h.state.into(),
+            reason: h.reason.clone(),
+            samples: h.samples,
+            p95_first_token_ms: h.p95_first_token_ms,
+            error_rate: h.error_rate,
+        }
+    }
+}
+
+impl From<&crate::resilience::breaker::BreakerView> for BreakerStatus {
+    fn from(b: &crate::resilience::breaker::BreakerView) -> BreakerStatus {
+        BreakerStatus {
+            key: b.key.clone(),
+            phase: b.phase.into(),
+            reason: b.reason.clone(),
+            open_for_ms: b.open_for_ms,
+            consecutive_failures: b.consecutive_failures,
+            trips: b.trips,
+            recoveries: b.recoveries,
+        }
+    }
+}
+
+impl From<&crate::resilience::governor::MeterView> for MeterStatus {
+    fn from(m: &crate::resilience::governor::MeterView) -> MeterStatus {
+        MeterStatus {
+            key: m.key.clone(),
+            meter: m.meter.clone(),
+            limit: m.limit,
+            available: m.available,
+        }
+    }
+}
+
+impl From<&core::ParkedStatus> for ParkedTask {
+    fn from(p: &core::ParkedStatus) -> ParkedTask {
+        ParkedTask {
+            id: p.id.clone(),
+            kind: p.kind.into(),
+            note: p.note.clone(),
+            parked_at_ms: p.parked_at_ms,
+        }
+    }
+}
+
+impl From<&crate::router::canary::CanaryResult> for CanaryStatus {
+    fn from(c: &crate::router::canary::CanaryResult) -> CanaryStatus {
+        CanaryStatus {
+            at_ms: c.at_ms,
+            provider: c.provider.clone(),
+            model: c.model.clone(),
+            ok: c.ok,
+            latency_ms: c.latency_ms,
+            error: c.error.clone(),
+            reason: c.reason.clone(),
+        }
+    }
+}
+
+// ---- `workspace/executeCommand` results.
+
+/// The result of `switchyard.toggleLocalOnly` and `switchyard.setLocalOnly`:
+/// the mode now in force.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LocalOnlyResult {
+    pub local_only: bool,
+}
+
+/// The result of `switchyard.explain`. The explanation was also opened with
+/// `window/showDocument` (or, failing that, summarised in `window/showMessage`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExplainResult {
+    pub provider: String,
+    pub model: String,
+    pub tier: Tier,
+    /// The markdown file holding the explanation.
+    pub path: String,
+    pub text: String,
+}
+
+/// The result of `switchyard.refactor`: applied now, or parked until a model
+/// can serve it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum RefactorResult {
+    Done(RefactorDone),
+    Parked(RefactorParked),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RefactorDone {
+    /// The client's answer to `workspace/applyEdit`.
+    pub applied: bool,
+    /// How many text edits were sent.
+    pub edits: usize,
+    pub provider: String,
+    pub model: String,
+    pub tier: Tier,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RefactorParked {
+    /// The parked task's id (as in `switchyard/status`'s `parked`).
+    pub parked: String,
+    /// Why it could not be served now.
+    pub reason: String,
+}
+
+/// A command result as `workspace/executeCommand` returns it.
+pub fn result<T: Serialize>(value: T) -> serde_json::Value {
+    serde_json::to_value(value).expect("wire types serialise")
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::resilience::breaker::{BreakerView, Phase};
+    use crate::resilience::governor::MeterView;
+    use crate::router::canary::CanaryResult;
+    use crate::task::{TaskKind as CoreKind, Tier as CoreTier};
+
+    /// Every `Option` set and one element in every list.
+    fn full_report() -> core::StatusReport {
+        core::StatusReport {
+            provider: Some("openai".into()),
+            model: Some("gpt-5-mini".into()),
+            tier: Some(CoreTier::Medium),
+            downshifted_from: Some(CoreTier::Large),
+            reason: Some("no healthy large entry".into()),
+            local_only: true,
+            tasks: vec![core::TaskStatus {
+                kind: CoreKind::Refactor,
+                route: Some(core::Route {
+                    provider: "openai".into(),
+                    model: "gpt-5-mini".into(),
+                    tier: CoreTier::Medium,
+                    downshifted_from: Some(CoreTier::Large),
+                    reason: Some("breaker open".into()),
+                }),
+            }],
+            health: vec![core::EntryHealth {
+                provider: "anthropic".into(),
+                model: "claude-sonnet-4-5".into(),
+                tier: CoreTier::Large,
+                state: core::HealthState::NoKey,
+                reason: Some("no API key in $ANTHROPIC_API_KEY".into()),
+                samples: 3,
+                p95_first_token_ms: Some(850),
+                error_rate: 0.25,
+            }],
+            breakers: vec![BreakerView {
+                key: "anthropic/anthropic/claude-sonnet-4-5".into(),
+                phase: Phase::Open,
+                reason: "6 consecutive failures".into(),
+                open_for_ms: 120_000,
+                consecutive_failures: 6,
+                trips: 2,
+                recoveries: 1,
+            }],
+            quota: vec![MeterView {
+                key: "openai/openai/gpt-5-mini".into(),
+                meter: "requests".into(),
+                limit: 500,
+                available: 412.5,
+            }],
+            parked: vec![core::ParkedStatus {
+                id: "p-1".into(),
+                kind: CoreKind::Refactor,
+                note: "every large entry is down".into(),
+                parked_at_ms: 1_700_000_000_000,
+            }],
+            canaries: vec![CanaryResult {
+                at_ms: 1_700_000_001_000,
+                provider: "anthropic".into(),
+                model: "claude-sonnet-4-5".into(),
+                ok: false,
+                latency_ms: 930,
+                error: Some("HTTP 503".into()),
+                reason: "breaker recovery check".into(),
+            }],
+        }
+    }
+
+    /// The `switchyard/status` payload, field for field. Changing this is
+    /// changing the protocol: update docs/lsp-extensions.md and editors/.
+    #[test]
+    fn status_params_wire_format_is_pinned() {
+        let params = StatusParams::from(&full_report());
+        let expected = json!({
+            "provider": "openai",
+            "model": "gpt-5-mini",
+            "tier": "medium",
+            "downshiftedFrom": "large",
+            "reason": "no healthy large entry",
+            "localOnly": true,
+            "tasks": [{
+                "kind": "refactor",
+                "provider": "openai",
+                "model": "gpt-5-mini",
+                "tier": "medium",
+                "downshiftedFrom": "large",
+                "reason": "breaker open"
+            }],
+            "health": [{
+                "provider": "anthropic",
+                "model": "claude-sonnet-4-5",
+                "tier": "large",
+                "state": "no-key",
+                "reason": "no API key in $ANTHROPIC_API_KEY",
+                "samples": 3,
+                "p95FirstTokenMs": 850,
+                "errorRate": 0.25
+            }],
+            "breakers": [{
+                "key": "anthropic/anthropic/claude-sonnet-4-5",
+                "phase": "open",
+                "reason": "6 consecutive failures",
+                "openForMs": 120000,
+                "consecutiveFailures": 6,
+                "trips": 2,
+                "recoveries": 1
+            }],
+            "quota": [{
+                "key": "openai/openai/gpt-5-mini",
+                "meter": "requests",
+                "limit": 500,
+                "available": 412.5
+            }],
+            "parked": [{
+                "id": "p-1",
+                "kind": "refactor",
+                "note": "every large entry is down",
+                "parkedAtMs": 1700000000000u64
+            }],
+            "canaries": [{
+                "atMs": 1700000001000u64,
+                "provider": "anthropic",
+                "model": "claude-sonnet-4-5",
+                "ok": false,
+                "latencyMs": 930,
+                "error": "HTTP 503",
+                "reason": "breaker recovery check"
+            }]
+        });
+        assert_eq!(serde_json::to_value(&params).unwrap(), expected);
+        // Clients parse it back.
+        assert_eq!(
+            serde_json::from_value::<StatusParams>(expected).unwrap(),
+            params
+        );
+    }
+
+    /// Before anything is served: `null`s at the top, a task is its kind alone.
+    #[test]
+    fn empty_status_has_nulls_and_bare_tasks() {
+        let report = core::StatusReport {
+            tasks: vec![core::TaskStatus {
+                kind: CoreKind::Explain,
+                route: None,
+            }],
+            ..Default::default()
+        };
+        let expected = json!({
+            "provider": null,
+            "model": null,
+            "tier": null,
+            "downshiftedFrom": null,
+            "reason": null,
+            "localOnly": false,
+            "tasks": [{"kind": "explain"}],
+            "health": [],
+            "breakers": [],
+            "quota": [],
+            "parked": [],
+            "canaries": []
+        });
+        let params = StatusParams::from(&report);
+        assert_eq!(serde_json::to_value(&params).unwrap(), expected);
+        assert_eq!(
+            serde_json::from_value::<StatusParams>(expected).unwrap(),
+            params
+        );
+    }
+
+    #[test]
+    fn every_enum_value_has_its_wire_name() {
+        let tiers: Vec<_> = [CoreTier::Small, CoreTier::Medium, CoreTier::Large]
+            .into_iter()
+            .map(|t| result(Tier::from(t)))
+            .collect();
+        assert_eq!(tiers, [json!("small"), json!("medium"), json!("large")]);
+        let kinds: Vec<_> = CoreKind::ALL
+            .into_iter()
+            .map(|k| result(TaskKind::from(k)))
+            .collect();
+        assert_eq!(
+            kinds,
+            [json!("autocomplete"), json!("explain"), json!("refactor")]
+        );
+        let phases: Vec<_> = [Phase::Closed, Phase::Open, Phase::HalfOpen]
+            .into_iter()
+            .map(|p| result(BreakerPhase::from(p)))
+            .collect();
+        assert_eq!(phases, [json!("closed"), json!("open"), json!("half-open")]);
+        let names: Vec<_> = [
+            core::HealthState::Healthy,
+            core::HealthState::Unknown,
+            core::HealthState::Unhealthy,
+            core::HealthState::NoKey,
+        ]
+        .into_iter()
+        .map(|s| result(HealthState::from(s)))
+        .collect();
+        assert_eq!(
+            names,
+            [
+                json!("healthy"),
+                json!("unknown"),
+                json!("unhealthy"),
+                json!("no-key")
+            ]
+        );
+    }
+
+    #[test]
+    fn command_results_wire_formats_are_pinned() {
+        assert_eq!(
+            StatusNotification::METHOD,
+            "switchyard/status",
+            "the method name is protocol"
+        );
+        assert_eq!(
+            result(LocalOnlyResult { local_only: true }),
+            json!({"localOnly": true})
+        );
+        assert_eq!(
+            result(ExplainResult {
+                provider: "anthropic".into(),
+                model: "claude-haiku-4-5".into(),
+                tier: Tier::Medium,
+                path: "/state/explanations/explain-1.md".into(),
+                text: "It drains.".into(),
+            }),
+            json!({
+                "provider": "anthropic",
+                "model": "claude-haiku-4-5",
+                "tier": "medium",
+                "path": "/state/explanations/explain-1.md",
+                "text": "It drains."
+            })
+        );
+        assert_eq!(
+            result(RefactorResult::Done(RefactorDone {
+                applied: true,
+                edits: 2,
+                provider: "anthropic".into(),
+                model: "claude-sonnet-4-5".into(),
+                tier: Tier::Large,
+            })),
+            json!({
+                "applied": true,
+                "edits": 2,
+                "provider": "anthropic",
+                "model": "claude-sonnet-4-5",
+                "tier": "large"
+            })
+        );
+        assert_eq!(
+            result(RefactorResult::Parked(RefactorParked {
+                parked: "p-1".into(),
+                reason: "every large entry is down".into(),
+            })),
+            json!({"parked": "p-1", "reason": "every large entry is down"})
+        );
+    }
+}

@@ -1,0 +1,135 @@
+//! Loading the model and sizing its context: llama.cpp's process-wide backend,
+//! the GGUF check, the model's fill-in-the-middle tokens, context parameters and
+//! the prompt speed measured at load that caps the input budget.
+
+use std::fs::File;
+use std::io::Read;
+use std::num::NonZeroU32;
+use std::path::Path;
+use std::sync::OnceLock;
+use std::time::Instant;
+
+use llama_cpp_2::context::params::LlamaContextParams;
+use llama_cpp_2::llama_backend::LlamaBackend;
+use llama_cpp_2::llama_batch::LlamaBatch;
+use llama_cpp_2::model::LlamaModel;
+use llama_cpp_2::model::params::LlamaModelParams;
+use llama_cpp_2::token::LlamaToken;
+
+use super::CHUNK;
+use crate::providers::local::prompt::{FimOrder, FimTokens};
+
+/// A cold prompt should fill in the background within this long; the input budget
+/// shrinks on machines too slow for that.
+const COLD_FILL_SECONDS: f64 = 4.0;
+const MIN_INPUT_BUDGET: usize = 256;
+
+/// llama.cpp's backend may be initialised once per process.
+pub(super) fn backend() -> Result<&'static LlamaBackend, String> {
+    static BACKEND: OnceLock<Result<LlamaBackend, String>> = OnceLock::new();
+    BACKEND
+        .get_or_init(|| {
+            llama_cpp_2::send_logs_to_tracing(llama_cpp_2::LogOptions::default());
+            LlamaBackend::init().map_err(|e| e.to_string())
+        })
+        .as_ref()
+        .map_err(Clone::clone)
+}
+
+pub(super) fn load_model(backend: &LlamaBackend, path: &Path) -> Result<LlamaModel, String> {
+    let mut magic = [0u8; 4];
+    File::open(path)
+        .and_then(|mut f| f.read_exact(&mut magic))
+        .map_err(|e| format!("cannot read model file {}: {e}", path.display()))?;
+    if &magic != b"GGUF" {
+        return Err(format!(
+            "{} is not a GGUF model file (it starts with {:?}); run `switchyard models verify`",
+            path.display(),
+            String::from_utf8_lossy(&magic)
+        ));
+    }
+    LlamaModel::load_from_file(backend, path, &LlamaModelParams::default()).map_err(|e| {
+        format!("llama.cpp could not load {} ({e}); the file may be corrupt: run `switchyard models verify`", path.display())
+    })
+}
+
+pub(super) fn fim_tokens(model: &LlamaModel) -> Result<FimTokens, String> {
+    let vocab = model.vocab();
+    let (prefix, suffix, middle) = (vocab.fim_pre().0, vocab.fim_suf().0, vocab.fim_mid().0);
+    if prefix < 0 || suffix < 0 || middle < 0 {
+        return Err(
+            "the model has no fill-in-the-middle tokens; choose a coder model with FIM support"
+                .into(),
+        );
+    }
+    let prefix_text =
+        String::from_utf8_lossy(&vocab.token_to_piece(LlamaToken(prefix), true, None)).into_owned();
+    Ok(FimTokens {
+        prefix,
+        suffix,
+        middle,
+        bos: vocab.should_add_bos().then(|| vocab.bos().0),
+        order: FimOrder::from_prefix_token_text(&prefix_text),
+    })
+}
+
+pub(super) fn context_params(n_ctx: u32, threads: usize) -> LlamaContextParams {
+    LlamaContextParams::default()
+        .with_n_ctx(NonZeroU32::new(n_ctx))
+        .with_n_batch(CHUNK as u32)
+        .with_n_ubatch(CHUNK as u32)
+        .with_n_threads(threads as i32)
+        .with_n_threads_batch(threads as i32)
+        // A second sequence parks a shifted suffix while the gap before it is decoded.
+        .with_n_seq_max(2)
+        .with_kv_unified(true)
+}
+
+/// Prompt tokens per second on this machine, from decoding a few chunks in a scratch context.
+pub(super) fn measure_prompt_speed(
+    backend: &LlamaBackend,
+    model: &LlamaModel,
+    threads: usize,
+) -> Result<f64, String> {
+    let mut ctx = model
+        .new_context(backend, context_params(4 * CHUNK as u32, threads))
+        .map_err(|e| format!("creating a llama.cpp context: {e}"))?;
+    let sample = "fn main() {\n    let values: Vec<u32> = (0..10).map(|x| x * 2).collect();\n    println!(\"{values:?}\");\n}\n".repeat(8);
+    let tokens = model.vocab().tokenize(sample.as_bytes(), false, false);
+    let tokens = &tokens[..tokens.len().min(3 * CHUNK)];
+    let mut batch = LlamaBatch::new(CHUNK, 1);
+    // The first chunk warms caches and allocations; time the rest.
+    let mut timed = None;
+    for (i, chunk) in tokens.chunks(CHUNK).enumerate() {
+        if i == 1 {
+            timed = Some(Instant::now());
+        }
+        batch.clear();
+        for (j, &t) in chunk.iter().enumerate() {
+            batch
+                .add(t, (i * CHUNK + j) as i32, &[0], j + 1 == chunk.len())
+                .map_err(|e| e.to_string())?;
+        }
+        ctx.decode(&mut batch)
+            .map_err(|e| format!("llama.cpp decode failed: {e}"))?;
+    }
+    let seconds = timed.map_or(1.0, |t| t.elapsed().as_secs_f64()).max(1e-6);
+    Ok((tokens.len() - CHUNK.min(tokens.len())) as f64 / seconds)
+}
+
+pub(super) fn sized_input_budget(configured: usize, tokens_per_s: f64) -> usize {
+    let affordable = (tokens_per_s * COLD_FILL_SECONDS) as usize;
+    configured.min(affordable.max(MIN_INPUT_BUDGET))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slow_machines_get_a_smaller_input_budget() {
+        assert_eq!(sized_input_budget(2000, 1000.0), 2000);
+        assert_eq!(sized_input_budget(2000, 100.0), 400);
+        assert_eq!(sized_input_budget(2000, 1.0), MIN_INPUT_BUDGET);
+    }
+}

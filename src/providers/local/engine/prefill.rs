@@ -1,0 +1,151 @@
+//! Prefill: bringing the KV cache to a prompt while decoding as little as possible.
+//!
+//! Keeps the common token prefix, moves an unchanged suffix to its new positions
+//! (a RoPE shift through the parking sequence) and decodes the rest in chunks,
+//! checking the cancel flag, deadline and newer jobs between chunks.
+
+use llama_cpp_2::token::LlamaToken;
+
+use super::load::context_params;
+use super::{CHUNK, Engine, Interrupt, MAIN, PARKED, Stopped};
+use crate::providers::local::prompt::FimPrompt;
+use crate::providers::local::reuse::{self, SuffixSpan};
+
+impl Engine<'_> {
+    /// Brings the KV cache to `prompt`, decoding only what the cache lacks.
+    /// Returns how many tokens were decoded.
+    pub(super) fn sync_prompt(
+        &mut self,
+        prompt: &FimPrompt,
+        interrupt: &Interrupt,
+    ) -> Result<usize, SyncError> {
+        if !self.reuse_cache {
+            self.fresh_context()?;
+        }
+        let plan = reuse::plan(
+            &self.cached,
+            self.cached_suffix,
+            &prompt.tokens,
+            prompt.suffix_span,
+        );
+        let mem = |e: llama_cpp_2::context::kv_cache::KvCacheConversionError| {
+            SyncError::Decode(e.to_string())
+        };
+        if let Some((old, new_start)) = plan.shifted_suffix {
+            // llama.cpp requires each sequence's positions to stay consecutive, so the
+            // suffix waits in the parking sequence, moved to its new positions, while
+            // the gap before it is decoded into the main sequence.
+            let delta = new_start as i32 - old.start as i32;
+            self.ctx
+                .copy_kv_cache_seq(MAIN, PARKED, Some(old.start as u32), Some(old.end as u32))
+                .map_err(mem)?;
+            self.ctx
+                .kv_cache_seq_add(PARKED, Some(old.start as u32), Some(old.end as u32), delta)
+                .map_err(mem)?;
+        }
+        self.ctx
+            .kv_cache_seq_rm(MAIN, Some(plan.keep as u32), None)
+            .map_err(mem)?;
+        self.cached.truncate(plan.keep);
+        self.cached_suffix = None;
+
+        let mut decoded = 0;
+        if let Some((old, new_start)) = plan.shifted_suffix {
+            let shifted_len = old.end - old.start;
+            // Fill the gap before the shifted suffix; if stopped, drop the suffix so the
+            // cache stays a contiguous run of known tokens.
+            let gap = self.decode_into_cache(&prompt.tokens[..new_start], interrupt, &mut decoded);
+            if gap.is_ok() {
+                let end = (new_start + shifted_len) as u32;
+                self.ctx
+                    .copy_kv_cache_seq(PARKED, MAIN, Some(new_start as u32), Some(end))
+                    .map_err(mem)?;
+                self.cached
+                    .extend_from_slice(&prompt.tokens[new_start..new_start + shifted_len]);
+            }
+            self.ctx.kv_cache_seq_rm(PARKED, None, None).map_err(mem)?;
+            gap.map_err(|stopped| SyncError::Stopped(stopped, decoded))?;
+        }
+        let filled = self.decode_into_cache(&prompt.tokens, interrupt, &mut decoded);
+        // A partly decoded suffix is still worth shifting next time.
+        self.cached_suffix = prompt
+            .suffix_span
+            .map(|span| SuffixSpan {
+                start: span.start,
+                end: span.end.min(self.cached.len()),
+            })
+            .filter(|span| span.end > span.start);
+        filled.map_err(|stopped| SyncError::Stopped(stopped, decoded))?;
+        Ok(decoded)
+    }
+
+    /// Decodes `target[self.cached.len()..]` in chunks; the last token gets logits.
+    fn decode_into_cache(
+        &mut self,
+        target: &[i32],
+        interrupt: &Interrupt,
+        decoded: &mut usize,
+    ) -> Result<(), Stopped> {
+        while self.cached.len() < target.len() {
+            let start = self.cached.len();
+            let end = (start + CHUNK).min(target.len());
+            if let Some(stopped) = self.check(
+                interrupt,
+                self.chunk_cost.mul_f64((end - start) as f64 / CHUNK as f64),
+            ) {
+                return Err(stopped);
+            }
+            self.batch.clear();
+            for (pos, &token) in (start..end).zip(&target[start..end]) {
+                let last = pos + 1 == target.len();
+                // Capacity is CHUNK and the chunk never exceeds it.
+                let _ = self.batch.add(LlamaToken(token), pos as i32, &[MAIN], last);
+            }
+            if let Err(e) = self.ctx.decode(&mut self.batch) {
+                tracing::error!("llama.cpp decode failed: {e}; clearing the cache");
+                self.reset_cache();
+                return Err(Stopped::Cancelled);
+            }
+            self.logits_index = (end - start) as i32 - 1;
+            self.cached.extend_from_slice(&target[start..end]);
+            *decoded += end - start;
+        }
+        Ok(())
+    }
+
+    pub(super) fn reset_cache(&mut self) {
+        self.ctx.clear_kv_cache();
+        self.cached.clear();
+        self.cached_suffix = None;
+    }
+
+    /// The naive baseline: a new context for every request.
+    fn fresh_context(&mut self) -> Result<(), SyncError> {
+        self.ctx = self
+            .model
+            .new_context(
+                self.backend,
+                context_params(self.context_tokens, self.threads),
+            )
+            .map_err(|e| SyncError::Decode(format!("creating a llama.cpp context: {e}")))?;
+        self.cached.clear();
+        self.cached_suffix = None;
+        Ok(())
+    }
+}
+
+pub(super) enum SyncError {
+    Stopped(Stopped, usize),
+    Decode(String),
+}
+
+impl std::fmt::Display for SyncError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SyncError::Stopped(Stopped::Cancelled, _) => f.write_str("cancelled"),
+            SyncError::Stopped(Stopped::Deadline, _) => f.write_str("deadline"),
+            SyncError::Stopped(Stopped::Preempted, _) => f.write_str("a newer job arrived"),
+            SyncError::Decode(reason) => f.write_str(reason),
+        }
+    }
+}

@@ -1,0 +1,345 @@
+//! One call to one entry: the deadlined and beaconed layers.
+//!
+//! [`Deadlines`] is the single definition of an attempt's first-token, idle
+//! and total limits; the provider's own timeouts are derived from it, so the
+//! router and the provider layer never run two clocks for one limit.
+//! [`Beaconed`] records the attempt in its entry's beacon when it ends, and
+//! also when its future is dropped (a cancelled request, a lost hedge race).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::beacon::{Beacons, Degradation, Outcome, Sample};
+use super::hedge::Racer;
+use super::request::{OnProgress, Progress};
+use crate::entry::ModelRef;
+use crate::providers::{
+    ChatRequest, FailureKind, FinishReason, Provider, ProviderError, RateLimits, StreamEvent,
+    Timeouts, Usage,
+};
+use crate::resilience::classify::{ErrorClass, Fatal, classify};
+use crate::task::TaskProfile;
+
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+pub(super) enum Failure {
+    Cancelled,
+    OverBudget(crate::context::chat::OverBudget),
+    Failed(Failed),
+}
+
+/// An attempt that ended without an answer.
+#[derive(Clone, Debug)]
+pub(super) struct Failed {
+    pub reason: String,
+    pub outcome: Outcome,
+    /// `None` for answers that came back degraded with status 200: no retry on
+    /// the same model helps, but nothing is wrong with the provider either.
+    pub class: Option<ErrorClass>,
+    pub retry_after: Option<Duration>,
+    /// Text streamed before the failure, for a continuation.
+    pub partial: String,
+    /// A ceiling or stall timeout: the entry is slow now, so the next entry is
+    /// a better bet than another wait on this one.
+    pub slow: bool,
+}
+
+impl Failed {
+    pub fn new(reason: String, outcome: Outcome, class: Option<ErrorClass>) -> Failed {
+        Failed {
+            reason,
+            outcome,
+            class,
+            retry_after: None,
+            partial: String::new(),
+            slow: false,
+        }
+    }
+}
+
+impl Failure {
+    pub fn failed(reason: String, outcome: Outcome, class: Option<ErrorClass>) -> Failure {
+        Failure::Failed(Failed::new(reason, outcome, class))
+    }
+
+    fn too_slow(reason: String) -> Failure {
+        Failure::Failed(Failed {
+            slow: true,
+            ..Failed::new(reason, Outcome::Failed, Some(ErrorClass::Transient))
+        })
+    }
+
+    fn from_provider(e: ProviderError) -> Failure {
+        let class = classify(&e);
+        let slow = matches!(
+            e.kind,
+            FailureKind::TimeoutFirstByte | FailureKind::TimeoutFirstToken | FailureKind::Stalled
+        );
+        Failure::Failed(Failed {
+            retry_after: e.retry_after,
+            partial: e.partial.clone(),
+            slow,
+            ..Failed::new(describe(&e), Outcome::Failed, Some(class))
+        })
+    }
+}
+
+/// An attempt's limits, all measured from when it starts.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Deadlines {
+    pub started: Instant,
+    /// The first token must arrive by then (for a hedged primary, the total:
+    /// a late first token starts the hedge instead of ending this attempt).
+    pub first_token: Instant,
+    pub total: Instant,
+    /// Longest silence between stream events once text flows.
+    pub idle: Duration,
+    first_token_ceiling: Duration,
+    total_ceiling: Duration,
+}
+
+impl Deadlines {
+    /// Each attempt gets the task's full ceilings, within the task's deadline.
+    pub fn new(profile: &TaskProfile, task_deadline: Instant, hedged: bool) -> Deadlines {
+        let started = Instant::now();
+        let total = (started + profile.total_ceiling()).min(task_deadline);
+        let first_token = if hedged {
+            total
+        } else {
+            (started + profile.first_token_ceiling()).min(total)
+        };
+        Deadlines {
+            started,
+            first_token,
+            total,
+            idle: profile.idle_ceiling(),
+            first_token_ceiling: profile.first_token_ceiling(),
+            total_ceiling: profile.total_ceiling(),
+        }
+    }
+
+    /// The provider's own limits, derived from these: never earlier than the
+    /// router's, so the router's deadline is the one that decides.
+    pub fn timeouts(&self) -> Timeouts {
+        let first_token = self.first_token.saturating_duration_since(self.started);
+        Timeouts {
+            connect: CONNECT_TIMEOUT.min(first_token),
+            first_byte: first_token,
+            first_token,
+            idle: self.idle,
+        }
+    }
+}
+
+/// Records one attempt in its beacon exactly once: with the outcome the
+/// attempt reached, or, when dropped first, with what the drop says (a first
+/// token seen is a healthy sample; none by the first-token ceiling is a slow
+/// one; anything else teaches nothing).
+pub(super) struct Beaconed {
+    beacons: Arc<Beacons>,
+    entry: ModelRef,
+    started: Instant,
+    first_token_ceiling: Duration,
+    first_token: Option<Duration>,
+    outcome: Option<(Outcome, bool)>,
+}
+
+impl Beaconed {
+    pub fn new(beacons: Arc<Beacons>, entry: ModelRef, deadlines: &Deadlines) -> Beaconed {
+        Beaconed {
+            beacons,
+            entry,
+            started: deadlines.started,
+            first_token_ceiling: deadlines.first_token_ceiling,
+            first_token: None,
+            outcome: None,
+        }
+    }
+
+    fn first_token(&mut self) {
+        self.first_token
+            .get_or_insert_with(|| self.started.elapsed());
+    }
+
+    /// The attempt's verdict; `slow` when it was abandoned without a token.
+    fn finish(&mut self, outcome: Outcome, slow: bool) {
+        self.outcome = Some((outcome, slow));
+    }
+}
+
+impl Drop for Beaconed {
+    fn drop(&mut self) {
+        let waited = self.started.elapsed();
+        let (outcome, slow) = match self.outcome {
+            Some(verdict) => verdict,
+            None if self.first_token.is_some() => (Outcome::Ok, false),
+            None if waited >= self.first_token_ceiling => (Outcome::Ok, true),
+            None => return,
+        };
+        let sample = Sample {
+            at: Instant::now(),
+            first_token: self.first_token.or(slow.then_some(waited)),
+            total: waited,
+            outcome,
+        };
+        self.beacons.record(&self.entry, sample);
+    }
+}
+
+/// What an attempt saw before it ended, kept whether it succeeded or not.
+#[derive(Default)]
+pub(super) struct Seen {
+    pub text: String,
+    pub rate_limits: RateLimits,
+}
+
+/// One call: streams the answer within `deadlines`, forwards text through
+/// `progress` (once this side of a hedged race has won), classifies the end.
+pub(super) async fn call(
+    provider: &dyn Provider,
+    request: ChatRequest,
+    deadlines: Deadlines,
+    beacon: &mut Beaconed,
+    cancel: &CancellationToken,
+    (racer, progress): (Option<&Racer>, OnProgress<'_>),
+) -> (Result<(String, Usage), Failure>, RateLimits) {
+    let mut seen = Seen::default();
+    let total_ceiling = deadlines.total_ceiling;
+    let streamed = consume(provider, request, deadlines, beacon, &mut seen, (racer, progress));
+    let result = tokio::select! {
+        _ = cancel.cancelled() => Err(Failure::Cancelled),
+        timed = tokio::time::timeout_at(deadlines.total, streamed) => timed.unwrap_or_else(|_| Err(Failure::too_slow(
+            format!("no complete answer within the {:.0} s ceiling", total_ceiling.as_secs_f64()),
+        ))),
+    };
+    let result = result.map_err(|failure| match failure {
+        Failure::Failed(failed) if failed.partial.is_empty() => Failure::Failed(Failed {
+            partial: seen.text.clone(),
+            ..failed
+        }),
+        other => other,
+    });
+    match &result {
+        Ok(_) => beacon.finish(Outcome::Ok, false),
+        Err(Failure::Failed(failed)) => beacon.finish(failed.outcome, failed.slow),
+        // A cancelled attempt is judged by what it saw (the beacon's drop rule).
+        Err(Failure::Cancelled | Failure::OverBudget(_)) => {}
+    }
+    (result, seen.rate_limits)
+}
+
+async fn consume(
+    provider: &dyn Provider,
+    request: ChatRequest,
+    deadlines: Deadlines,
+    beacon: &mut Beaconed,
+    seen: &mut Seen,
+    (racer, progress): (Option<&Racer>, OnProgress<'_>),
+) -> Result<(String, Usage), Failure> {
+    let ceiling_breach = || {
+        Failure::too_slow(format!(
+            "no first token within {:.1} s",
+            deadlines
+                .first_token
+                .duration_since(deadlines.started)
+                .as_secs_f64()
+        ))
+    };
+    let response =
+        tokio::time::timeout_at(deadlines.first_token, provider.stream(request, deadlines.timeouts()))
+            .await
+            .map_err(|_| ceiling_breach())?;
+    let response = match response {
+        Ok(response) => response,
+        Err(e) => {
+            seen.rate_limits = e.rate_limits.clone();
+            return Err(Failure::from_provider(e));
+        }
+    };
+    seen.rate_limits = response.rate_limits;
+    let mut stream = response.events;
+    let mut got_text = false;
+    loop {
+        let next = if got_text {
+            stream.next().await
+        } else {
+            tokio::time::timeout_at(deadlines.first_token, stream.next())
+                .await
+                .map_err(|_| ceiling_breach())?
+        };
+        match next {
+            Some(Ok(StreamEvent::Delta(delta))) => {
+                if racer.is_some_and(|r| !r.claim()) {
+                    return Err(Failure::Cancelled);
+                }
+                got_text = true;
+                beacon.first_token();
+                seen.text.push_str(&delta);
+                progress(Progress::Delta(delta));
+                progress(Progress::Received {
+                    chars: seen.text.len(),
+                });
+            }
+            Some(Ok(StreamEvent::End(finish))) => return finished(finish, seen),
+            Some(Err(e)) => return Err(Failure::from_provider(e)),
+            None => {
+                return Err(Failure::failed(
+                    "the stream ended without its terminal event".into(),
+                    Outcome::Failed,
+                    Some(ErrorClass::Transient),
+                ));
+            }
+        }
+    }
+}
+
+/// Classifies a stream that reached its terminal event.
+fn finished(finish: crate::providers::Finish, seen: &mut Seen) -> Result<(String, Usage), Failure> {
+    let degraded = |d: Degradation, why: &str, class: Option<ErrorClass>| {
+        Err(Failure::failed(why.into(), Outcome::Degraded(d), class))
+    };
+    match finish.reason {
+        FinishReason::MaxTokens => degraded(
+            Degradation::Truncated,
+            "answer truncated at max_tokens",
+            None,
+        ),
+        FinishReason::Refusal => {
+            let said: String = seen.text.trim().chars().take(200).collect();
+            let why = if said.is_empty() {
+                "the model refused (finish reason: refusal / content_filter)".to_owned()
+            } else {
+                format!("the model refused (finish reason: refusal / content_filter): {said}")
+            };
+            degraded(
+                Degradation::Refused,
+                &why,
+                Some(ErrorClass::Fatal(Fatal::Refusal)),
+            )
+        }
+        _ if seen.text.trim().is_empty() => degraded(Degradation::Empty, "empty answer", None),
+        _ => Ok((std::mem::take(&mut seen.text), finish.usage)),
+    }
+}
+
+fn describe(e: &ProviderError) -> String {
+    let mut text = match e.status {
+        Some(status) => format!("HTTP {status}"),
+        None => format!("{:?}", e.kind).to_lowercase(),
+    };
+    if let Some(kind) = e.error_type.as_deref().or(e.code.as_deref()) {
+        text.push_str(&format!(" {kind}"));
+    }
+    if e.message.starts_with(&text) {
+        // The provider's message already leads with the status.
+        return e.message.clone();
+    }
+    if !e.message.is_empty() {
+        text.push_str(&format!(": {}", e.message));
+    }
+    text
+}

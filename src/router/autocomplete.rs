@@ -1,0 +1,99 @@
+//! Remote autocomplete: the remote entries that `autocomplete.chain` puts
+//! before `local`, each tried through the same pipeline within a share of the
+//! completion budget, never waiting to retry.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::Router;
+use super::attempt::Failure;
+use super::pipeline::RunState;
+use super::plan::Candidate;
+use super::request::TaskRequest;
+use super::status::Route;
+use crate::context::chat::PromptParts;
+use crate::entry::ChainEntry;
+use crate::prompts;
+use crate::providers::local::FimText;
+use crate::task::{TaskKind, TaskProfile, Tier};
+
+impl Router {
+    /// Autocomplete from the remote entries before `local` in `autocomplete.chain`,
+    /// each healthy one tried until `deadline`. `None` when none answered: the
+    /// local engine then serves this request, and the next ones while the
+    /// remote's beacon stays over the budget.
+    pub async fn autocomplete_remote(
+        &self,
+        text: &FimText,
+        deadline: Instant,
+        cancel: &CancellationToken,
+    ) -> Option<(String, Route)> {
+        if self.local_only() {
+            return None;
+        }
+        if let Some(window) = &self.config.autocomplete.local_first
+            && window.is_open_now()
+        {
+            return None;
+        }
+        let share = deadline.saturating_duration_since(Instant::now());
+        let autocomplete = &self.config.autocomplete;
+        let share_ms = share.as_millis() as u64;
+        let profile = TaskProfile {
+            tier: Tier::Small,
+            input_tokens: autocomplete.input_tokens,
+            output_tokens: autocomplete.output_tokens,
+            first_token_ms: share_ms,
+            total_ms: share_ms,
+            idle_ms: share_ms,
+            wait_ms: 0,
+            hedge: false,
+        };
+        let parts = PromptParts {
+            before: text.prefix.clone(),
+            after: text.suffix.clone(),
+            instruction: prompts::FIM_INSTRUCTION.into(),
+            ..PromptParts::default()
+        };
+        let request = TaskRequest::new(TaskKind::Autocomplete, prompts::FIM_SYSTEM, parts);
+        let remotes = autocomplete
+            .chain
+            .iter()
+            .take_while(|entry| !entry.is_local())
+            .filter_map(ChainEntry::remote);
+        for entry in remotes {
+            let candidate = Candidate {
+                entry: entry.clone(),
+                tier: Tier::Small,
+                skip: None,
+            };
+            if self.skip(entry, &profile).is_some() {
+                continue;
+            }
+            // No waiting: a miss goes to the next entry or the local engine at once.
+            let mut run = RunState::new(deadline, Duration::ZERO, String::new());
+            match self
+                .serve_entry(&candidate, &request, &profile, &mut run, cancel, &|_| {})
+                .await
+            {
+                Ok((text, _)) => {
+                    let route = Route {
+                        provider: entry.provider.clone(),
+                        model: entry.model.clone(),
+                        tier: Tier::Small,
+                        downshifted_from: None,
+                        reason: None,
+                    };
+                    return Some((text, route));
+                }
+                Err(Failure::Failed(failed)) => {
+                    tracing::debug!("autocomplete by {entry} missed: {}", failed.reason)
+                }
+                Err(_) => return None,
+            }
+        }
+        None
+    }
+}

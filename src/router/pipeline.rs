@@ -1,0 +1,247 @@
+//! The per-entry pipeline: every remote attempt passes the same layers, each
+//! holding a guard, so a step cannot be forgotten on an early return and a
+//! dropped request future leaks nothing.
+//!
+//! ```text
+//! breakered ─▶ governed ─▶ deadlined + beaconed ─▶ provider
+//!  (probe permit:  (reservation:   (one clock for first
+//!   released on     settled, or     token, idle, total;
+//!   verdict or      refunded on     sample on end or
+//!   drop)           drop)           drop)
+//! ```
+//!
+//! The retry policy ([`super::retry`]) decides after each failed attempt
+//! whether the same entry is tried again.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::Router;
+use super::attempt::{self, Beaconed, Deadlines, Failure};
+use super::beacon::Outcome;
+use super::hedge::Racer;
+use super::plan::Candidate;
+use super::request::{OnProgress, Progress, TaskRequest};
+use crate::entry::EntryKey;
+use crate::providers::{Provider, Usage};
+use crate::resilience::backoff::WaitBudget;
+use crate::resilience::breaker::Admission;
+use crate::task::TaskProfile;
+
+/// What one task has left as it walks its plan.
+pub(super) struct RunState {
+    pub deadline: Instant,
+    pub waits: WaitBudget,
+    /// The longest answer streamed so far, continued by the next attempt.
+    pub partial: String,
+    /// Something temporary (an open breaker, an empty quota, a spent wait
+    /// budget) stood in the way: the task can be parked and resumed.
+    pub retry_later: bool,
+    /// This run's side of a hedged race, while one is on.
+    pub racer: Option<Racer>,
+    /// Share of the input budget prompts are rendered to; halved when a
+    /// model says the prompt is too long.
+    pub input_scale: f64,
+}
+
+impl RunState {
+    pub fn new(deadline: Instant, wait_budget: Duration, partial: String) -> RunState {
+        RunState {
+            deadline,
+            waits: WaitBudget::new(wait_budget),
+            partial,
+            retry_later: false,
+            racer: None,
+            input_scale: 1.0,
+        }
+    }
+
+    /// The hedge's own state: same deadline and wait budget left.
+    pub fn fork(&self, racer: Racer) -> RunState {
+        RunState {
+            deadline: self.deadline,
+            waits: self.waits,
+            partial: self.partial.clone(),
+            retry_later: false,
+            racer: Some(racer),
+            input_scale: self.input_scale,
+        }
+    }
+
+    /// Takes in what the hedge learned.
+    pub fn absorb(&mut self, hedge: RunState) {
+        self.retry_later |= hedge.retry_later;
+        if hedge.partial.len() > self.partial.len() {
+            self.partial = hedge.partial;
+        }
+    }
+}
+
+pub(super) fn join_reasons(earlier: Option<String>, now: String) -> String {
+    match earlier {
+        Some(earlier) => format!("{earlier}; then {now}"),
+        None => now,
+    }
+}
+
+impl Router {
+    /// The entry's identity in the shared state (its account's breaker and quota).
+    pub(crate) fn key(&self, entry: &crate::entry::ModelRef) -> EntryKey {
+        let account = self
+            .provider_config(&entry.provider)
+            .map_or(entry.provider.as_str(), |p| p.account(&entry.provider));
+        EntryKey::new(account, entry.clone())
+    }
+
+    fn provider(&self, candidate: &Candidate) -> Result<Arc<dyn Provider>, Failure> {
+        self.providers
+            .get(&candidate.entry.provider)
+            .cloned()
+            .ok_or_else(|| {
+                Failure::failed(
+                    format!("provider `{}` is not configured", candidate.entry.provider),
+                    Outcome::Failed,
+                    None,
+                )
+            })
+    }
+
+    /// Serves a request from one entry through the pipeline, retrying it
+    /// while the retry policy allows. Fatal errors never retry here; the
+    /// caller moves on.
+    pub(super) async fn serve_entry(
+        &self,
+        candidate: &Candidate,
+        request: &TaskRequest,
+        profile: &TaskProfile,
+        run: &mut RunState,
+        cancel: &CancellationToken,
+        progress: OnProgress<'_>,
+    ) -> Result<(String, Usage), Failure> {
+        let provider = self.provider(candidate)?;
+        let key = self.key(&candidate.entry);
+        let breaker_key = key.breaker_key();
+        let quota = self
+            .provider_config(&key.model.provider)
+            .map(|p| p.quota)
+            .unwrap_or_default();
+        let probe_ttl = profile.total_ceiling() + Duration::from_secs(5);
+        let resilience = &self.resilience;
+        let mut last_error: Option<String> = None;
+        for retry in 0u32.. {
+            // Breakered: the admission (a probe permit when half-open) lives
+            // until the verdict is recorded or this future is dropped.
+            let admission = resilience.breakers.admit(&breaker_key, probe_ttl).await;
+            if let Admission::Open { reason, retry_in } = &admission {
+                run.retry_later = true;
+                let reason = format!(
+                    "circuit open ({reason}), next probe in {:.0} s",
+                    retry_in.as_secs_f64()
+                );
+                return Err(Failure::failed(
+                    join_reasons(last_error, reason),
+                    Outcome::Failed,
+                    None,
+                ));
+            }
+            let prompt = self
+                .prompt(
+                    &candidate.entry,
+                    request,
+                    profile,
+                    (&run.partial, run.input_scale),
+                    provider.supports_prefill(),
+                )
+                .map_err(Failure::OverBudget)?;
+            if !run.partial.is_empty() && prompt.prefill.is_empty() {
+                progress(Progress::Restarted);
+            }
+            // Governed: the reservation is settled below, or refunded if this
+            // future is dropped while the request runs.
+            let waited_from = Instant::now();
+            let admit_by = (waited_from + run.waits.left()).min(run.deadline);
+            let reservation = resilience
+                .governor
+                .admit(
+                    &key.quota_key(),
+                    request.kind,
+                    quota,
+                    prompt.input_tokens() as u64,
+                    u64::from(prompt.request.max_tokens),
+                    admit_by,
+                )
+                .await;
+            run.waits.try_spend(waited_from.elapsed());
+            let reservation = reservation.map_err(|starved| {
+                run.retry_later = true;
+                Failure::failed(
+                    join_reasons(last_error.clone(), starved.to_string()),
+                    Outcome::Failed,
+                    None,
+                )
+            })?;
+            if retry == 0 {
+                resilience.retries.earn(&key.account);
+            }
+            progress(Progress::Trying {
+                entry: candidate.entry.clone(),
+                tier: candidate.tier,
+            });
+            // Deadlined and beaconed.
+            let deadlines = Deadlines::new(profile, run.deadline, run.racer.is_some());
+            let mut beacon = Beaconed::new(self.beacons.clone(), candidate.entry.clone(), &deadlines);
+            let (result, rate_limits) = attempt::call(
+                provider.as_ref(),
+                prompt.request,
+                deadlines,
+                &mut beacon,
+                cancel,
+                (run.racer.as_ref(), progress),
+            )
+            .await;
+            drop(beacon);
+            resilience.governor.observe(&reservation, &rate_limits).await;
+            let usage = result.as_ref().ok().map(|(_, usage)| *usage);
+            resilience.governor.settle(reservation, usage).await;
+            let failed = match result {
+                Ok((text, usage)) => {
+                    resilience.breakers.record(&breaker_key, admission, true, "").await;
+                    return Ok((prompt.prefill + &text, usage));
+                }
+                Err(Failure::Failed(failed)) => failed,
+                Err(other) => return Err(other),
+            };
+            let was_probe = admission.is_probe();
+            let healthy_answer = failed
+                .class
+                .as_ref()
+                .is_none_or(|class| !class.counts_against_health());
+            resilience
+                .breakers
+                .record(&breaker_key, admission, healthy_answer, &failed.reason)
+                .await;
+            if failed.partial.len() > run.partial.len() {
+                run.partial = prompt.prefill.clone() + &failed.partial;
+            }
+            let delay = self
+                .retry_delay(&key, failed.clone(), retry, was_probe, run)
+                .await
+                .map_err(Failure::Failed)?;
+            tracing::info!(
+                "{}: {}, retrying in {:.1} s",
+                candidate.entry,
+                failed.reason,
+                delay.as_secs_f64()
+            );
+            tokio::select! {
+                _ = cancel.cancelled() => return Err(Failure::Cancelled),
+                _ = tokio::time::sleep(delay) => {}
+            }
+            last_error = Some(failed.reason);
+        }
+        unreachable!("the retry loop returns")
+    }
+}

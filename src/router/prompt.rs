@@ -1,0 +1,101 @@
+//! The request one entry is sent: the task's prompt rendered within the
+//! entry's input budget, continuing a partial answer where the provider
+//! accepts an assistant prefill.
+
+use crate::context::chat::{self, OverBudget};
+use crate::entry::{LOCAL, ModelRef};
+use crate::providers::{ChatMessage, ChatRequest, Role};
+use crate::task::TaskProfile;
+
+use super::Router;
+use super::request::TaskRequest;
+
+/// A request ready to send, and the prefill its answer continues.
+pub(super) struct Prompt {
+    pub request: ChatRequest,
+    pub prefill: String,
+}
+
+impl Prompt {
+    /// Estimated tokens the provider reads, for the quota reservation.
+    pub fn input_tokens(&self) -> usize {
+        let system = self.request.system.as_deref().unwrap_or_default();
+        let text = self
+            .request
+            .messages
+            .iter()
+            .fold(system.to_owned(), |all, m| all + &m.content);
+        chat::estimate_tokens(&text)
+    }
+}
+
+impl Router {
+    /// The request for `entry`, with `partial` continued as a prefill where the
+    /// provider allows it (others restart cleanly) and the input budget scaled
+    /// by `input_scale` (a model said the prompt was too long).
+    pub(super) fn prompt(
+        &self,
+        entry: &ModelRef,
+        request: &TaskRequest,
+        profile: &TaskProfile,
+        (partial, input_scale): (&str, f64),
+        supports_prefill: bool,
+    ) -> Result<Prompt, OverBudget> {
+        let (input_budget, max_tokens) = self.limits(entry, profile);
+        let input_budget = (input_budget as f64 * input_scale) as usize;
+        let max_tokens = request
+            .max_tokens
+            .map_or(max_tokens, |asked| max_tokens.min(asked as usize));
+        let budget = input_budget.saturating_sub(chat::estimate_tokens(&request.system));
+        let mut messages = match &request.messages {
+            Some(messages) => {
+                let needed = messages
+                    .iter()
+                    .map(|m| chat::estimate_tokens(&m.content))
+                    .sum();
+                if needed > budget {
+                    return Err(OverBudget::conversation(needed, budget));
+                }
+                messages.clone()
+            }
+            None => vec![ChatMessage {
+                role: Role::User,
+                content: chat::render(&request.parts, budget)?,
+            }],
+        };
+        let prefill = if supports_prefill && !partial.trim().is_empty() {
+            // Providers reject a prefill that ends in whitespace.
+            let prefill = partial.trim_end().to_owned();
+            messages.push(ChatMessage {
+                role: Role::Assistant,
+                content: prefill.clone(),
+            });
+            prefill
+        } else {
+            String::new()
+        };
+        Ok(Prompt {
+            request: ChatRequest {
+                model: entry.model.clone(),
+                system: Some(request.system.clone()),
+                messages,
+                max_tokens: max_tokens as u32,
+                temperature: Some(0.2),
+            },
+            prefill,
+        })
+    }
+
+    /// Input and output token limits for an entry: the task's, or what the local model holds.
+    fn limits(&self, entry: &ModelRef, profile: &TaskProfile) -> (usize, usize) {
+        match (entry.provider == LOCAL).then(|| self.local.model()).flatten() {
+            Some(info) => (
+                profile.input_tokens.min(info.input_budget),
+                profile
+                    .output_tokens
+                    .min(crate::providers::local::CHAT_OUTPUT_TOKENS),
+            ),
+            None => (profile.input_tokens, profile.output_tokens),
+        }
+    }
+}

@@ -1,0 +1,276 @@
+//! `Router::run`: one remote-grade task walks its plan. Each usable candidate
+//! is served through the pipeline (hedged for interactive tasks); a failure
+//! hands the request to the next candidate, an exhausted tier downshifts, and
+//! a prompt too long for every entry is trimmed and sent again.
+
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::Router;
+use super::attempt::Failure;
+use super::hedge::{HedgeRan, Side};
+use super::pipeline::RunState;
+use super::plan::{Candidate, Plan, Skip};
+use super::request::{Answer, Attempt, OnProgress, Pin, RouteError, TaskRequest};
+use super::status::Route;
+use crate::context::chat;
+use crate::entry::ModelRef;
+use crate::resilience::classify::{ErrorClass, Fatal};
+use crate::task::{TaskKind, TaskProfile, Tier};
+
+/// Prompts are trimmed to at most this share of the budget for a model that
+/// keeps saying they are too long.
+const MIN_INPUT_SCALE: f64 = 0.125;
+
+/// What one pass over the plan saw.
+#[derive(Default)]
+struct Pass {
+    tried: Vec<Attempt>,
+    /// Per tier, what stood in the way (for the downshift reason).
+    trouble: Vec<(Tier, String)>,
+    /// Entries that said the prompt is too long.
+    too_long: Vec<ModelRef>,
+}
+
+impl Pass {
+    fn note(&mut self, candidate: &Candidate, outcome: String, trouble: bool) {
+        if trouble {
+            self.trouble
+                .push((candidate.tier, format!("{}: {outcome}", candidate.entry)));
+        }
+        self.tried.push(Attempt {
+            entry: candidate.entry.clone(),
+            tier: candidate.tier,
+            outcome,
+        });
+    }
+
+    /// Why the task left the tiers above `served` (`None` when it did not).
+    fn downshift_reason(&self, first: Tier, served: Tier) -> Option<String> {
+        let mut reason = None;
+        let mut tier = Some(first);
+        while let Some(current) = tier.filter(|t| *t != served) {
+            let troubles: Vec<&str> = self
+                .trouble
+                .iter()
+                .filter(|(t, _)| *t == current)
+                .map(|(_, why)| why.as_str())
+                .collect();
+            if !troubles.is_empty() || reason.is_none() {
+                reason = Some(format!(
+                    "{current} tier unavailable: {}",
+                    if troubles.is_empty() {
+                        "no usable entries".into()
+                    } else {
+                        troubles.join("; ")
+                    }
+                ));
+            }
+            tier = current.smaller();
+        }
+        reason
+    }
+}
+
+impl Router {
+    pub async fn run(
+        &self,
+        request: TaskRequest,
+        cancel: CancellationToken,
+        progress: OnProgress<'_>,
+    ) -> Result<Answer, RouteError> {
+        let kind = request.kind;
+        let profile = self.profile(kind);
+        if self.local_only() && kind == TaskKind::Refactor {
+            return Err(RouteError::LocalOnly(kind.as_str()));
+        }
+        let mut run = RunState::new(
+            Instant::now() + profile.total_ceiling() + profile.wait_budget(),
+            profile.wait_budget(),
+            request.continuation.clone(),
+        );
+        let mut plan = self.candidates(kind, request.pin.as_ref());
+        let mut tried = Vec::new();
+        // Entries that said the prompt is too long get it again, trimmed (less
+        // of the code around the selection, never the selection itself), once
+        // no larger-context entry could serve: half the budget each pass, down
+        // to an eighth. A conversation from the gateway is never trimmed.
+        loop {
+            let pass = match self
+                .walk(&plan, &request, &profile, &mut run, &cancel, progress)
+                .await
+            {
+                Ok(answer) => {
+                    let mut answer = answer;
+                    tried.append(&mut answer.attempts);
+                    answer.attempts = tried;
+                    return Ok(answer);
+                }
+                Err(Walked::Stop(error)) => return Err(error),
+                Err(Walked::Exhausted(pass)) => pass,
+            };
+            tried.extend(pass.tried);
+            let rendered = |scale: f64| {
+                let budget = (profile.input_tokens as f64 * scale) as usize;
+                chat::render(&request.parts, budget).map_or(usize::MAX, |text| text.len())
+            };
+            if pass.too_long.is_empty()
+                || request.messages.is_some()
+                || run.input_scale <= MIN_INPUT_SCALE
+                // Nothing left around the selection to cut: the same prompt again would fail again.
+                || rendered(run.input_scale / 2.0) >= rendered(run.input_scale)
+            {
+                break;
+            }
+            run.input_scale /= 2.0;
+            tracing::info!(
+                task = kind.as_str(),
+                "prompt too long for every entry that could take it; trimming it to {:.0} % of the input budget",
+                run.input_scale * 100.0
+            );
+            plan.candidates.retain(|c| pass.too_long.contains(&c.entry));
+        }
+        Err(RouteError::NothingHealthy {
+            kind: kind.as_str(),
+            tried,
+            retry_later: run.retry_later,
+            partial: run.partial,
+        })
+    }
+
+    /// One pass over the plan: the first answer, a reason to stop, or what
+    /// every candidate did.
+    async fn walk(
+        &self,
+        plan: &Plan,
+        request: &TaskRequest,
+        profile: &TaskProfile,
+        run: &mut RunState,
+        cancel: &CancellationToken,
+        progress: OnProgress<'_>,
+    ) -> Result<Answer, Walked> {
+        let kind = request.kind;
+        let mut pass = Pass::default();
+        let candidates = &plan.candidates;
+        let mut already_tried = vec![false; candidates.len()];
+        for i in 0..candidates.len() {
+            let candidate = &candidates[i];
+            if already_tried[i] {
+                continue;
+            }
+            match &candidate.skip {
+                None => {}
+                Some(Skip::LocalOnly) => continue,
+                Some(skip @ Skip::NoKey(_)) => {
+                    pass.note(candidate, format!("skipped: {skip}"), false);
+                    continue;
+                }
+                Some(skip @ Skip::Unhealthy(_)) => {
+                    pass.note(candidate, format!("skipped: {skip}"), true);
+                    continue;
+                }
+                Some(skip @ Skip::BreakerOpen { .. }) => {
+                    // Temporary: the task may wait for the breaker to close.
+                    run.retry_later = true;
+                    pass.note(candidate, skip.to_string(), true);
+                    continue;
+                }
+            }
+            // Interactive tasks race a slow entry against the next usable one of its tier.
+            let hedge = (profile.hedge && !matches!(request.pin, Some(Pin::Entry(_))))
+                .then(|| {
+                    (i + 1..candidates.len())
+                        .find(|&j| candidates[j].tier == candidate.tier && candidates[j].usable())
+                })
+                .flatten();
+            let (result, served_by) = match hedge {
+                Some(j) => {
+                    let (result, side, hedge_ran) = self
+                        .hedged(candidate, &candidates[j], request, profile, run, cancel, progress)
+                        .await;
+                    already_tried[j] = hedge_ran.tried();
+                    if let HedgeRan::Failed(Failure::Failed(failed)) = hedge_ran {
+                        pass.note(&candidates[j], format!("hedge: {}", failed.reason), true);
+                    }
+                    match side {
+                        Side::Primary => (result, i),
+                        Side::Hedge => {
+                            let outcome = format!(
+                                "no first token within {:.1} s; the hedge {} answered first",
+                                profile.first_token_ceiling().as_secs_f64(),
+                                candidates[j].entry
+                            );
+                            pass.note(candidate, outcome, false);
+                            (result, j)
+                        }
+                    }
+                }
+                None => (
+                    self.serve_entry(candidate, request, profile, run, cancel, progress)
+                        .await,
+                    i,
+                ),
+            };
+            let served = &candidates[served_by];
+            match result {
+                Ok((text, usage)) => {
+                    let route = Route {
+                        provider: served.entry.provider.clone(),
+                        model: served.entry.model.clone(),
+                        tier: served.tier,
+                        downshifted_from: (served.tier != plan.first_tier)
+                            .then_some(plan.first_tier),
+                        reason: pass.downshift_reason(plan.first_tier, served.tier),
+                    };
+                    tracing::info!(
+                        task = kind.as_str(),
+                        "served by {} ({} tier), {} input + {} output tokens",
+                        served.entry,
+                        served.tier,
+                        usage.input_tokens,
+                        usage.output_tokens
+                    );
+                    self.served(kind, route.clone());
+                    return Ok(Answer {
+                        text,
+                        route,
+                        usage,
+                        attempts: pass.tried,
+                    });
+                }
+                Err(Failure::Cancelled) => return Err(Walked::Stop(RouteError::Cancelled)),
+                Err(Failure::OverBudget(e)) => pass.note(served, format!("skipped: {e}"), false),
+                Err(Failure::Failed(failed)) => {
+                    tracing::warn!(
+                        task = kind.as_str(),
+                        "{} ({} tier) failed: {}",
+                        served.entry,
+                        served.tier,
+                        failed.reason
+                    );
+                    match failed.class {
+                        Some(ErrorClass::Fatal(Fatal::Refusal)) => {
+                            return Err(Walked::Stop(RouteError::Refused {
+                                by: served.entry.to_string(),
+                                reason: failed.reason,
+                            }));
+                        }
+                        Some(ErrorClass::Fatal(Fatal::ContextLength)) => {
+                            pass.too_long.push(served.entry.clone())
+                        }
+                        _ => {}
+                    }
+                    pass.note(served, failed.reason, true);
+                }
+            }
+        }
+        self.publish();
+        Err(Walked::Exhausted(pass))
+    }
+}
+
+/// How a pass over the plan ended without an answer.
+enum Walked {
+    Stop(RouteError),
+    Exhausted(Pass),
+}
