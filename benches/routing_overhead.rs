@@ -19,7 +19,6 @@ use switchyard::context::chat::{self, PromptParts};
 use switchyard::providers::local::chat::EngineSlot;
 use switchyard::providers::{ChatMessage, ChatRequest, Provider, Role, StreamEvent, Timeouts};
 use switchyard::resilience::Resilience;
-use switchyard::router::status::StatusReport;
 use switchyard::router::{Router, TaskRequest};
 use switchyard::task::TaskKind;
 use tokio_util::sync::CancellationToken;
@@ -130,9 +129,7 @@ async fn main() {
         providers,
         HashMap::new(),
         EngineSlot::default(),
-        Arc::default(),
-        tokio::sync::watch::channel(StatusReport::default()).0,
-        Arc::new(Resilience::in_memory()),
+        switchyard::core::Lasting::new(Arc::new(Resilience::in_memory())),
     );
 
     // The direct call sends exactly what the router would.
@@ -208,9 +205,7 @@ async fn main() {
         memory,
         HashMap::new(),
         EngineSlot::default(),
-        Arc::default(),
-        tokio::sync::watch::channel(StatusReport::default()).0,
-        Arc::new(Resilience::in_memory()),
+        switchyard::core::Lasting::new(Arc::new(Resilience::in_memory())),
     );
     let mut own = Vec::with_capacity(n);
     for _ in 0..n {

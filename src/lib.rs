@@ -4,6 +4,7 @@ pub mod cancel;
 pub mod completion;
 pub mod config;
 pub mod context;
+pub mod core;
 pub mod entry;
 pub mod gateway;
 pub mod local_setup;

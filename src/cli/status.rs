@@ -3,15 +3,13 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::{Arc, Mutex};
 
 use switchyard::gateway::wire::StatusResponse;
 use switchyard::providers::local::chat::EngineSlot;
-use switchyard::resilience::Resilience;
+use switchyard::core::Core;
 use switchyard::resilience::park::ParkingLot;
-use switchyard::router::Router;
 use switchyard::router::runbook::Runbook;
-use switchyard::router::status::{ParkedStatus, StatusReport};
+use switchyard::router::status::ParkedStatus;
 
 pub async fn run(config_file: Option<PathBuf>, json: bool) -> ExitCode {
     let (config, errors) = super::file_layers(config_file).resolve();
@@ -21,29 +19,15 @@ pub async fn run(config_file: Option<PathBuf>, json: bool) -> ExitCode {
         }
         return ExitCode::from(2);
     }
-    let resilience = match Resilience::open(&config.resilience) {
-        Ok(resilience) => Arc::new(resilience),
-        Err(e) => {
-            eprintln!("switchyard: {e}");
-            return ExitCode::from(2);
-        }
-    };
+    let core = Core::open(&config, EngineSlot::default(), None);
     let parked = ParkingLot::open(switchyard::paths::state_dir().join("parked"))
         .map(|lot| lot.list())
         .unwrap_or_default()
         .into_iter()
         .map(ParkedStatus::from)
         .collect();
-    let status = tokio::sync::watch::channel(StatusReport::default()).0;
-    let router = Router::new(
-        &config,
-        EngineSlot::default(),
-        Arc::default(),
-        status,
-        resilience,
-    )
-    .use_parked(Arc::new(Mutex::new(parked)));
-    let runbook = router.runbook().await;
+    *core.parked().lock().expect("parked lock") = parked;
+    let runbook = core.router().runbook().await;
     if json {
         // The same documented JSON as the gateway's `GET /status`.
         let wire = StatusResponse::from(&runbook);

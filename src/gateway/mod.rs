@@ -43,10 +43,9 @@ use crate::entry::ModelRef;
 use crate::context::chat::PromptParts;
 use crate::providers::Secret;
 use crate::providers::local::chat::EngineSlot;
-use crate::resilience::Resilience;
+use crate::core::Core;
 use crate::router::canary;
 use crate::router::history::History;
-use crate::router::status::StatusReport;
 use crate::router::{Answer, Pin, Progress, RouteError, Router, TaskRequest};
 use crate::task::{TaskKind, Tier};
 
@@ -88,15 +87,7 @@ pub async fn run(config: Config, options: GatewayOptions, local: EngineSlot) -> 
             );
         }
     }
-    let resilience = Arc::new(Resilience::open(&config.resilience).map_err(|e| e.to_string())?);
-    let status = tokio::sync::watch::channel(StatusReport::default()).0;
-    let router = Arc::new(Router::new(
-        &config,
-        local,
-        Arc::default(),
-        status,
-        resilience,
-    ));
+    let router = Core::open(&config, local, None).router();
     let listener = tokio::net::TcpListener::bind(options.listen)
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", options.listen))?;
@@ -389,6 +380,9 @@ fn sse(value: &Value) -> Bytes {
 async fn stream_completion(gateway: Arc<Gateway>, task: TaskRequest, id: String) -> Response {
     let (events, mut rx) = mpsc::unbounded_channel();
     let cancel = CancellationToken::new();
+    // A caller who hangs up at any point, before the first text too, cancels
+    // the routed task: its guards give back probe leases and quota at once.
+    let guard = CancelOnDrop(cancel.clone());
     let router = gateway.router.clone();
     let run_cancel = cancel.clone();
     tokio::spawn(async move {
@@ -421,7 +415,6 @@ async fn stream_completion(gateway: Arc<Gateway>, task: TaskRequest, id: String)
     };
     let created = now_secs();
     let (out, body) = mpsc::unbounded_channel::<Bytes>();
-    let guard = CancelOnDrop(cancel.clone());
     tokio::spawn(async move {
         let send = |value: Value| out.send(sse(&value)).is_ok();
         let role = json!({"role": "assistant", "content": ""});

@@ -143,14 +143,8 @@ impl Backend {
     }
 
     async fn set_local_only(&self, on: bool) -> Result<Value> {
-        self.router().set_local_only(on);
-        if let Some(path) = self.config_path()
-            && let Err(e) = crate::config::persist_local_only(path, on)
-        {
-            tracing::warn!(
-                "could not persist local-only mode in {}: {e}",
-                path.display()
-            );
+        if let Err(e) = self.core.set_local_only(on) {
+            tracing::warn!("{e}");
         }
         self.remember_local_only(on);
         Ok(wire::result(LocalOnlyResult { local_only: on }))

@@ -22,6 +22,7 @@ use super::wire::RefactorParked;
 use crate::context::chat::code_block;
 use crate::resilience::park::{Checkpoint, DocumentVersion, ParkingLot, new_id, now_ms};
 use crate::router::status::ParkedStatus;
+use crate::core::Core;
 use crate::router::{RouteError, Router, TaskRequest};
 use crate::task::TaskKind;
 
@@ -41,9 +42,9 @@ pub(super) struct Parking {
     lot: ParkingLot,
     client: Client,
     documents: Arc<DocumentStore>,
-    router: Arc<RwLock<Arc<Router>>>,
-    /// What status shows; shared with every router the server builds.
-    pub(super) listed: Arc<Mutex<Vec<ParkedStatus>>>,
+    core: Arc<Core>,
+    /// What status shows: the core's list, shared with every router it builds.
+    listed: Arc<Mutex<Vec<ParkedStatus>>>,
     /// This window's workspace: it resumes only its own parked work.
     owner: RwLock<String>,
     encoding: RwLock<PositionEncoding>,
@@ -71,14 +72,14 @@ impl Parking {
         lot: ParkingLot,
         client: Client,
         documents: Arc<DocumentStore>,
-        router: Arc<RwLock<Arc<Router>>>,
+        core: Arc<Core>,
     ) -> Parking {
         Parking {
             lot,
             client,
             documents,
-            router,
-            listed: Arc::default(),
+            listed: core.parked(),
+            core,
             owner: RwLock::new(String::new()),
             encoding: RwLock::new(PositionEncoding::Utf16),
             progress: AtomicBool::new(false),
@@ -97,7 +98,7 @@ impl Parking {
     }
 
     fn router(&self) -> Arc<Router> {
-        self.router.read().expect("router lock").clone()
+        self.core.router()
     }
 
     /// Writes the checkpoint; the answer tells the editor it was parked.

@@ -10,7 +10,6 @@ use tower_lsp_server::jsonrpc::Result;
 use tower_lsp_server::ls_types::*;
 use tower_lsp_server::{Client, LanguageServer, LspService, Server};
 
-use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::actions;
@@ -19,13 +18,11 @@ use super::parked::Parking;
 use super::position::PositionEncoding;
 use super::wire::{StatusNotification, StatusParams};
 use crate::completion::CompletionService;
-use crate::config::{Config, ConfigError, ConfigLayers, ResilienceConfig};
+use crate::config::{Config, ConfigError, ConfigLayers};
+use crate::core::Core;
 use crate::providers::local::chat::EngineSlot;
-use crate::resilience::Resilience;
 use crate::resilience::park::ParkingLot;
 use crate::router::Router;
-use crate::router::beacon::Beacons;
-use crate::router::status::StatusReport;
 
 /// Requests the server works on at once. Completion requests wait on the engine,
 /// and notifications queue behind them, so leave plenty of room.
@@ -44,12 +41,8 @@ pub struct Backend {
     /// Where `switchyard.toggleLocalOnly` persists the mode.
     config_path: Option<PathBuf>,
     local_engine: EngineSlot,
-    /// Health knowledge outlives routers rebuilt on configuration changes.
-    beacons: Arc<Beacons>,
-    status: watch::Sender<StatusReport>,
-    /// Shared resilience state, reopened only when `[resilience]` changes.
-    resilience: RwLock<(ResilienceConfig, Arc<Resilience>)>,
-    router: Arc<RwLock<Arc<Router>>>,
+    /// The routing core: health, status, parked work, the router in force.
+    pub(super) core: Arc<Core>,
     /// Parked refactors; `None` when the state dir cannot hold them.
     pub(super) parking: Option<Arc<Parking>>,
     /// Cancel buttons of running actions, by progress token.
@@ -97,15 +90,6 @@ fn workspace_owner(params: &InitializeParams) -> String {
         .unwrap_or_default()
 }
 
-/// The configured shared state; one that cannot be opened is reported and
-/// replaced by process-local state, so the server keeps serving.
-fn open_resilience(config: &ResilienceConfig) -> Arc<Resilience> {
-    Arc::new(Resilience::open(config).unwrap_or_else(|error| {
-        tracing::error!("{error}; breakers and quota are not shared with other processes");
-        Resilience::new(Arc::new(crate::state::memory::MemoryState::new()), config)
-    }))
-}
-
 impl Backend {
     fn new(
         client: Client,
@@ -117,16 +101,11 @@ impl Backend {
         for e in &errors {
             tracing::warn!("{e}");
         }
-        let beacons = Arc::new(Beacons::default());
-        let status = watch::channel(StatusReport::default()).0;
-        let resilience = open_resilience(&config.resilience);
-        let router = Arc::new(RwLock::new(Arc::new(Router::new(
+        let core = Arc::new(Core::open(
             &config,
             local_engine.clone(),
-            beacons.clone(),
-            status.clone(),
-            resilience.clone(),
-        ))));
+            config_path.clone(),
+        ));
         let documents = Arc::new(DocumentStore::default());
         let parked_dir = crate::paths::state_dir().join("parked");
         let parking = match ParkingLot::open(parked_dir.clone()) {
@@ -134,7 +113,7 @@ impl Backend {
                 lot,
                 client.clone(),
                 documents.clone(),
-                router.clone(),
+                core.clone(),
             ))),
             Err(error) => {
                 tracing::error!(
@@ -150,52 +129,24 @@ impl Backend {
             completion: Arc::new(CompletionService::new(config.autocomplete.clone())),
             encoding: RwLock::new(PositionEncoding::Utf16),
             layers: Mutex::new(layers),
-            resilience: RwLock::new((config.resilience.clone(), resilience)),
             config: RwLock::new(config),
             capabilities: RwLock::new(ClientCapabilities::default()),
             edit_counts: Arc::new(DashMap::new()),
             config_path,
             local_engine,
-            beacons,
-            status,
-            router,
+            core,
             parking,
             progress_cancels: DashMap::new(),
         }
     }
 
     pub(super) fn router(&self) -> Arc<Router> {
-        self.router.read().expect("router lock").clone()
+        self.core.router()
     }
 
     fn rebuild_router(&self, config: &Config) {
-        let resilience = {
-            let mut current = self.resilience.write().expect("resilience lock");
-            if current.0 != config.resilience {
-                *current = (
-                    config.resilience.clone(),
-                    open_resilience(&config.resilience),
-                );
-            }
-            current.1.clone()
-        };
-        let mut router = Router::new(
-            config,
-            self.local_engine.clone(),
-            self.beacons.clone(),
-            self.status.clone(),
-            resilience,
-        );
-        if let Some(parking) = &self.parking {
-            router = router.use_parked(parking.listed.clone());
-        }
-        let router = Arc::new(router);
-        self.completion.set_router(Some(router.clone()));
-        *self.router.write().expect("router lock") = router;
-    }
-
-    pub(super) fn config_path(&self) -> Option<&PathBuf> {
-        self.config_path.as_ref()
+        self.core.reconfigure(config);
+        self.completion.set_router(Some(self.core.router()));
     }
 
     /// Keeps a toggled local-only mode when the configuration is re-resolved later.
@@ -222,7 +173,7 @@ impl Backend {
     /// Tells the editor about status changes: `switchyard/status` to clients that
     /// opted in, otherwise `window/showMessage` on meaningful changes only.
     fn watch_status(&self) {
-        let (client, mut rx) = (self.client.clone(), self.status.subscribe());
+        let (client, mut rx) = (self.client.clone(), self.core.subscribe());
         let notify = self.config().status_notifications;
         tokio::spawn(async move {
             let mut before = rx.borrow_and_update().clone();
@@ -471,11 +422,11 @@ impl LanguageServer for Backend {
             let every = Duration::from_millis(resilience.resume_interval_ms);
             tokio::spawn(parking.clone().run(every));
         }
-        let routers = self.router.clone();
+        let core = self.core.clone();
         let primary_every = (resilience.primary_canary_ms > 0)
             .then(|| Duration::from_millis(resilience.primary_canary_ms));
         tokio::spawn(crate::router::canary::upkeep(
-            move || routers.read().expect("router lock").clone(),
+            move || core.router(),
             Duration::from_millis(resilience.canary_interval_ms),
             primary_every,
             |_| {},

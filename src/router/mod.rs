@@ -27,6 +27,8 @@ mod tests;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
+
+pub use crate::core::Lasting;
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::watch;
@@ -51,7 +53,7 @@ pub struct Router {
     /// `config.all_providers()`, resolved once: read on every attempt.
     provider_configs: BTreeMap<String, ProviderConfig>,
     beacons: Arc<Beacons>,
-    local_only: AtomicBool,
+    local_only: Arc<AtomicBool>,
     local: EngineSlot,
     active: Mutex<HashMap<TaskKind, Route>>,
     last: Mutex<Option<Route>>,
@@ -62,7 +64,7 @@ pub struct Router {
     /// Parked tasks, kept by the front end that parked them.
     parked: Arc<Mutex<Vec<ParkedStatus>>>,
     /// The latest canary results, newest last.
-    canaries: Mutex<Vec<canary::CanaryResult>>,
+    canaries: Arc<Mutex<Vec<canary::CanaryResult>>>,
 }
 
 /// What the shared state says, read asynchronously and shown synchronously.
@@ -74,14 +76,8 @@ pub(crate) struct SharedViews {
 
 impl Router {
     /// Builds the configured providers; the API keys come from the environment.
-    /// `status` outlives routers rebuilt on configuration changes.
-    pub fn new(
-        config: &Config,
-        local: EngineSlot,
-        beacons: Arc<Beacons>,
-        status: watch::Sender<StatusReport>,
-        resilience: Arc<Resilience>,
-    ) -> Router {
+    /// `lasting` outlives routers rebuilt on configuration changes.
+    pub fn new(config: &Config, local: EngineSlot, lasting: Lasting) -> Router {
         let mut providers: HashMap<String, Arc<dyn Provider>> = HashMap::new();
         let mut missing_keys = HashMap::new();
         for (name, settings) in config.all_providers() {
@@ -95,15 +91,7 @@ impl Router {
             }
         }
         providers.insert(LOCAL.into(), Arc::new(LocalProvider::new(local.clone())));
-        Router::with_providers(
-            config,
-            providers,
-            missing_keys,
-            local,
-            beacons,
-            status,
-            resilience,
-        )
+        Router::with_providers(config, providers, missing_keys, local, lasting)
     }
 
     /// A router over given providers (tests substitute scripted ones).
@@ -112,25 +100,23 @@ impl Router {
         providers: HashMap<String, Arc<dyn Provider>>,
         missing_keys: HashMap<String, String>,
         local: EngineSlot,
-        beacons: Arc<Beacons>,
-        status: watch::Sender<StatusReport>,
-        resilience: Arc<Resilience>,
+        lasting: Lasting,
     ) -> Router {
         let router = Router {
             providers,
             missing_keys,
             config: config.clone(),
             provider_configs: config.all_providers(),
-            beacons,
-            local_only: AtomicBool::new(config.local_only),
+            beacons: lasting.beacons,
+            local_only: lasting.local_only,
             local,
             active: Mutex::new(HashMap::new()),
             last: Mutex::new(None),
-            status,
-            resilience,
+            status: lasting.status,
+            resilience: lasting.resilience,
             shared: Mutex::new(SharedViews::default()),
-            parked: Arc::default(),
-            canaries: Mutex::new(Vec::new()),
+            parked: lasting.parked,
+            canaries: lasting.canaries,
         };
         router.publish();
         router
@@ -200,14 +186,6 @@ impl Router {
 
     pub(crate) fn shared_views(&self) -> SharedViews {
         self.shared.lock().expect("shared views lock").clone()
-    }
-
-    /// The list of parked tasks this router reports; front ends share theirs
-    /// with each router they build.
-    pub fn use_parked(mut self, parked: Arc<Mutex<Vec<ParkedStatus>>>) -> Router {
-        self.parked = parked;
-        self.publish();
-        self
     }
 
     pub(crate) fn parked(&self) -> Vec<ParkedStatus> {

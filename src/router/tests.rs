@@ -172,15 +172,9 @@ fn sharing(
         .iter()
         .map(|p| (p.name.clone(), (*p).clone() as Arc<dyn Provider>))
         .collect();
-    Router::with_providers(
-        &config,
-        map,
-        HashMap::new(),
-        EngineSlot::default(),
-        Arc::default(),
-        watch::channel(StatusReport::default()).0,
-        resilience,
-    )
+    let lasting = Lasting::new(resilience);
+    lasting.local_only.store(config.local_only, Ordering::Release);
+    Router::with_providers(&config, map, HashMap::new(), EngineSlot::default(), lasting)
 }
 
 fn chains(large: &[&str], medium: &[&str]) -> Config {

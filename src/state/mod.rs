@@ -117,6 +117,54 @@ pub trait SharedState: Send + Sync {
     }
 }
 
+/// A backend that could not be opened, kept under `when_unavailable =
+/// "closed"`: every call fails with the reason, so remote calls are refused.
+pub struct Unavailable(pub StateError);
+
+impl SharedState for Unavailable {
+    fn describe(&self) -> String {
+        format!("{} (unavailable: {})", self.0.backend, self.0.reason)
+    }
+
+    fn update<'a>(
+        &'a self,
+        _: &'a str,
+        _: Option<Duration>,
+        _: Update<'a>,
+    ) -> BoxFuture<'a, Result<Option<Json>, StateError>> {
+        Box::pin(std::future::ready(Err(self.0.clone())))
+    }
+
+    fn get<'a>(&'a self, _: &'a str) -> BoxFuture<'a, Result<Option<Json>, StateError>> {
+        Box::pin(std::future::ready(Err(self.0.clone())))
+    }
+
+    fn now_ms(&self) -> BoxFuture<'_, Result<u64, StateError>> {
+        Box::pin(std::future::ready(Err(self.0.clone())))
+    }
+
+    fn scan<'a>(&'a self, _: &'a str) -> BoxFuture<'a, Result<Vec<(String, Json)>, StateError>> {
+        Box::pin(std::future::ready(Err(self.0.clone())))
+    }
+
+    fn try_lease<'a>(
+        &'a self,
+        _: &'a str,
+        _: &'a str,
+        _: Duration,
+    ) -> BoxFuture<'a, Result<bool, StateError>> {
+        Box::pin(std::future::ready(Err(self.0.clone())))
+    }
+
+    fn release_lease<'a>(
+        &'a self,
+        _: &'a str,
+        _: &'a str,
+    ) -> BoxFuture<'a, Result<(), StateError>> {
+        Box::pin(std::future::ready(Err(self.0.clone())))
+    }
+}
+
 /// Opens the backend a configuration names: `memory`, `file` (the default
 /// directory), `file:///path`, or `redis://…`.
 pub fn open(url: &str) -> Result<Arc<dyn SharedState>, StateError> {

@@ -1,5 +1,6 @@
 // The server's `workspace/executeCommand` commands and the arguments the
-// extension sends them. Pure, so the protocol test sends exactly these.
+// extension sends them (documented in docs/lsp-extensions.md). Pure, so the
+// protocol test sends exactly these.
 //
 // The client registers every command the server advertises as a VS Code
 // command of the same name, so the extension's own commands live under

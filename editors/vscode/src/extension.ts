@@ -59,6 +59,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
       },
     };
     client = new LanguageClient("switchyard", "switchyard", serverOptions, clientOptions);
+    // `switchyard/status` and the command results: see docs/lsp-extensions.md.
     client.onNotification(STATUS_NOTIFICATION, (report: StatusReport) => {
       lastStatus = report;
       showStatus(report);

@@ -1,5 +1,7 @@
 // Turns the server's `switchyard/status` payload into what the status bar item
 // and the status commands show. Pure (no `vscode` import) so it is unit-tested.
+// The payload's field names and shapes are documented in docs/lsp-extensions.md
+// (`switchyard/status`, the server's `lsp::wire::StatusParams`): keep these in step.
 
 /** One task kind's route, as the server flattens it into the task entry. */
 export interface TaskStatus {

@@ -1,4 +1,5 @@
--- User commands, each one `workspace/executeCommand` to the server:
+-- User commands, each one `workspace/executeCommand` to the server (arguments
+-- and results: docs/lsp-extensions.md):
 -- :SwitchyardLocalOnly [on|off], :SwitchyardStatus, :[range]SwitchyardRefactor {instruction},
 -- :[range]SwitchyardExplain. Without a range, explain and refactor work on the
 -- item around the cursor (the server finds it from an empty range).
@@ -72,7 +73,11 @@ function M.create()
   vim.api.nvim_create_user_command('SwitchyardRefactor', function(opts)
     local uri = vim.uri_from_bufnr(0)
     -- The server applies the rewrite with workspace/applyEdit.
+    -- Results as documented in docs/lsp-extensions.md (`switchyard.refactor`).
     M.execute('switchyard.refactor', { uri, range_of(opts), opts.args }, function(result)
+      if result.parked then
+        return -- Parked: the server's window/showMessage already says why and that it resumes by itself.
+      end
       notify(('refactored by %s/%s (%s tier)'):format(result.provider, result.model, result.tier))
     end)
   end, { nargs = '+', range = true, desc = 'switchyard: rewrite the selection as instructed' })

@@ -81,6 +81,7 @@ function M.setup(user)
     reuse_client = function(client, config)
       return client.name == config.name and not client:is_stopped()
     end,
+    -- The opt-in and the custom notification are documented in docs/lsp-extensions.md.
     init_options = vim.tbl_extend('force', opts.settings, { statusNotifications = true }),
     handlers = { [status.METHOD] = status.handler },
   })

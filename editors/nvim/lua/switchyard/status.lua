@@ -1,5 +1,6 @@
 -- The `switchyard/status` notification: the latest report, the statusline
 -- component built from it, and the lines `:SwitchyardStatus` shows.
+-- Field names and shapes: docs/lsp-extensions.md (`switchyard/status`); read no other.
 
 local M = {}
 
