@@ -224,7 +224,8 @@ pub const VIEW_TTL: Duration = Duration::from_millis(50);
 /// An entry's pause and learned limits as last read.
 #[derive(Clone, Copy)]
 struct View {
-    paused_until: Option<u64>,
+    /// When a shared pause ends, on this process's clock.
+    pause_ends: Option<Instant>,
     learned: Option<Quota>,
     read_at: Instant,
 }
@@ -297,15 +298,23 @@ impl Governor {
             return Ok(*view);
         }
         let paused_until = self.state.get(&pause_key(key)).await?.and_then(|j| j.as_u64());
+        let read_at = Instant::now();
+        let pause_ends = match paused_until {
+            Some(until) => {
+                let now = self.state.now_ms().await?;
+                (until > now).then(|| read_at + Duration::from_millis(until - now))
+            }
+            None => None,
+        };
         let learned = self
             .state
             .get(&learned_key(key))
             .await?
             .and_then(|json| serde_json::from_value::<Quota>(json).ok());
         let view = View {
-            paused_until,
+            pause_ends,
             learned,
-            read_at: Instant::now(),
+            read_at,
         };
         self.views
             .lock()
@@ -316,6 +325,22 @@ impl Governor {
 
     fn forget_view(&self, key: &str) {
         self.views.lock().expect("views lock").remove(key);
+    }
+
+    /// Re-reads the entry's pause and learned limits (at most every [`VIEW_TTL`]).
+    pub async fn refresh(&self, key: &str) {
+        if let Err(error) = self.view(key).await {
+            tracing::debug!("quota {key}: {error}");
+        }
+    }
+
+    /// How much longer a shared 429 pause holds the entry, as this process
+    /// last read it. Plans use it without touching the shared state.
+    pub fn paused_for(&self, key: &str) -> Option<Duration> {
+        let views = self.views.lock().expect("views lock");
+        let ends = views.get(key)?.pause_ends?;
+        let left = ends.saturating_duration_since(Instant::now());
+        (!left.is_zero()).then_some(left)
     }
 
     fn reservation(&self, key: &str, held: Vec<(Meter, f64, f64)>, quota: Quota) -> Reservation {
@@ -399,14 +424,10 @@ impl Governor {
         input_tokens: u64,
         max_output_tokens: u64,
     ) -> Result<Result<Reservation, (String, Duration)>, StateError> {
-        if let Some(until) = self.view(key).await?.paused_until {
-            let now = self.state.now_ms().await?;
-            if until > now {
-                return Ok(Err((
-                    "paused by a rate limit".into(),
-                    Duration::from_millis(until - now),
-                )));
-            }
+        if let Some(ends) = self.view(key).await?.pause_ends
+            && ends > Instant::now()
+        {
+            return Ok(Err(("paused by a rate limit".into(), ends - Instant::now())));
         }
         let (quota, observed) = self.quota(key, configured).await;
         if !observed {

@@ -176,6 +176,12 @@ impl Router {
     /// Re-reads breakers and quota headroom from the shared state (other
     /// processes change them too) and publishes the status if it changed.
     pub async fn refresh_shared(&self) {
+        for entry in plan::chain_entries(&self.config) {
+            if let Some(model) = entry.remote() {
+                let key = self.key(model).quota_key();
+                self.resilience.governor.refresh(&key).await;
+            }
+        }
         let views = SharedViews {
             breakers: self.resilience.breakers.views().await,
             quota: self.resilience.governor.views().await,

@@ -22,6 +22,8 @@ pub enum Skip {
     Unhealthy(String),
     /// Its breaker is open (shared by every process).
     BreakerOpen { reason: String, retry_in_s: u64 },
+    /// A rate limit paused it (for every process) past the task's wait budget.
+    Paused { for_s: u64 },
 }
 
 impl fmt::Display for Skip {
@@ -33,6 +35,7 @@ impl fmt::Display for Skip {
             Skip::BreakerOpen { reason, retry_in_s } => {
                 write!(f, "circuit open ({reason}), next probe in {retry_in_s} s")
             }
+            Skip::Paused { for_s } => write!(f, "paused by a rate limit for {for_s} s more"),
         }
     }
 }
@@ -153,14 +156,18 @@ impl Router {
         if let Some(reason) = self.beacons.summary(entry).unhealthy_reason(profile) {
             return Some(Skip::Unhealthy(reason));
         }
-        let known = self
-            .resilience
-            .breakers
-            .last_known(&self.key(entry).breaker_key());
-        match known {
-            Some((Phase::Open, reason, retry_in)) => Some(Skip::BreakerOpen {
+        let key = self.key(entry);
+        if let Some((Phase::Open, reason, retry_in)) =
+            self.resilience.breakers.last_known(&key.breaker_key())
+        {
+            return Some(Skip::BreakerOpen {
                 reason,
                 retry_in_s: retry_in.as_secs(),
+            });
+        }
+        match self.resilience.governor.paused_for(&key.quota_key()) {
+            Some(left) if left > profile.wait_budget() => Some(Skip::Paused {
+                for_s: left.as_secs(),
             }),
             _ => None,
         }

@@ -169,7 +169,7 @@ impl Router {
                     pass.note(candidate, format!("skipped: {skip}"), true);
                     continue;
                 }
-                Some(skip @ Skip::BreakerOpen { .. }) => {
+                Some(skip @ (Skip::BreakerOpen { .. } | Skip::Paused { .. })) => {
                     // Temporary: the task may wait for the breaker to close.
                     run.retry_later = true;
                     pass.note(candidate, skip.to_string(), true);
