@@ -140,3 +140,19 @@ impl Core {
         self.lasting.read().expect("lasting lock").1.parked.clone()
     }
 }
+
+/// Remote autocomplete goes through the router in force.
+impl crate::completion::RemoteFim for Core {
+    fn complete<'a>(
+        &'a self,
+        text: &'a crate::providers::local::FimText,
+        deadline: tokio::time::Instant,
+        cancel: &'a tokio_util::sync::CancellationToken,
+    ) -> futures::future::BoxFuture<'a, Option<(String, crate::entry::ModelRef)>> {
+        Box::pin(async move {
+            self.router()
+                .autocomplete_remote(text, deadline, cancel)
+                .await
+        })
+    }
+}

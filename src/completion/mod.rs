@@ -20,12 +20,11 @@ use tokio::time::Instant;
 use crate::cancel::CancelFlag;
 use crate::config::AutocompleteConfig;
 use crate::context::fim::{self, WindowBudget};
-use crate::entry::ChainEntry;
+use crate::entry::{ChainEntry, ModelRef};
 use crate::providers::local::{
     CompletionJob, EngineError, EngineStatus, FimText, Generation, LocalEngine, ModelInfo,
     StopReason,
 };
-use crate::router::Router;
 use postprocess::Situation;
 use tokio_util::sync::CancellationToken;
 use typethrough::{Spot, TypeThrough};
@@ -122,10 +121,22 @@ pub struct Outcome {
     pub elapsed: Duration,
 }
 
+/// Remote fill-in-the-middle for the entries `autocomplete.chain` puts before
+/// `local`. The routing core implements it; completion knows only this.
+pub trait RemoteFim: Send + Sync {
+    /// A raw answer and the entry that gave it, if one answered by `deadline`.
+    fn complete<'a>(
+        &'a self,
+        text: &'a FimText,
+        deadline: Instant,
+        cancel: &'a CancellationToken,
+    ) -> BoxFuture<'a, Option<(String, ModelRef)>>;
+}
+
 pub struct CompletionService {
     engine: RwLock<Option<Arc<dyn FimEngine>>>,
     /// For remote entries in `autocomplete.chain`.
-    router: RwLock<Option<Arc<Router>>>,
+    remote: RwLock<Option<Arc<dyn RemoteFim>>>,
     config: RwLock<AutocompleteConfig>,
     type_through: TypeThrough,
     /// The line each document's prefix window starts at (see `context::fim`).
@@ -138,7 +149,7 @@ impl CompletionService {
     pub fn new(config: AutocompleteConfig) -> CompletionService {
         CompletionService {
             engine: RwLock::new(None),
-            router: RwLock::new(None),
+            remote: RwLock::new(None),
             config: RwLock::new(config),
             type_through: TypeThrough::default(),
             anchors: DashMap::new(),
@@ -150,8 +161,8 @@ impl CompletionService {
         *self.engine.write().expect("engine lock") = engine;
     }
 
-    pub fn set_router(&self, router: Option<Arc<Router>>) {
-        *self.router.write().expect("router lock") = router;
+    pub fn set_remote(&self, remote: Option<Arc<dyn RemoteFim>>) {
+        *self.remote.write().expect("remote lock") = remote;
     }
 
     pub fn set_config(&self, config: AutocompleteConfig) {
@@ -253,7 +264,7 @@ impl CompletionService {
         if config.chain.first().is_none_or(ChainEntry::is_local) {
             return None;
         }
-        let router = self.router.read().expect("router lock").clone()?;
+        let remote = self.remote.read().expect("remote lock").clone()?;
         let budget = WindowBudget {
             prefix_tokens: config
                 .input_tokens
@@ -265,14 +276,14 @@ impl CompletionService {
         let deadline = request.deadline - left.mul_f64(LOCAL_SHARE);
         let cancel = CancellationToken::new();
         let _cancel_when_done = cancel.clone().drop_guard();
-        let (raw, route) = router.autocomplete_remote(&text, deadline, &cancel).await?;
+        let (raw, entry) = remote.complete(&text, deadline, &cancel).await?;
         let text = situation.finish(&crate::context::chat::code_block(&raw), false)?;
         self.type_through.remember(&request.doc, spot, &text);
         Some(Suggestion {
             text,
             origin: Origin::Remote {
-                provider: route.provider,
-                model: route.model,
+                provider: entry.provider,
+                model: entry.model,
             },
         })
     }

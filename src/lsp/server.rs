@@ -123,10 +123,12 @@ impl Backend {
                 None
             }
         };
+        let completion = Arc::new(CompletionService::new(config.autocomplete.clone()));
+        completion.set_remote(Some(core.clone()));
         Backend {
             client,
             documents,
-            completion: Arc::new(CompletionService::new(config.autocomplete.clone())),
+            completion,
             encoding: RwLock::new(PositionEncoding::Utf16),
             layers: Mutex::new(layers),
             config: RwLock::new(config),
@@ -146,7 +148,6 @@ impl Backend {
 
     fn rebuild_router(&self, config: &Config) {
         self.core.reconfigure(config);
-        self.completion.set_router(Some(self.core.router()));
     }
 
     /// Keeps a toggled local-only mode when the configuration is re-resolved later.

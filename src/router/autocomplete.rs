@@ -12,9 +12,8 @@ use super::attempt::Failure;
 use super::pipeline::RunState;
 use super::plan::Candidate;
 use super::request::TaskRequest;
-use super::status::Route;
 use crate::context::chat::PromptParts;
-use crate::entry::ChainEntry;
+use crate::entry::{ChainEntry, ModelRef};
 use crate::prompts;
 use crate::providers::local::FimText;
 use crate::task::{TaskKind, TaskProfile, Tier};
@@ -29,7 +28,7 @@ impl Router {
         text: &FimText,
         deadline: Instant,
         cancel: &CancellationToken,
-    ) -> Option<(String, Route)> {
+    ) -> Option<(String, ModelRef)> {
         if self.local_only() {
             return None;
         }
@@ -78,16 +77,7 @@ impl Router {
                 .serve_entry(&candidate, &request, &profile, &mut run, cancel, &|_| {})
                 .await
             {
-                Ok((text, _)) => {
-                    let route = Route {
-                        provider: entry.provider.clone(),
-                        model: entry.model.clone(),
-                        tier: Tier::Small,
-                        downshifted_from: None,
-                        reason: None,
-                    };
-                    return Some((text, route));
-                }
+                Ok((text, _)) => return Some((text, entry.clone())),
                 Err(Failure::Failed(failed)) => {
                     tracing::debug!("autocomplete by {entry} missed: {}", failed.reason)
                 }
