@@ -1,4 +1,4 @@
-//! Logging with tracing. stdout belongs to the protocol (invariant 1): logs go to
+//! Logging with tracing. stdout belongs to the protocol (ARCHITECTURE.md invariant 1): logs go to
 //! a file, and to stderr only when asked.
 
 use std::path::{Path, PathBuf};

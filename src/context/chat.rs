@@ -1,6 +1,6 @@
 //! Chat prompts for remote-grade tasks (explain, refactor), and reading their
 //! answers. Prompts are trimmed to a token
-//! budget before anything leaves (invariant 6): the selection is kept whole, then
+//! budget before anything leaves (ARCHITECTURE.md invariant 8): the selection is kept whole, then
 //! the nearest surrounding lines are added, nearest first, while they fit.
 //!
 //! Token counts here are a conservative estimate, one token per three bytes of

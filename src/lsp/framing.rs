@@ -4,7 +4,7 @@
 //! a single malformed message kill the server.
 //!
 //! Every incoming frame is checked here: well-formed JSON-RPC passes through to
-//! the framework; anything else is answered with a JSON-RPC error (invariant 10)
+//! the framework; anything else is answered with a JSON-RPC error (ARCHITECTURE.md invariant 12)
 //! and dropped. Outgoing frames are forwarded whole, so error answers never
 //! interleave with the framework's output (stdout stays pure protocol).
 

@@ -446,7 +446,7 @@ impl LanguageServer for Backend {
     }
 
     async fn did_change(&self, params: DidChangeTextDocumentParams) {
-        // Applied before the first await: edits keep their arrival order (invariant 3).
+        // Applied before the first await: edits keep their arrival order (ARCHITECTURE.md invariant 3).
         let uri = params.text_document.uri;
         let applied = self.documents.change(
             &uri,

@@ -140,7 +140,7 @@ pub enum FailureKind {
     Misconfigured,
 }
 
-/// A typed provider error. Never contains an API key (invariant 9).
+/// A typed provider error. Never contains an API key (ARCHITECTURE.md invariant 11).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{provider}: {message}")]
 pub struct ProviderError {

@@ -1,5 +1,5 @@
 //! The API key type. A [`Secret`] can be sent in a header but never printed:
-//! its `Debug` and `Display` both write `[redacted]` (invariant 9).
+//! its `Debug` and `Display` both write `[redacted]` (ARCHITECTURE.md invariant 11).
 
 use std::fmt;
 

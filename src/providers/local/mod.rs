@@ -1,7 +1,7 @@
 //! The local engine: a quantized coder model run in-process through llama.cpp.
 //!
 //! [`LocalEngine`] is a cheap handle; the model and its context live on one
-//! inference thread (`engine.rs`) that receives jobs over a channel (invariant 4).
+//! inference thread (`engine.rs`) that receives jobs over a channel (ARCHITECTURE.md invariant 4).
 
 pub mod chat;
 mod engine;
