@@ -15,6 +15,10 @@
 //! interactive work still gets through. No request leaves without its tokens
 //! in hand.
 
+mod quota;
+#[cfg(test)]
+mod tests;
+
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -26,155 +30,9 @@ use crate::providers::{RateLimits, Usage};
 use crate::state::bucket::{self, Record};
 use crate::state::{BucketOp, BucketSpec, SharedState, StateError, WhenUnavailable};
 use crate::task::TaskKind;
+use quota::{Meter, headroom, priority_floor, spare_now};
 
-#[derive(Clone, Debug, PartialEq, Deserialize, serde::Serialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct GovernorConfig {
-    /// Share of the quota this fleet takes while it knows only the configured
-    /// quota; once headers report the remaining capacity, it takes what is spare.
-    pub share: f64,
-}
-
-impl Default for GovernorConfig {
-    fn default() -> Self {
-        GovernorConfig { share: 0.9 }
-    }
-}
-
-/// Per-minute quotas an account has with one provider (configured, or learned
-/// from the `*-limit` headers).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct Quota {
-    pub requests_per_minute: Option<u64>,
-    pub tokens_per_minute: Option<u64>,
-    pub input_tokens_per_minute: Option<u64>,
-    pub output_tokens_per_minute: Option<u64>,
-}
-
-impl Quota {
-    fn learned(limits: &RateLimits) -> Quota {
-        Quota {
-            requests_per_minute: limits.requests_limit,
-            tokens_per_minute: limits.tokens_limit,
-            input_tokens_per_minute: limits.input_tokens_limit,
-            output_tokens_per_minute: limits.output_tokens_limit,
-        }
-    }
-
-    /// Configured values win; learned ones fill the gaps.
-    fn or(self, other: Quota) -> Quota {
-        Quota {
-            requests_per_minute: self.requests_per_minute.or(other.requests_per_minute),
-            tokens_per_minute: self.tokens_per_minute.or(other.tokens_per_minute),
-            input_tokens_per_minute: self
-                .input_tokens_per_minute
-                .or(other.input_tokens_per_minute),
-            output_tokens_per_minute: self
-                .output_tokens_per_minute
-                .or(other.output_tokens_per_minute),
-        }
-    }
-
-    fn is_empty(&self) -> bool {
-        *self == Quota::default()
-    }
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-enum Meter {
-    Requests,
-    Tokens,
-    InputTokens,
-    OutputTokens,
-}
-
-impl Meter {
-    const ALL: [Meter; 4] = [
-        Meter::Requests,
-        Meter::Tokens,
-        Meter::InputTokens,
-        Meter::OutputTokens,
-    ];
-
-    fn as_str(self) -> &'static str {
-        match self {
-            Meter::Requests => "requests",
-            Meter::Tokens => "tokens",
-            Meter::InputTokens => "input_tokens",
-            Meter::OutputTokens => "output_tokens",
-        }
-    }
-
-    fn limit(self, quota: &Quota) -> Option<u64> {
-        match self {
-            Meter::Requests => quota.requests_per_minute,
-            Meter::Tokens => quota.tokens_per_minute,
-            Meter::InputTokens => quota.input_tokens_per_minute,
-            Meter::OutputTokens => quota.output_tokens_per_minute,
-        }
-    }
-
-    fn reset(self, limits: &RateLimits) -> Option<Duration> {
-        match self {
-            Meter::Requests => limits.requests_reset,
-            Meter::Tokens => limits.tokens_reset,
-            Meter::InputTokens => limits.input_tokens_reset,
-            Meter::OutputTokens => limits.output_tokens_reset,
-        }
-    }
-
-    fn remaining(self, limits: &RateLimits) -> Option<u64> {
-        match self {
-            Meter::Requests => limits.requests_remaining,
-            Meter::Tokens => limits.tokens_remaining,
-            Meter::InputTokens => limits.input_tokens_remaining,
-            Meter::OutputTokens => limits.output_tokens_remaining,
-        }
-    }
-
-    fn amount(self, input: u64, output: u64) -> f64 {
-        (match self {
-            Meter::Requests => 1,
-            Meter::Tokens => input + output,
-            Meter::InputTokens => input,
-            Meter::OutputTokens => output,
-        }) as f64
-    }
-}
-
-/// How far above the headroom a task kind stops drawing: interactive work
-/// may go lowest.
-fn priority_floor(kind: TaskKind) -> f64 {
-    match kind {
-        TaskKind::Autocomplete => 1.0,
-        TaskKind::Explain => 1.5,
-        TaskKind::Refactor => 2.0,
-    }
-}
-
-/// Tokens left for the other users of the account: what their share of the
-/// quota brings in ten seconds, enough for their next request.
-fn headroom(limit: f64, share: f64) -> f64 {
-    (limit * (1.0 - share) / 6.0).max(1.0)
-}
-
-/// What the provider's bucket for a per-minute `limit` holds now, by the
-/// headers of one response: `remaining` as of when it counted the request,
-/// plus what it has refilled since. It counted the request after we reserved
-/// it, so the refill since the reservation bounds that from above; the reset
-/// time ("full again in ...") pins it where the provider sends one. Without
-/// this, every response would set the level back by the refill during its
-/// own latency, and the fleet would leave that much of the quota unused.
-fn spare_now(limit: f64, remaining: f64, reset: Option<Duration>, since_reserved: Duration) -> f64 {
-    let refill_per_sec = limit / 60.0;
-    let mut spare = remaining + refill_per_sec * since_reserved.as_secs_f64();
-    if let Some(reset) = reset {
-        spare = spare.min(limit - refill_per_sec * reset.as_secs_f64());
-    }
-    spare.max(remaining).min(limit)
-}
+pub use quota::{GovernorConfig, Quota};
 
 /// Tokens held for one request until [`Governor::settle`]. A reservation
 /// dropped unsettled (the request was cancelled or its future dropped) is
@@ -297,7 +155,11 @@ impl Governor {
         {
             return Ok(*view);
         }
-        let paused_until = self.state.get(&pause_key(key)).await?.and_then(|j| j.as_u64());
+        let paused_until = self
+            .state
+            .get(&pause_key(key))
+            .await?
+            .and_then(|j| j.as_u64());
         let read_at = Instant::now();
         let pause_ends = match paused_until {
             Some(until) => {
@@ -427,7 +289,10 @@ impl Governor {
         if let Some(ends) = self.view(key).await?.pause_ends
             && ends > Instant::now()
         {
-            return Ok(Err(("paused by a rate limit".into(), ends - Instant::now())));
+            return Ok(Err((
+                "paused by a rate limit".into(),
+                ends - Instant::now(),
+            )));
         }
         let (quota, observed) = self.quota(key, configured).await;
         if !observed {
@@ -519,7 +384,14 @@ impl Governor {
     /// forward to now (see [`spare_now`]).
     pub async fn observe(&self, reservation: &Reservation, limits: &RateLimits) {
         let learned = Quota::learned(limits);
-        if !learned.is_empty() && self.view(&reservation.key).await.ok().and_then(|v| v.learned) != Some(learned) {
+        if !learned.is_empty()
+            && self
+                .view(&reservation.key)
+                .await
+                .ok()
+                .and_then(|v| v.learned)
+                != Some(learned)
+        {
             self.forget_view(&reservation.key);
             let result = self
                 .state
@@ -667,291 +539,5 @@ impl Governor {
             }
         }
         views
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::state::memory::MemoryState;
-
-    const TPM: Quota = Quota {
-        requests_per_minute: Some(60),
-        tokens_per_minute: Some(60_000),
-        input_tokens_per_minute: None,
-        output_tokens_per_minute: None,
-    };
-
-    fn governor(state: &Arc<MemoryState>) -> Governor {
-        Governor::new(
-            state.clone(),
-            GovernorConfig::default(),
-            WhenUnavailable::Open,
-        )
-    }
-
-    fn soon() -> Instant {
-        Instant::now() + Duration::from_millis(1)
-    }
-
-    /// Fills the buckets of `k` to the quota. Governed buckets start empty
-    /// until headers are seen; these tests are about admission against a known
-    /// level, not about that cold start.
-    async fn full(state: &MemoryState, quota: Quota) {
-        for meter in Meter::ALL {
-            let Some(limit) = meter.limit(&quota) else {
-                continue;
-            };
-            let spec = BucketSpec {
-                capacity: limit as f64,
-                refill_per_sec: 0.0,
-            };
-            state
-                .bucket(&bucket_key("k", meter), spec, BucketOp::Peek)
-                .await
-                .unwrap();
-        }
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn reserves_on_every_configured_meter_and_refuses_past_the_deadline() {
-        let state = Arc::new(MemoryState::new());
-        full(&state, TPM).await;
-        let g = governor(&state);
-        // Headroom: 60,000 x 10 % / 6 = 1,000 tokens; autocomplete keeps 1,000 back.
-        let r = g
-            .admit("k", TaskKind::Autocomplete, TPM, 40_000, 10_000, soon())
-            .await
-            .unwrap();
-        assert_eq!(r.held.len(), 2);
-        let refused = g
-            .admit("k", TaskKind::Autocomplete, TPM, 8_000, 2_000, soon())
-            .await
-            .unwrap_err();
-        assert!(refused.reason.contains("tokens"), "{}", refused.reason);
-        // 10,000 short of 10,000 + 1,000 floor at 900 tokens/s (90 % of 60,000/min).
-        assert!(refused.wait > Duration::from_secs(1), "{:?}", refused.wait);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn waits_for_the_refill_within_the_deadline() {
-        let state = Arc::new(MemoryState::new());
-        full(&state, TPM).await;
-        let g = governor(&state);
-        g.admit("k", TaskKind::Explain, TPM, 50_000, 8_000, soon())
-            .await
-            .unwrap();
-        let started = Instant::now();
-        g.admit(
-            "k",
-            TaskKind::Explain,
-            TPM,
-            5_000,
-            1_000,
-            started + Duration::from_secs(30),
-        )
-        .await
-        .unwrap();
-        let waited = started.elapsed();
-        assert!(
-            waited >= Duration::from_secs(5) && waited < Duration::from_secs(10),
-            "{waited:?}"
-        );
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn interactive_work_gets_through_where_a_refactor_waits() {
-        let state = Arc::new(MemoryState::new());
-        full(&state, TPM).await;
-        let g = governor(&state);
-        g.admit("k", TaskKind::Refactor, TPM, 55_000, 1_500, soon())
-            .await
-            .unwrap();
-        // 3,500 left: a refactor stops 2,000 above, autocomplete 1,000 above.
-        assert!(
-            g.admit("k", TaskKind::Refactor, TPM, 1_000, 1_000, soon())
-                .await
-                .is_err()
-        );
-        assert!(
-            g.admit("k", TaskKind::Autocomplete, TPM, 1_000, 1_000, soon())
-                .await
-                .is_ok()
-        );
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_dropped_reservation_gives_back_its_output_share_at_once() {
-        let state = Arc::new(MemoryState::new());
-        full(&state, TPM).await;
-        let g = governor(&state);
-        let r = g
-            .admit("k", TaskKind::Explain, TPM, 20_000, 38_000, soon())
-            .await
-            .unwrap();
-        assert!(
-            g.admit("k", TaskKind::Explain, TPM, 20_000, 0, soon())
-                .await
-                .is_err()
-        );
-        drop(r); // the request's future was dropped mid-stream
-        tokio::task::yield_now().await;
-        assert!(
-            g.admit("k", TaskKind::Explain, TPM, 20_000, 0, soon())
-                .await
-                .is_ok(),
-            "refunded without waiting for the refill"
-        );
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn settling_gives_back_what_was_not_used() {
-        let state = Arc::new(MemoryState::new());
-        full(&state, TPM).await;
-        let g = governor(&state);
-        let r = g
-            .admit("k", TaskKind::Explain, TPM, 20_000, 38_000, soon())
-            .await
-            .unwrap();
-        assert!(
-            g.admit("k", TaskKind::Explain, TPM, 20_000, 0, soon())
-                .await
-                .is_err()
-        );
-        g.settle(
-            r,
-            Some(Usage {
-                input_tokens: 20_000,
-                output_tokens: 500,
-            }),
-        )
-        .await;
-        assert!(
-            g.admit("k", TaskKind::Explain, TPM, 20_000, 0, soon())
-                .await
-                .is_ok()
-        );
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn headers_teach_the_limits_and_the_spare_capacity() {
-        let state = Arc::new(MemoryState::new());
-        let g = governor(&state);
-        let none = Quota::default();
-        let first = g
-            .admit("k", TaskKind::Explain, none, 1_000, 1_000, soon())
-            .await
-            .unwrap();
-        assert!(
-            first.held.is_empty(),
-            "nothing to govern before the limits are known"
-        );
-        let limits = RateLimits {
-            tokens_limit: Some(100_000),
-            tokens_remaining: Some(10_000),
-            ..RateLimits::default()
-        };
-        g.observe(&first, &limits).await;
-        // Someone else on the account used most of it: 10,000 left.
-        assert!(
-            g.admit("k", TaskKind::Explain, none, 9_000, 0, soon())
-                .await
-                .is_err()
-        );
-        assert!(
-            g.admit("k", TaskKind::Explain, none, 6_000, 0, soon())
-                .await
-                .is_ok()
-        );
-        let views = g.views().await;
-        assert_eq!(views.len(), 1);
-        assert_eq!(views[0].limit, 100_000);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn before_any_header_a_configured_quota_starts_empty_and_earns_its_share() {
-        let state = Arc::new(MemoryState::new());
-        let g = governor(&state);
-        // Nothing says the account has anything left this minute.
-        assert!(
-            g.admit("k", TaskKind::Refactor, TPM, 5_000, 4_000, soon())
-                .await
-                .is_err()
-        );
-        let started = Instant::now();
-        g.admit(
-            "k",
-            TaskKind::Refactor,
-            TPM,
-            5_000,
-            4_000,
-            started + Duration::from_secs(30),
-        )
-        .await
-        .unwrap();
-        // 9,000 plus the refactor's 2,000 above the headroom, at 900 tokens/s.
-        let waited = started.elapsed();
-        assert!(
-            waited >= Duration::from_millis(12_200) && waited < Duration::from_secs(13),
-            "{waited:?}"
-        );
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn headers_count_the_refill_since_the_provider_counted_the_request() {
-        let state = Arc::new(MemoryState::new());
-        let g = governor(&state);
-        let sent = g
-            .admit(
-                "k",
-                TaskKind::Explain,
-                Quota::default(),
-                1_000,
-                1_000,
-                soon(),
-            )
-            .await
-            .unwrap();
-        tokio::time::advance(Duration::from_secs(3)).await;
-        // 10,000 left when it was counted, at most 3 s ago, refilling 1,000/s.
-        let limits = RateLimits {
-            tokens_limit: Some(60_000),
-            tokens_remaining: Some(10_000),
-            ..RateLimits::default()
-        };
-        g.observe(&sent, &limits).await;
-        assert_eq!(g.views().await[0].available, 13_000.0);
-        // "Full again in 49 s" pins it at 11,000: it was counted 1 s after we sent it.
-        let limits = RateLimits {
-            tokens_reset: Some(Duration::from_secs(49)),
-            ..limits
-        };
-        g.observe(&sent, &limits).await;
-        assert_eq!(g.views().await[0].available, 11_000.0);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_shared_pause_holds_every_process() {
-        let state = Arc::new(MemoryState::new());
-        full(&state, TPM).await;
-        let (a, b) = (governor(&state), governor(&state));
-        a.pause("k", Duration::from_secs(2)).await;
-        let refused = b
-            .admit("k", TaskKind::Autocomplete, TPM, 10, 10, soon())
-            .await
-            .unwrap_err();
-        assert!(refused.reason.contains("paused"));
-        let started = Instant::now();
-        b.admit(
-            "k",
-            TaskKind::Explain,
-            TPM,
-            10,
-            10,
-            started + Duration::from_secs(5),
-        )
-        .await
-        .unwrap();
-        assert!(started.elapsed() >= Duration::from_secs(2));
     }
 }

@@ -1,0 +1,382 @@
+//! The layers and their resolution: file reading, merge, validation, errors, persistence.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+use super::{Config, ResilienceConfig};
+use crate::entry::ModelRef;
+use crate::task::{TaskProfile, Tier};
+
+/// Where a configuration value came from, for error messages.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ConfigOrigin {
+    File(PathBuf),
+    InitializationOptions,
+    WorkspaceConfiguration,
+}
+
+impl std::fmt::Display for ConfigOrigin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ConfigOrigin::File(path) => write!(f, "{}", path.display()),
+            ConfigOrigin::InitializationOptions => f.write_str("initializationOptions"),
+            ConfigOrigin::WorkspaceConfiguration => {
+                f.write_str("workspace/configuration (section \"switchyard\")")
+            }
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("invalid configuration in {origin}: `{key}`: {reason}")]
+pub struct ConfigError {
+    pub origin: ConfigOrigin,
+    pub key: String,
+    pub reason: String,
+}
+
+/// The configuration layers as received; [`ConfigLayers::resolve`] merges them.
+#[derive(Clone, Debug, Default)]
+pub struct ConfigLayers {
+    pub file: Option<(PathBuf, Value)>,
+    /// The config file could not be read or parsed: reported with every
+    /// resolution, so the editor hears of it, not only the log.
+    pub file_error: Option<ConfigError>,
+    pub initialization_options: Option<Value>,
+    pub workspace: Option<Value>,
+}
+
+impl ConfigLayers {
+    /// Merges the layers in order. A layer that fails validation is reported and
+    /// skipped, so the result is always usable: the last good config plus the errors.
+    pub fn resolve(&self) -> (Config, Vec<ConfigError>) {
+        let mut merged = serde_json::to_value(Config::default()).expect("defaults serialize");
+        let mut config = Config::default();
+        let mut errors: Vec<ConfigError> = self.file_error.iter().cloned().collect();
+        let layers = [
+            self.file
+                .as_ref()
+                .map(|(path, v)| (ConfigOrigin::File(path.clone()), v)),
+            self.initialization_options
+                .as_ref()
+                .map(|v| (ConfigOrigin::InitializationOptions, v)),
+            self.workspace
+                .as_ref()
+                .map(|v| (ConfigOrigin::WorkspaceConfiguration, v)),
+        ];
+        for (origin, layer) in layers.into_iter().flatten() {
+            if layer.is_null() {
+                continue;
+            }
+            let mut candidate = merged.clone();
+            merge(&mut candidate, &editor_spelling(layer));
+            match parse(&candidate).and_then(|c| c.validate().map(|()| c)) {
+                Ok(valid) => {
+                    merged = candidate;
+                    config = valid;
+                }
+                Err((key, reason)) => errors.push(ConfigError {
+                    origin,
+                    key,
+                    reason,
+                }),
+            }
+        }
+        (config, errors)
+    }
+}
+
+/// The config file's default location: `$SWITCHYARD_CONFIG`, else `config.toml` in the
+/// platform config directory.
+pub fn default_file_path() -> Option<PathBuf> {
+    if let Some(path) = std::env::var_os("SWITCHYARD_CONFIG") {
+        return Some(path.into());
+    }
+    crate::paths::project_dirs().map(|d| d.config_dir().join("config.toml"))
+}
+
+/// Reads a TOML config file as a layer. A missing file is no layer; an unreadable
+/// or malformed one is an error naming the file.
+pub fn read_file(path: &Path) -> Result<Option<(PathBuf, Value)>, ConfigError> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => {
+            return Err(ConfigError {
+                origin: ConfigOrigin::File(path.to_owned()),
+                key: "(file)".into(),
+                reason: format!("cannot read it: {e}"),
+            });
+        }
+    };
+    let value: toml::Value = toml::from_str(&text).map_err(|e| ConfigError {
+        origin: ConfigOrigin::File(path.to_owned()),
+        key: e.span().map_or("(file)".into(), |span| {
+            let line = text[..span.start].matches('\n').count() + 1;
+            format!("line {line}")
+        }),
+        reason: e.message().to_owned(),
+    })?;
+    let json = serde_json::to_value(value).map_err(|e| ConfigError {
+        origin: ConfigOrigin::File(path.to_owned()),
+        key: "(file)".into(),
+        reason: e.to_string(),
+    })?;
+    Ok(Some((path.to_owned(), json)))
+}
+
+/// Records local-only mode in the config file, keeping the rest of the file
+/// (comments, order) as it was. Written to a temp file and renamed into place.
+pub fn persist_local_only(path: &Path, on: bool) -> std::io::Result<()> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(e) => return Err(e),
+    };
+    let mut doc: toml_edit::DocumentMut = text.parse().map_err(|e| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("{}: {e}", path.display()),
+        )
+    })?;
+    doc["local_only"] = toml_edit::value(on);
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let temp = path.with_extension("toml.tmp");
+    std::fs::write(&temp, doc.to_string())?;
+    std::fs::rename(&temp, path)
+}
+
+fn parse(value: &Value) -> Result<Config, (String, String)> {
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let key = e.path().to_string();
+        (key, e.into_inner().to_string())
+    })
+}
+
+/// Editors spell initialization options in camelCase (`statusNotifications`,
+/// as the LSP spec does); the config file uses snake_case. Accept both.
+fn editor_spelling(layer: &Value) -> Value {
+    let mut layer = layer.clone();
+    if let Value::Object(map) = &mut layer {
+        for (camel, snake) in [
+            ("statusNotifications", "status_notifications"),
+            ("localOnly", "local_only"),
+        ] {
+            if let Some(value) = map.remove(camel) {
+                map.insert(snake.to_owned(), value);
+            }
+        }
+    }
+    layer
+}
+
+/// Deep-merges `overlay` into `base`: objects merge key by key, anything else replaces.
+fn merge(base: &mut Value, overlay: &Value) {
+    match (base, overlay) {
+        (Value::Object(base), Value::Object(overlay)) => {
+            for (key, value) in overlay {
+                merge(base.entry(key.clone()).or_insert(Value::Null), value);
+            }
+        }
+        (base, overlay) => *base = overlay.clone(),
+    }
+}
+
+impl Config {
+    fn validate(&self) -> Result<(), (String, String)> {
+        let providers = self.all_providers();
+        let chains = [Tier::Large, Tier::Medium, Tier::Small]
+            .into_iter()
+            .map(|tier| (format!("tiers.{tier}"), self.tiers.get(tier)))
+            .chain([(
+                "autocomplete.chain".to_owned(),
+                self.autocomplete.chain.as_slice(),
+            )]);
+        for (chain, entries) in chains {
+            for (i, entry) in entries.iter().enumerate() {
+                let key = format!("{chain}[{i}]");
+                let Some(ModelRef { provider, .. }) = entry.remote() else {
+                    continue;
+                };
+                if !providers.contains_key(provider) {
+                    return Err((
+                        key,
+                        format!(
+                            "`{entry}` names no configured provider (known: {})",
+                            providers.keys().cloned().collect::<Vec<_>>().join(", ")
+                        ),
+                    ));
+                }
+            }
+        }
+        for (name, provider) in &self.providers {
+            if !(provider.base_url.starts_with("http://")
+                || provider.base_url.starts_with("https://"))
+            {
+                return Err((
+                    format!("providers.{name}.base_url"),
+                    format!("`{}` is not an http(s) URL", provider.base_url),
+                ));
+            }
+        }
+        for (kind, profile) in [
+            ("explain", &self.tasks.explain),
+            ("refactor", &self.tasks.refactor),
+        ] {
+            check_profile(kind, profile)?;
+        }
+        let a = &self.autocomplete;
+        check("autocomplete.budget_ms", a.budget_ms as usize, 50, 10_000)?;
+        check("autocomplete.input_tokens", a.input_tokens, 64, 32_768)?;
+        check("autocomplete.output_tokens", a.output_tokens, 1, 4_096)?;
+        check(
+            "autocomplete.suffix_tokens",
+            a.suffix_tokens,
+            0,
+            a.input_tokens / 2,
+        )?;
+        check(
+            "autocomplete.prewarm_debounce_ms",
+            a.prewarm_debounce_ms as usize,
+            0,
+            10_000,
+        )?;
+        check("local.threads", self.local.threads, 0, 256)?;
+        if let Some(window) = &a.local_first {
+            window
+                .start_minute()
+                .map_err(|reason| ("autocomplete.local_first.start".to_owned(), reason))?;
+            check(
+                "autocomplete.local_first.minutes",
+                window.minutes as usize,
+                1,
+                24 * 60,
+            )?;
+        }
+        self.resilience.validate()
+    }
+}
+
+impl ResilienceConfig {
+    fn validate(&self) -> Result<(), (String, String)> {
+        let state = &self.state;
+        if !(matches!(state.as_str(), "file" | "memory")
+            || ["file://", "redis://", "rediss://"]
+                .iter()
+                .any(|s| state.starts_with(s)))
+        {
+            return Err((
+                "resilience.state".into(),
+                format!("`{state}` is not `file`, `file:///dir`, `redis://host:port` or `memory`"),
+            ));
+        }
+        let share = |key: &str, value: f64| {
+            if value > 0.0 && value <= 1.0 {
+                Ok(())
+            } else {
+                Err((
+                    key.to_owned(),
+                    format!("must be above 0 and at most 1, got {value}"),
+                ))
+            }
+        };
+        share("resilience.governor.share", self.governor.share)?;
+        share("resilience.breaker.error_rate", self.breaker.error_rate)?;
+        check(
+            "resilience.breaker.failures",
+            self.breaker.failures as usize,
+            1,
+            1_000,
+        )?;
+        check(
+            "resilience.breaker.window_ms",
+            self.breaker.window_ms as usize,
+            1_000,
+            3_600_000,
+        )?;
+        check(
+            "resilience.breaker.cooldown_ms",
+            self.breaker.cooldown_ms as usize,
+            100,
+            86_400_000,
+        )?;
+        check(
+            "resilience.resume_interval_ms",
+            self.resume_interval_ms as usize,
+            50,
+            3_600_000,
+        )?;
+        let canary = self.canary_interval_ms as usize;
+        check("resilience.canary_interval_ms", canary, 50, 3_600_000)?;
+        let primary = self.primary_canary_ms as usize;
+        check("resilience.primary_canary_ms", primary, 0, 86_400_000)?;
+        let b = &self.backoff;
+        check("resilience.backoff.cap_ms", b.cap_ms as usize, 1, 3_600_000)?;
+        for (key, base) in [
+            ("rate_limit_ms", b.rate_limit_ms),
+            ("overloaded_ms", b.overloaded_ms),
+            ("transient_ms", b.transient_ms),
+        ] {
+            check(
+                &format!("resilience.backoff.{key}"),
+                base as usize,
+                1,
+                b.cap_ms as usize,
+            )?;
+        }
+        Ok(())
+    }
+}
+
+fn check_profile(kind: &str, p: &TaskProfile) -> Result<(), (String, String)> {
+    check(
+        &format!("tasks.{kind}.input_tokens"),
+        p.input_tokens,
+        64,
+        1_000_000,
+    )?;
+    check(
+        &format!("tasks.{kind}.output_tokens"),
+        p.output_tokens,
+        1,
+        128_000,
+    )?;
+    check(
+        &format!("tasks.{kind}.first_token_ms"),
+        p.first_token_ms as usize,
+        100,
+        3_600_000,
+    )?;
+    check(
+        &format!("tasks.{kind}.total_ms"),
+        p.total_ms as usize,
+        p.first_token_ms as usize,
+        3_600_000,
+    )?;
+    check(
+        &format!("tasks.{kind}.idle_ms"),
+        p.idle_ms as usize,
+        100,
+        3_600_000,
+    )?;
+    check(
+        &format!("tasks.{kind}.wait_ms"),
+        p.wait_ms as usize,
+        0,
+        86_400_000,
+    )
+}
+
+fn check(key: &str, value: usize, min: usize, max: usize) -> Result<(), (String, String)> {
+    if (min..=max).contains(&value) {
+        Ok(())
+    } else {
+        Err((
+            key.into(),
+            format!("must be between {min} and {max}, got {value}"),
+        ))
+    }
+}

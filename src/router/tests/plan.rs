@@ -1,0 +1,136 @@
+//! Property test: the entry status calls "now" is the entry a request tries first.
+
+use super::*;
+
+/// What one entry is like when a request arrives.
+#[derive(Clone, Copy, Debug)]
+struct EntryState {
+    key_missing: bool,
+    /// 0: no samples, 1: healthy samples, 2: slow samples, 3: degraded samples.
+    beacon: u8,
+    /// 0: closed, 1: open, 2: cooled down (half-open).
+    breaker: u8,
+    /// Paused by a rate limit for longer than the wait budget.
+    paused: bool,
+}
+
+fn entry_state() -> impl proptest::strategy::Strategy<Value = EntryState> {
+    use proptest::prelude::*;
+    (any::<bool>(), 0u8..4, 0u8..3, any::<bool>()).prop_map(
+        |(key_missing, beacon, breaker, paused)| EntryState {
+            key_missing: key_missing && beacon == 0,
+            beacon,
+            breaker,
+            paused,
+        },
+    )
+}
+
+/// Sets `entry`'s health, breaker and quota as `state` says, through the
+/// same beacons and shared state a router reads.
+async fn arrange(router: &Router, entry: &ModelRef, state: EntryState) {
+    let profile = router.profile(TaskKind::Explain);
+    for _ in 0..3 {
+        let (first_token, outcome) = match state.beacon {
+            1 => (Duration::from_millis(100), beacon::Outcome::Ok),
+            2 => (profile.first_token_ceiling() * 2, beacon::Outcome::Ok),
+            3 => (
+                Duration::from_millis(100),
+                beacon::Outcome::Degraded(beacon::Degradation::Truncated),
+            ),
+            _ => break,
+        };
+        let sample = beacon::Sample {
+            at: Instant::now(),
+            first_token: Some(first_token),
+            total: first_token,
+            outcome,
+        };
+        router.beacons().record(entry, sample);
+    }
+    let key = router.key(entry);
+    let breakers = &router.resilience().breakers;
+    if state.breaker > 0 {
+        for _ in 0..breakers.config().failures {
+            let admission = breakers
+                .admit(&key.breaker_key(), Duration::from_secs(1))
+                .await;
+            breakers
+                .record(&key.breaker_key(), admission, false, "HTTP 503")
+                .await;
+        }
+    }
+    if state.paused {
+        let pause = profile.wait_budget() + Duration::from_secs(60);
+        router
+            .resilience()
+            .governor
+            .pause(&key.quota_key(), pause)
+            .await;
+    }
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+
+    /// Status and routing ask one plan: whatever the health, breakers and
+    /// quota, the entry status calls "now" is the entry a request tries first.
+    #[test]
+    fn status_now_is_the_entry_run_tries_first(
+        states in proptest::collection::vec(entry_state(), 4),
+    ) {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .start_paused(true)
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let names = ["a/x", "b/y", "c/z", "d/w"];
+            let entries: Vec<ModelRef> = names.iter().map(|n| ModelRef::parse(n).unwrap()).collect();
+            let mut config = chains(&names[..2], &names[2..]);
+            config.tasks.explain.tier = Tier::Large;
+            config.tasks.explain.hedge = false;
+            let calls = Arc::new(Mutex::new(Vec::new()));
+            let providers: Vec<Arc<Scripted>> = entries
+                .iter()
+                .map(|e| {
+                    let mut scripted = Scripted::new(&e.provider, vec![], ok());
+                    Arc::get_mut(&mut scripted).unwrap().order = Some(calls.clone());
+                    scripted
+                })
+                .collect();
+            let mut map: HashMap<String, Arc<dyn Provider>> = HashMap::new();
+            let mut missing = HashMap::new();
+            for ((entry, state), provider) in entries.iter().zip(&states).zip(&providers) {
+                if state.key_missing {
+                    missing.insert(entry.provider.clone(), "KEY".to_owned());
+                } else {
+                    map.insert(entry.provider.clone(), provider.clone() as Arc<dyn Provider>);
+                }
+            }
+            let lasting = Lasting::new(Arc::new(Resilience::in_memory()));
+            let router = Router::with_providers(&config, map, missing, EngineSlot::default(), lasting);
+            for (entry, state) in entries.iter().zip(&states) {
+                arrange(&router, entry, *state).await;
+            }
+            let cooldown = Duration::from_millis(router.resilience().breakers.config().cooldown_ms);
+            // Cooled-down breakers first wait out their cooldown; open ones trip again after it.
+            tokio::time::advance(cooldown + Duration::from_secs(1)).await;
+            for (entry, state) in entries.iter().zip(&states) {
+                if state.breaker == 1 {
+                    arrange(&router, entry, EntryState { beacon: 0, paused: false, ..*state }).await;
+                }
+            }
+            let runbook = router.runbook().await;
+            let now = runbook.routes.iter().find(|r| r.kind == TaskKind::Explain).unwrap().now.clone();
+            let _ = run(&router, explain()).await;
+            let first = calls.lock().unwrap().first().cloned();
+            let tried = first.map(|provider: String| {
+                let i = entries.iter().position(|e| e.provider == provider).unwrap();
+                let tier = if i < 2 { Tier::Large } else { Tier::Medium };
+                format!("{} ({tier})", entries[i])
+            });
+            assert_eq!(now, tried, "{states:?}");
+        });
+    }
+}
