@@ -613,6 +613,9 @@ async fn a_gateway_client_hanging_up_a_whole_completion_waiting_for_quota_leaves
     gateway_hang_up_waiting_for_quota(false).await;
 }
 
+/// A streamed completion runs as a spawned task that the caller's hang-up
+/// cancels through a token (src/gateway/mod.rs): every wait in it, the quota
+/// wait included, must heed the token for this to hold.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gateway_client_hanging_up_a_stream_waiting_for_quota_leaves_nothing_held() {
     gateway_hang_up_waiting_for_quota(true).await;

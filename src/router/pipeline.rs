@@ -123,7 +123,7 @@ impl Router {
     ) -> Result<(String, Usage), Failure> {
         let provider = self.provider(candidate)?;
         let key = self.key(&candidate.entry);
-        let breaker_key = key.breaker_key();
+        let (breaker_key, quota_key) = (key.breaker_key(), key.quota_key());
         let quota = self
             .provider_config(&key.model.provider)
             .map(|p| p.quota)
@@ -163,17 +163,20 @@ impl Router {
             // future is dropped while the request runs.
             let waited_from = Instant::now();
             let admit_by = (waited_from + run.waits.left()).min(run.deadline);
-            let reservation = resilience
-                .governor
-                .admit(
-                    &key.quota_key(),
-                    request.kind,
-                    quota,
-                    prompt.input_tokens() as u64,
-                    u64::from(prompt.request.max_tokens),
-                    admit_by,
-                )
-                .await;
+            let admitted = resilience.governor.admit(
+                &quota_key,
+                request.kind,
+                quota,
+                prompt.input_tokens() as u64,
+                u64::from(prompt.request.max_tokens),
+                admit_by,
+            );
+            // A request cancelled while it waits for quota stops waiting at once
+            // (and drops its breaker admission with it).
+            let reservation = tokio::select! {
+                _ = cancel.cancelled() => return Err(Failure::Cancelled),
+                reservation = admitted => reservation,
+            };
             run.waits.try_spend(waited_from.elapsed());
             let reservation = reservation.map_err(|starved| {
                 run.retry_later = true;
