@@ -9,7 +9,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -24,8 +23,7 @@ use crate::task::{TaskKind, Tier};
 pub const TOKEN: &str = "SWITCHYARD-CANARY-OK";
 const MAX_KEPT: usize = 50;
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Clone, Debug, PartialEq)]
 pub struct CanaryResult {
     pub at_ms: u64,
     pub provider: String,

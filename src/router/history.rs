@@ -7,7 +7,6 @@ use std::collections::VecDeque;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use serde::Serialize;
 
 use super::Router;
 use super::canary::CanaryResult;
@@ -17,8 +16,7 @@ use crate::task::{TaskKind, Tier};
 
 const KEEP: Duration = Duration::from_secs(3600);
 
-#[derive(Clone, Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Clone, Debug)]
 pub struct EntryPoint {
     pub provider: String,
     pub model: String,
@@ -29,8 +27,7 @@ pub struct EntryPoint {
     pub degraded_rate: f64,
 }
 
-#[derive(Clone, Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Clone, Debug)]
 pub struct Downshift {
     pub kind: TaskKind,
     pub from: Tier,
@@ -38,8 +35,7 @@ pub struct Downshift {
     pub reason: Option<String>,
 }
 
-#[derive(Clone, Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Clone, Debug)]
 pub struct Point {
     pub at_ms: u64,
     pub entries: Vec<EntryPoint>,

@@ -2,7 +2,6 @@
 //! serves now and which is next: the plan `run` would walk, after re-reading
 //! what every process shares (breakers, quota).
 
-use serde::Serialize;
 
 use super::Router;
 use super::plan::Candidate;
@@ -10,8 +9,7 @@ use super::status::StatusReport;
 use crate::probe::history::{self, ProbeRecord};
 use crate::task::{TaskKind, Tier};
 
-#[derive(Clone, Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Clone, Debug)]
 pub struct TaskRunbook {
     pub kind: TaskKind,
     pub tier: Tier,
@@ -22,15 +20,13 @@ pub struct TaskRunbook {
     pub skipped: Vec<String>,
 }
 
-#[derive(Clone, Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Clone, Debug)]
 pub struct Runbook {
     pub shared_state: String,
     /// Who serves each task kind now and next (`tasks` is the status report's).
     pub routes: Vec<TaskRunbook>,
     /// The latest `switchyard probe` result of each entry on this machine.
     pub last_probes: Vec<ProbeRecord>,
-    #[serde(flatten)]
     pub status: StatusReport,
 }
 

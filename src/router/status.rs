@@ -1,7 +1,6 @@
 //! The status report the editor shows: which provider, model and tier serve each
 //! task kind, any downshift and why, local-only mode, and each entry's health.
 
-use serde::{Deserialize, Serialize};
 
 use super::Router;
 use super::beacon::MIN_SAMPLES;
@@ -12,8 +11,7 @@ use crate::resilience::governor::MeterView;
 use crate::task::{TaskKind, Tier};
 
 /// Where a task kind was last served (or would be served next).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Route {
     pub provider: String,
     pub model: String,
@@ -23,16 +21,13 @@ pub struct Route {
     pub reason: Option<String>,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Clone, Debug, PartialEq)]
 pub struct TaskStatus {
     pub kind: TaskKind,
-    #[serde(flatten)]
     pub route: Option<Route>,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum HealthState {
     Healthy,
     /// Fewer samples than a verdict needs: counted as healthy.
@@ -41,8 +36,7 @@ pub enum HealthState {
     NoKey,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Clone, Debug, PartialEq)]
 pub struct EntryHealth {
     pub provider: String,
     pub model: String,
@@ -55,8 +49,7 @@ pub struct EntryHealth {
 }
 
 /// The `switchyard/status` payload. The top-level route is the latest served task's.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct StatusReport {
     pub provider: Option<String>,
     pub model: Option<String>,
@@ -67,21 +60,16 @@ pub struct StatusReport {
     pub tasks: Vec<TaskStatus>,
     pub health: Vec<EntryHealth>,
     /// Every breaker any switchyard process sharing this state has recorded.
-    #[serde(default)]
     pub breakers: Vec<BreakerView>,
     /// Governor headroom per governed meter.
-    #[serde(default)]
     pub quota: Vec<MeterView>,
     /// This editor's parked tasks, waiting for a route to open.
-    #[serde(default)]
     pub parked: Vec<ParkedStatus>,
     /// The latest canary results, newest last.
-    #[serde(default)]
     pub canaries: Vec<CanaryResult>,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ParkedStatus {
     pub id: String,
     pub kind: TaskKind,
@@ -233,12 +221,4 @@ pub(super) fn report(router: &Router) -> StatusReport {
         parked: router.parked(),
         canaries: router.canaries(),
     }
-}
-
-/// The `switchyard/status` notification, sent to clients that opt in.
-pub enum StatusNotification {}
-
-impl tower_lsp_server::ls_types::notification::Notification for StatusNotification {
-    type Params = StatusReport;
-    const METHOD: &'static str = "switchyard/status";
 }

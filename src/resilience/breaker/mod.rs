@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
 use crate::state::{SharedState, WhenUnavailable};
 use permit::Lease;
@@ -68,8 +68,7 @@ struct View {
 }
 
 /// One breaker as status shows it.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Clone, Debug, PartialEq)]
 pub struct BreakerView {
     pub key: String,
     pub phase: Phase,

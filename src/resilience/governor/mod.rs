@@ -23,7 +23,6 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
 use crate::providers::{RateLimits, Usage};
@@ -98,8 +97,7 @@ pub struct Starved {
 }
 
 /// One meter's headroom as status shows it.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Clone, Debug, PartialEq)]
 pub struct MeterView {
     pub key: String,
     pub meter: String,
