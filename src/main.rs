@@ -80,7 +80,7 @@ enum ConfigAction {
 
 fn main() -> ExitCode {
     // Before any thread starts: the local UTC offset can only be read then.
-    switchyard::router::local_first::capture_local_offset();
+    switchyard::config::local_first::capture_local_offset();
     let cli = Cli::parse();
     let log_file = cli
         .log_file

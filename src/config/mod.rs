@@ -3,15 +3,20 @@
 //! `workspace/configuration`. Each layer is validated on its own so an error names
 //! the layer (file, key, reason); a rejected layer leaves the last good config in force.
 
+
+pub mod local_first;
 mod layers;
 #[cfg(test)]
 mod tests;
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
 use crate::entry::ChainEntry;
+pub use crate::providers::ProviderKind;
+use crate::providers::{Provider, Secret};
 use crate::task::{TaskProfiles, Tier};
 
 pub use layers::{
@@ -80,15 +85,6 @@ impl Default for ResilienceConfig {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ProviderKind {
-    /// The Anthropic Messages API.
-    Anthropic,
-    /// Any OpenAI-compatible chat completions API (OpenAI, OpenRouter, Ollama, llama.cpp server, vLLM).
-    Openai,
-}
-
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ProviderConfig {
@@ -110,6 +106,27 @@ pub struct ProviderConfig {
 }
 
 impl ProviderConfig {
+    /// Builds this provider; its key comes from the variable it names. `Err`
+    /// carries that variable when it is unset or empty.
+    pub fn build(&self, name: &str) -> Result<Arc<dyn Provider>, String> {
+        let key = match &self.api_key_env {
+            Some(var) => Some(Secret::from_env(var).ok_or_else(|| var.clone())?),
+            None => None,
+        };
+        let headers = self
+            .headers
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        Ok(crate::providers::build(
+            name,
+            self.kind,
+            &self.base_url,
+            key,
+            headers,
+        ))
+    }
+
     pub fn account<'a>(&'a self, name: &'a str) -> &'a str {
         self.account.as_deref().unwrap_or(name)
     }
@@ -237,7 +254,7 @@ pub struct AutocompleteConfig {
     pub chain: Vec<ChainEntry>,
     /// A daily window in which the local engine serves even when `chain` puts
     /// a remote first, so the fallback is exercised before it is needed.
-    pub local_first: Option<crate::router::local_first::LocalFirstWindow>,
+    pub local_first: Option<local_first::LocalFirstWindow>,
 }
 
 impl Default for AutocompleteConfig {

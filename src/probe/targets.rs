@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use crate::config::Config;
-use crate::providers::{self, Provider};
+use crate::providers::Provider;
 
 /// One chain entry to probe.
 pub struct Target {
@@ -85,7 +85,7 @@ pub fn select(config: &Config, only: Option<&str>) -> Result<Targets, TargetErro
         let Some(settings) = providers.get(&name) else {
             continue;
         };
-        match providers::from_config(&name, settings) {
+        match settings.build(&name) {
             Ok(provider) => targets.probe.push(Target { provider, model }),
             Err(key_env) => targets.skipped.push(Skipped {
                 provider: name,
@@ -158,7 +158,7 @@ mod tests {
         config.providers.insert(
             "ollama".into(),
             ProviderConfig {
-                kind: crate::config::ProviderKind::Openai,
+                kind: crate::providers::ProviderKind::Openai,
                 base_url: "http://127.0.0.1:11434/v1".into(),
                 api_key_env: None,
                 headers: Default::default(),

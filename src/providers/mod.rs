@@ -25,7 +25,15 @@ use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 
 /// Which remote API a configured provider speaks; configuration owns the type.
-pub use crate::config::ProviderKind;
+/// Which wire format a provider speaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProviderKind {
+    /// The Anthropic Messages API.
+    Anthropic,
+    /// Any OpenAI-compatible chat completions API (OpenAI, OpenRouter, Ollama, llama.cpp server, vLLM).
+    Openai,
+}
 pub use anthropic::AnthropicProvider;
 pub use openai::OpenAiProvider;
 pub use secret::Secret;
@@ -389,22 +397,4 @@ mod tests {
         );
         assert!(!format!("{provider:?}").contains("sk-ant-xyz"));
     }
-}
-
-/// Builds a configured provider; its key comes from the variable the config
-/// names. `Err` carries that variable when it is unset or empty.
-pub fn from_config(
-    name: &str,
-    settings: &crate::config::ProviderConfig,
-) -> Result<Arc<dyn Provider>, String> {
-    let key = match &settings.api_key_env {
-        Some(var) => Some(Secret::from_env(var).ok_or_else(|| var.clone())?),
-        None => None,
-    };
-    let headers = settings
-        .headers
-        .iter()
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
-    Ok(build(name, settings.kind, &settings.base_url, key, headers))
 }

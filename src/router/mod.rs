@@ -13,7 +13,6 @@ pub mod beacon;
 pub mod canary;
 mod hedge;
 pub mod history;
-pub mod local_first;
 mod pipeline;
 pub mod plan;
 mod prompt;
@@ -81,7 +80,7 @@ impl Router {
         let mut providers: HashMap<String, Arc<dyn Provider>> = HashMap::new();
         let mut missing_keys = HashMap::new();
         for (name, settings) in config.all_providers() {
-            match crate::providers::from_config(&name, &settings) {
+            match settings.build(&name) {
                 Ok(provider) => {
                     providers.insert(name, provider);
                 }

@@ -386,7 +386,7 @@ async fn the_local_first_window_keeps_completions_local() {
     ];
     // Open since a minute ago, in the offset tests run with (UTC).
     let now = time::OffsetDateTime::now_utc() - time::Duration::minutes(1);
-    config.autocomplete.local_first = Some(local_first::LocalFirstWindow {
+    config.autocomplete.local_first = Some(crate::config::local_first::LocalFirstWindow {
         start: format!("{:02}:{:02}", now.hour(), now.minute()),
         minutes: 30,
     });
