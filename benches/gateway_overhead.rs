@@ -6,11 +6,15 @@
 //!
 //! Run: `cargo bench --bench gateway_overhead`
 //! (`GATEWAY_RATES=100,500,1000`, `GATEWAY_SECONDS=5` per rate and path,
-//! `GATEWAY_STATE=memory` to leave out the shared-state files).
+//! `GATEWAY_STATE=memory` to leave out the shared-state files,
+//! `GATEWAY_BASELINE_BIN=/path/to/other/switchyard` to measure a second gateway
+//! binary, "gw (baseline)", at each rate right after this one, with its own
+//! state directory, and print the ratio of the two added p99s).
 
 #[path = "../tests/support/mod.rs"]
 mod support;
 
+use std::path::Path;
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -78,6 +82,74 @@ fn rss_kib(pid: u32) -> Option<u64> {
         .ok()
 }
 
+/// A running `switchyard gateway` process; killed when dropped.
+struct Gateway {
+    _process: tokio::process::Child,
+    pid: u32,
+    url: String,
+}
+
+impl Gateway {
+    /// Starts `bin` as a gateway on a free loopback port with the config in
+    /// `home`, its own state directory and log file named after `name`.
+    async fn start(bin: &Path, home: &Path, name: &str) -> Self {
+        let mut process = tokio::process::Command::new(bin)
+            .args(["gateway", "--listen", "127.0.0.1:0"])
+            .env("SWITCHYARD_CONFIG", home.join("config.toml"))
+            .env("SWITCHYARD_STATE_DIR", home.join(format!("{name}-state")))
+            .env("SWITCHYARD_MODEL_DIR", home.join("models"))
+            .arg("--log-file")
+            .arg(home.join(format!("{name}.log")))
+            .stdout(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap_or_else(|e| panic!("start the gateway {}: {e}", bin.display()));
+        let pid = process.id().unwrap();
+        let mut lines = BufReader::new(process.stdout.take().unwrap()).lines();
+        let first = lines
+            .next_line()
+            .await
+            .unwrap()
+            .expect("gateway prints its address");
+        let url = format!("{}/v1/chat/completions", first.rsplit(' ').next().unwrap());
+        Self {
+            _process: process,
+            pid,
+            url,
+        }
+    }
+}
+
+/// One path's latencies at one rate (sorted) and its failed requests.
+struct Measured {
+    latencies: Vec<Duration>,
+    failures: usize,
+}
+
+impl Measured {
+    async fn run(
+        client: &reqwest::Client,
+        url: &str,
+        body: &serde_json::Value,
+        rate: u64,
+        seconds: u64,
+    ) -> Self {
+        let (latencies, failures) = load(client, url, body, rate, seconds).await;
+        Self {
+            latencies,
+            failures,
+        }
+    }
+
+    fn p50(&self) -> Duration {
+        percentile(&self.latencies, 50.0)
+    }
+
+    fn p99(&self) -> Duration {
+        percentile(&self.latencies, 99.0)
+    }
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let rates: Vec<u64> = std::env::var("GATEWAY_RATES")
@@ -89,6 +161,7 @@ async fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(5);
+    let baseline_bin = std::env::var_os("GATEWAY_BASELINE_BIN");
 
     let fake = FakeProvider::start().await;
     let home = tempfile::tempdir().unwrap();
@@ -99,69 +172,113 @@ async fn main() {
         fake.openai_url()
     );
     std::fs::write(home.path().join("config.toml"), config).unwrap();
-    let mut gateway = tokio::process::Command::new(env!("CARGO_BIN_EXE_switchyard"))
-        .args(["gateway", "--listen", "127.0.0.1:0"])
-        .env("SWITCHYARD_CONFIG", home.path().join("config.toml"))
-        .env("SWITCHYARD_STATE_DIR", home.path().join("state"))
-        .env("SWITCHYARD_MODEL_DIR", home.path().join("models"))
-        .args([
-            "--log-file",
-            home.path().join("gateway.log").to_str().unwrap(),
-        ])
-        .stdout(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("start the gateway");
-    let pid = gateway.id().unwrap();
-    let mut lines = BufReader::new(gateway.stdout.take().unwrap()).lines();
-    let first = lines.next_line().await.unwrap().unwrap();
-    let gateway_url = format!("{}/v1/chat/completions", first.rsplit(' ').next().unwrap());
+    let mut gateways = vec![
+        Gateway::start(
+            Path::new(env!("CARGO_BIN_EXE_switchyard")),
+            home.path(),
+            "gateway",
+        )
+        .await,
+    ];
+    if let Some(bin) = &baseline_bin {
+        gateways.push(Gateway::start(Path::new(bin), home.path(), "baseline").await);
+    }
     let direct_url = format!("{}/chat/completions", fake.openai_url());
     let client = reqwest::Client::new();
     let messages = json!([{"role": "user", "content": "What does HashMap::entry do?"}]);
     let direct_body = json!({"model": "bench", "stream": true, "messages": messages});
     let gateway_body = json!({"model": "fake/bench", "stream": false, "messages": messages});
 
-    // Warm both paths (connections, the gateway's first route).
+    // Warm every path (connections, each gateway's first route).
     load(&client, &direct_url, &direct_body, 50, 1).await;
-    load(&client, &gateway_url, &gateway_body, 50, 1).await;
+    for gateway in &gateways {
+        load(&client, &gateway.url, &gateway_body, 50, 1).await;
+    }
+    let pids: Vec<String> = gateways.iter().map(|g| g.pid.to_string()).collect();
     println!(
-        "gateway overhead ({seconds} s per rate and path, open loop, state {state}; gateway pid {pid})"
+        "gateway overhead ({seconds} s per rate and path, open loop, state {state}; gateway pid {})",
+        pids.join(", baseline pid ")
     );
-    println!(
-        "{:>6} | {:>9} {:>9} | {:>9} {:>9} | {:>9} {:>9} | {:>8} | {:>9}",
-        "req/s",
-        "direct50",
-        "direct99",
-        "gw p50",
-        "gw p99",
-        "added50",
-        "added99",
-        "failures",
-        "gw RSS"
-    );
+    if let Some(bin) = &baseline_bin {
+        println!("baseline: {}", Path::new(bin).display());
+    }
+    // Column names per gateway: this build's, then the baseline's ("b.").
+    let columns: [[&str; 4]; 2] = [
+        ["gw p50", "gw p99", "added50", "added99"],
+        ["b.gw p50", "b.gw p99", "b.add50", "b.add99"],
+    ];
+    let mut header = format!("{:>6} | {:>9} {:>9} |", "req/s", "direct50", "direct99");
+    for names in &columns[..gateways.len()] {
+        header += &format!(
+            " {:>9} {:>9} | {:>9} {:>9} |",
+            names[0], names[1], names[2], names[3]
+        );
+    }
+    header += &format!(" {:>8} |", "failures");
+    for name in &["gw RSS", "b.gw RSS"][..gateways.len()] {
+        header += &format!(" {name:>9}");
+    }
+    if gateways.len() > 1 {
+        header += &format!(" | {:>9}", "p99 ratio");
+    }
+    println!("{header}");
     for rate in rates {
-        let (direct, direct_failed) = load(&client, &direct_url, &direct_body, rate, seconds).await;
-        let (routed, routed_failed) =
-            load(&client, &gateway_url, &gateway_body, rate, seconds).await;
-        if direct.is_empty() || routed.is_empty() {
+        // Interleaved: direct, this gateway, the baseline, at the same rate.
+        let direct = Measured::run(&client, &direct_url, &direct_body, rate, seconds).await;
+        let mut routed = Vec::new();
+        for gateway in &gateways {
+            routed.push(Measured::run(&client, &gateway.url, &gateway_body, rate, seconds).await);
+        }
+        if std::iter::once(&direct)
+            .chain(&routed)
+            .any(|m| m.latencies.is_empty())
+        {
+            let names = ["gateway", "baseline"];
+            let failed: Vec<String> = routed
+                .iter()
+                .zip(names)
+                .map(|(m, name)| format!("{name} failed {}", m.failures))
+                .collect();
             println!(
-                "{rate:>6} | no successful requests (direct failed {direct_failed}, gateway failed {routed_failed})"
+                "{rate:>6} | no successful requests (direct failed {}, {})",
+                direct.failures,
+                failed.join(", ")
             );
             continue;
         }
-        let (d50, d99) = (percentile(&direct, 50.0), percentile(&direct, 99.0));
-        let (g50, g99) = (percentile(&routed, 50.0), percentile(&routed, 99.0));
-        println!(
-            "{rate:>6} | {:>9} {:>9} | {:>9} {:>9} | {:>9} {:>9} | {:>8} | {:>6} MiB",
-            ms(d50),
-            ms(d99),
-            ms(g50),
-            ms(g99),
-            ms(g50.saturating_sub(d50)),
-            ms(g99.saturating_sub(d99)),
-            direct_failed + routed_failed,
-            rss_kib(pid).map_or(0, |k| k / 1024)
+        let mut row = format!(
+            "{rate:>6} | {:>9} {:>9} |",
+            ms(direct.p50()),
+            ms(direct.p99())
         );
+        let mut added99 = Vec::new();
+        for gw in &routed {
+            let added = (
+                gw.p50().saturating_sub(direct.p50()),
+                gw.p99().saturating_sub(direct.p99()),
+            );
+            row += &format!(
+                " {:>9} {:>9} | {:>9} {:>9} |",
+                ms(gw.p50()),
+                ms(gw.p99()),
+                ms(added.0),
+                ms(added.1)
+            );
+            added99.push(added.1);
+        }
+        let failures = direct.failures + routed.iter().map(|m| m.failures).sum::<usize>();
+        row += &format!(" {failures:>8} |");
+        for gateway in &gateways {
+            row += &format!(" {:>6} MiB", rss_kib(gateway.pid).map_or(0, |k| k / 1024));
+        }
+        if let [new, baseline] = added99[..] {
+            let ratio = if baseline.is_zero() {
+                "n/a".to_owned()
+            } else {
+                format!("{:.2}", new.as_secs_f64() / baseline.as_secs_f64())
+            };
+            row += &format!(" | {ratio:>9}");
+        }
+        println!("{row}");
     }
 }

@@ -74,10 +74,18 @@ fn open_resilience(config: &ResilienceConfig) -> Arc<Resilience> {
     Arc::new(Resilience::new(state, config))
 }
 
+fn configure_beacons(lasting: &Lasting, config: &ResilienceConfig) {
+    lasting.beacons.configure(
+        std::time::Duration::from_millis(config.beacon_window_ms),
+        config.beacon_min_samples,
+    );
+}
+
 impl Core {
     pub fn open(config: &Config, local: EngineSlot, config_path: Option<PathBuf>) -> Core {
         let mut lasting = Lasting::new(open_resilience(&config.resilience));
         lasting.local_only = Arc::new(AtomicBool::new(config.local_only));
+        configure_beacons(&lasting, &config.resilience);
         let router = Arc::new(Router::new(config, local.clone(), lasting.clone()));
         Core {
             local,
@@ -106,6 +114,7 @@ impl Core {
         lasting
             .local_only
             .store(config.local_only, Ordering::Release);
+        configure_beacons(&lasting, &config.resilience);
         let router = Arc::new(Router::new(config, self.local.clone(), lasting));
         *self.router.write().expect("router lock") = router.clone();
         router.publish();

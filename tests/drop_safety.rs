@@ -218,7 +218,7 @@ fn config(shared: &SharedDir, fake: &FakeProvider, extra: Value) -> Value {
         }},
         "resilience": {
             "state": shared.url(),
-            "breaker": {"failures": 2, "cooldown_ms": 500, "max_cooldown_ms": 1_000},
+            "breaker": {"failures": 2, "cooldown_ms": 500},
             "backoff": {"rate_limit_ms": 50, "overloaded_ms": 50, "transient_ms": 50, "cap_ms": 200},
             "canary_interval_ms": 3_600_000
         }

@@ -64,10 +64,15 @@ pub struct ResilienceConfig {
     pub governor: crate::resilience::governor::GovernorConfig,
     /// How often parked tasks are retried and shared status re-read.
     pub resume_interval_ms: u64,
-    /// How often cooled-down breakers get a canary (their half-open probe).
+    /// How often entries out of user traffic (an open breaker, a health
+    /// verdict) get a canary: a healthy one brings them back.
     pub canary_interval_ms: u64,
     /// How often the primary of each tier gets a canary; 0 is off.
     pub primary_canary_ms: u64,
+    /// How far back health beacons look.
+    pub beacon_window_ms: u64,
+    /// The fewest samples a beacon judges slowness or degradation from.
+    pub beacon_min_samples: usize,
 }
 
 impl Default for ResilienceConfig {
@@ -81,6 +86,8 @@ impl Default for ResilienceConfig {
             resume_interval_ms: 5_000,
             canary_interval_ms: 10_000,
             primary_canary_ms: 0,
+            beacon_window_ms: 60_000,
+            beacon_min_samples: 3,
         }
     }
 }

@@ -1,7 +1,8 @@
 //! How long to wait before trying the same model again, and whether the wait
-//! fits. Waits are exponential with full jitter (so a fleet that failed
-//! together does not retry together) or the provider's `retry-after` plus a
-//! little jitter. Budgets are time, not attempts: a task may spend its wait
+//! fits. Waits are exponential with equal jitter: half the ceiling is always
+//! waited, so an overloaded provider is never hit again at once, and the rest
+//! is random, so a fleet that failed together does not retry together. A
+//! provider's `retry-after` is honoured plus a little jitter. Budgets are time, not attempts: a task may spend its wait
 //! budget on waits, and the account's retries are capped as a share of its
 //! requests so a fleet cannot hammer a shared limit.
 
@@ -70,7 +71,7 @@ impl BackoffConfig {
         let ceiling = base
             .saturating_mul(1u32.checked_shl(retry.min(20)).unwrap_or(u32::MAX))
             .min(cap);
-        Some(ceiling.mul_f64(fastrand::f64()))
+        Some(ceiling.mul_f64(0.5 + 0.5 * fastrand::f64()))
     }
 }
 
@@ -159,7 +160,7 @@ mod tests {
     use crate::state::memory::MemoryState;
 
     #[test]
-    fn full_jitter_stays_within_the_exponential_ceiling_and_spreads() {
+    fn equal_jitter_waits_at_least_half_the_ceiling_and_spreads() {
         let config = BackoffConfig::default();
         for retry in 0..8 {
             let ceiling = Duration::from_secs(1) * 2u32.pow(retry);
@@ -167,11 +168,14 @@ mod tests {
             let waits: Vec<_> = (0..500)
                 .map(|_| config.delay(&ErrorClass::Transient, retry, None).unwrap())
                 .collect();
-            assert!(waits.iter().all(|w| *w <= ceiling), "retry {retry}");
-            let mean = waits.iter().sum::<Duration>() / waits.len() as u32;
-            // Full jitter is uniform on [0, ceiling]: the mean sits near the middle.
             assert!(
-                mean > ceiling.mul_f64(0.4) && mean < ceiling.mul_f64(0.6),
+                waits.iter().all(|w| *w <= ceiling && *w >= ceiling / 2),
+                "retry {retry}"
+            );
+            let mean = waits.iter().sum::<Duration>() / waits.len() as u32;
+            // Uniform on [ceiling / 2, ceiling]: the mean sits near three quarters.
+            assert!(
+                mean > ceiling.mul_f64(0.7) && mean < ceiling.mul_f64(0.8),
                 "retry {retry}: mean {mean:?}"
             );
         }

@@ -7,6 +7,7 @@ pub mod breaker;
 pub mod classify;
 pub mod governor;
 pub mod park;
+pub mod verdict;
 
 use std::sync::Arc;
 
@@ -23,6 +24,7 @@ pub struct Resilience {
     pub governor: Governor,
     pub backoff: BackoffConfig,
     pub retries: AccountRetries,
+    pub verdicts: verdict::Verdicts,
 }
 
 impl Resilience {
@@ -40,6 +42,7 @@ impl Resilience {
             ),
             backoff: config.backoff.clone(),
             retries: AccountRetries::default(),
+            verdicts: verdict::Verdicts::new(state.clone()),
             state,
         }
     }

@@ -46,6 +46,8 @@ pub(super) struct Failed {
     /// A ceiling or stall timeout: the entry is slow now, so the next entry is
     /// a better bet than another wait on this one.
     pub slow: bool,
+    /// How the provider failed, when it was the provider.
+    pub kind: Option<FailureKind>,
 }
 
 impl Failed {
@@ -57,6 +59,7 @@ impl Failed {
             retry_after: None,
             partial: String::new(),
             slow: false,
+            kind: None,
         }
     }
 }
@@ -83,6 +86,7 @@ impl Failure {
             retry_after: e.retry_after,
             partial: e.partial.clone(),
             slow,
+            kind: Some(e.kind.clone()),
             ..Failed::new(describe(&e), Outcome::Failed, Some(class))
         })
     }
@@ -163,6 +167,11 @@ impl Beaconed {
     fn first_token(&mut self) {
         self.first_token
             .get_or_insert_with(|| self.started.elapsed());
+    }
+
+    /// When the first token came, and how long the attempt has run.
+    pub fn timing(&self) -> (Option<Duration>, Duration) {
+        (self.first_token, self.started.elapsed())
     }
 
     /// The attempt's verdict; `slow` when it was abandoned without a token.
@@ -287,11 +296,14 @@ async fn consume(
             Some(Ok(StreamEvent::End(finish))) => return finished(finish, seen),
             Some(Err(e)) => return Err(Failure::from_provider(e)),
             None => {
-                return Err(Failure::failed(
-                    "the stream ended without its terminal event".into(),
-                    Outcome::Failed,
-                    Some(ErrorClass::Transient),
-                ));
+                return Err(Failure::Failed(Failed {
+                    kind: Some(FailureKind::StreamCut),
+                    ..Failed::new(
+                        "the stream ended without its terminal event".into(),
+                        Outcome::Failed,
+                        Some(ErrorClass::Transient),
+                    )
+                }));
             }
         }
     }

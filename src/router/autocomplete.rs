@@ -37,6 +37,7 @@ impl Router {
         {
             return None;
         }
+        self.resilience.verdicts.refresh().await;
         let share = deadline.saturating_duration_since(Instant::now());
         let autocomplete = &self.config.autocomplete;
         let share_ms = share.as_millis() as u64;
@@ -68,7 +69,7 @@ impl Router {
                 tier: Tier::Small,
                 skip: None,
             };
-            if self.skip(entry, &profile).is_some() {
+            if self.skip(entry, &profile, true).is_some() {
                 continue;
             }
             // No waiting: a miss goes to the next entry or the local engine at once.

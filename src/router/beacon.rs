@@ -11,8 +11,11 @@ use tokio::time::Instant;
 use crate::entry::ModelRef;
 use crate::task::TaskProfile;
 
+/// The default window (`resilience.beacon_window_ms`).
 pub const WINDOW: Duration = Duration::from_secs(60);
-/// Fewer samples than this say nothing: an unknown entry counts as healthy.
+/// The default for `resilience.beacon_min_samples`: fewer samples than this
+/// say nothing about slowness or degradation. (A verdict once given is
+/// sticky: see `resilience::verdict`.)
 pub const MIN_SAMPLES: usize = 3;
 /// At most this many recent samples per entry: enough for a p95, and bounded
 /// work per request however busy the entry is.
@@ -49,6 +52,8 @@ pub struct Sample {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Summary {
     pub samples: usize,
+    /// The fewest samples a judgement needs.
+    pub min_samples: usize,
     pub p95_first_token: Option<Duration>,
     pub p95_total: Option<Duration>,
     pub error_rate: f64,
@@ -58,7 +63,7 @@ pub struct Summary {
 impl Summary {
     /// `None` when healthy for this task, else why not.
     pub fn unhealthy_reason(&self, profile: &TaskProfile) -> Option<String> {
-        if self.samples < MIN_SAMPLES {
+        if self.samples < self.min_samples.max(1) {
             return None;
         }
         if self.degraded_rate >= MAX_BAD_SHARE {
@@ -99,31 +104,80 @@ fn p95(mut values: Vec<Duration>) -> Option<Duration> {
 }
 
 /// The beacons of every (provider, model).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Beacons {
     samples: Mutex<HashMap<ModelRef, VecDeque<Sample>>>,
+    /// Degraded answers in a row per entry.
+    strikes: Mutex<HashMap<ModelRef, u32>>,
+    /// (window, minimum samples), from the configuration.
+    settings: Mutex<(Duration, usize)>,
+}
+
+impl Default for Beacons {
+    fn default() -> Beacons {
+        Beacons {
+            samples: Mutex::default(),
+            strikes: Mutex::default(),
+            settings: Mutex::new((WINDOW, MIN_SAMPLES)),
+        }
+    }
 }
 
 impl Beacons {
+    /// Sets the window and the fewest samples a judgement needs.
+    pub fn configure(&self, window: Duration, min_samples: usize) {
+        *self.settings.lock().expect("beacon settings lock") = (window, min_samples);
+    }
+
+    fn settings(&self) -> (Duration, usize) {
+        *self.settings.lock().expect("beacon settings lock")
+    }
+
     pub fn record(&self, entry: &ModelRef, sample: Sample) {
+        let (span, _) = self.settings();
         let mut map = self.samples.lock().expect("beacons lock");
         let window = map.entry(entry.clone()).or_default();
         window.push_back(sample);
-        prune(window, sample.at);
+        prune(window, sample.at, span);
+    }
+
+    /// Counts a degraded answer; returns how many came in a row.
+    pub fn strike(&self, entry: &ModelRef) -> u32 {
+        let mut strikes = self.strikes.lock().expect("strikes lock");
+        let count = strikes.entry(entry.clone()).or_default();
+        *count += 1;
+        *count
+    }
+
+    /// A good answer ends the run of degraded ones.
+    pub fn clear_strikes(&self, entry: &ModelRef) {
+        self.strikes.lock().expect("strikes lock").remove(entry);
+    }
+
+    /// Forgets an entry's samples: a canary found it healthy again, so what
+    /// it did before the recovery says nothing about it now.
+    pub fn forget(&self, entry: &ModelRef) {
+        self.samples.lock().expect("beacons lock").remove(entry);
+        self.clear_strikes(entry);
     }
 
     pub fn summary(&self, entry: &ModelRef) -> Summary {
+        let (span, min_samples) = self.settings();
         let mut map = self.samples.lock().expect("beacons lock");
         let Some(window) = map.get_mut(entry) else {
-            return Summary::default();
+            return Summary {
+                min_samples,
+                ..Summary::default()
+            };
         };
-        prune(window, Instant::now());
+        prune(window, Instant::now(), span);
         let n = window.len();
         let count = |f: &dyn Fn(&Sample) -> bool| {
             window.iter().filter(|s| f(s)).count() as f64 / n.max(1) as f64
         };
         Summary {
             samples: n,
+            min_samples,
             p95_first_token: p95(window.iter().filter_map(|s| s.first_token).collect()),
             p95_total: p95(window
                 .iter()
@@ -136,11 +190,11 @@ impl Beacons {
     }
 }
 
-fn prune(window: &mut VecDeque<Sample>, now: Instant) {
+fn prune(window: &mut VecDeque<Sample>, now: Instant, span: Duration) {
     while window.len() > MAX_SAMPLES
         || window
             .front()
-            .is_some_and(|s| now.duration_since(s.at) > WINDOW)
+            .is_some_and(|s| now.duration_since(s.at) > span)
     {
         window.pop_front();
     }

@@ -2,9 +2,11 @@
 //! is noticed by a canary rather than by a user's request, and (optionally)
 //! so that a primary's silent degradation is seen before users feel it.
 //!
-//! A canary goes through the same path as any request (breaker admission,
-//! governor, beacon), pinned to one entry: for a breaker that has cooled down
-//! it is the one half-open probe, and it spends quota like anything else.
+//! A canary is never user traffic: it skips the breaker's admission and the
+//! plan, and never changes a task's route, the status's routes or the
+//! editor's messages. It is deadlined, governed and recorded in the beacon
+//! like any attempt, and its verdict is shared: a healthy canary closes the
+//! entry's breaker and ends its health verdict for every process.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,11 +14,11 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::{Pin, RouteError, Router, TaskRequest};
-use crate::context::chat::PromptParts;
+use super::Router;
+use super::attempt::{self, Beaconed, Deadlines, Failure};
 use crate::entry::{EntryKey, LOCAL, ModelRef};
+use crate::providers::{ChatMessage, ChatRequest, Role};
 use crate::resilience::breaker::Phase;
-use crate::providers::{ChatMessage, Role};
 use crate::task::{TaskKind, Tier};
 
 /// The answer must contain this.
@@ -37,20 +39,30 @@ pub struct CanaryResult {
 }
 
 impl Router {
-    /// Sends the canaries due now: one to each entry whose breaker has cooled
-    /// down (the half-open probe), and with `watch_primaries` one to the first
-    /// remote entry of each tier.
+    /// Sends the canaries due now, one per entry per canary interval across
+    /// every process: to each entry out of user traffic (a breaker open or
+    /// cooled down, a health verdict), and with `watch_primaries` to the first
+    /// remote entry of the large and medium tiers.
     pub async fn canary_round(&self, watch_primaries: bool) -> Vec<CanaryResult> {
         self.refresh_shared().await;
         let mut due: Vec<(ModelRef, &'static str)> = Vec::new();
-        for breaker in self.shared_views().breakers {
-            if breaker.phase != Phase::HalfOpen {
-                continue;
-            }
-            if let Some(key) = EntryKey::parse_path(&breaker.key)
+        let breakers = self.shared_views().breakers;
+        let out = breakers
+            .iter()
+            .filter(|b| b.phase != Phase::Closed)
+            .map(|b| (b.key.clone(), "breaker recovery check"));
+        let judged = self
+            .resilience
+            .verdicts
+            .judged()
+            .into_iter()
+            .map(|path| (path, "verdict recovery check"));
+        for (path, reason) in out.chain(judged) {
+            if let Some(key) = EntryKey::parse_path(&path)
                 && self.providers.contains_key(&key.model.provider)
+                && !due.iter().any(|(e, _)| *e == key.model)
             {
-                due.push((key.model, "breaker recovery check"));
+                due.push((key.model, reason));
             }
         }
         if watch_primaries {
@@ -65,11 +77,14 @@ impl Router {
                 }
             }
         }
+        let every = Duration::from_millis(self.config.resilience.canary_interval_ms.max(1));
         let mut results = Vec::new();
         for (entry, reason) in due {
-            if let Some(result) = self.canary(&entry, reason).await {
-                results.push(result);
+            let key = self.key(&entry);
+            if !self.resilience.breakers.canary_turn(&key.breaker_key(), every).await {
+                continue; // another process sends this one
             }
+            results.push(self.canary(&entry, reason).await);
         }
         if !results.is_empty() {
             let mut kept = self.canaries.lock().expect("canaries lock");
@@ -81,46 +96,110 @@ impl Router {
         results
     }
 
-    /// One canary; `None` when it was not sent (another process holds the probe).
-    async fn canary(&self, entry: &ModelRef, reason: &str) -> Option<CanaryResult> {
-        let request = TaskRequest {
-            messages: Some(vec![ChatMessage {
-                role: Role::User,
-                content: format!("Reply with exactly {TOKEN} and nothing else."),
-            }]),
-            pin: Some(Pin::Entry(entry.clone())),
-            max_tokens: Some(16),
-            ..TaskRequest::new(
-                TaskKind::Explain,
-                "You are a health check.",
-                PromptParts::default(),
-            )
-        };
+    /// One canary, outside user traffic: no breaker admission, no route, no
+    /// status message. It is governed like any request, and its verdict is
+    /// shared: a healthy answer within the explain task's first-token ceiling
+    /// closes the entry's breaker, ends its health verdict and starts its
+    /// beacon afresh; a failed one leaves both as they are.
+    async fn canary(&self, entry: &ModelRef, reason: &str) -> CanaryResult {
         let started = Instant::now();
-        let outcome = self.run(request, CancellationToken::new(), &|_| {}).await;
-        let (ok, error) = match outcome {
-            Ok(answer) if answer.text.contains(TOKEN) => (true, None),
-            Ok(answer) => (false, Some(format!("wrong answer: {:.60}", answer.text))),
-            Err(RouteError::NothingHealthy { tried, .. })
-                if tried.iter().all(|a| a.outcome.starts_with("circuit open")) =>
-            {
-                return None;
+        let outcome = self.probe(entry).await;
+        let error = outcome.err();
+        let key = self.key(entry);
+        match &error {
+            None => {
+                self.resilience.verdicts.clear(&key.path()).await;
+                self.resilience
+                    .breakers
+                    .record_canary(&key.breaker_key(), true, "")
+                    .await;
             }
-            Err(e) => (false, Some(e.to_string())),
-        };
+            Some(why) => {
+                self.resilience
+                    .breakers
+                    .record_canary(&key.breaker_key(), false, why)
+                    .await
+            }
+        }
         tracing::info!(
             "canary to {entry} ({reason}): {}",
             error.as_deref().unwrap_or("ok")
         );
-        Some(CanaryResult {
+        CanaryResult {
             at_ms: crate::resilience::park::now_ms(),
             provider: entry.provider.clone(),
             model: entry.model.clone(),
-            ok,
+            ok: error.is_none(),
             latency_ms: started.elapsed().as_millis() as u64,
             error,
             reason: reason.into(),
-        })
+        }
+    }
+
+    /// Sends the known-token prompt to `entry`; `Err` says why it is not healthy.
+    async fn probe(&self, entry: &ModelRef) -> Result<(), String> {
+        let provider = self
+            .providers
+            .get(&entry.provider)
+            .cloned()
+            .ok_or_else(|| format!("provider `{}` is not configured", entry.provider))?;
+        let profile = self.profile(TaskKind::Explain);
+        let key = self.key(entry);
+        let request = ChatRequest {
+            model: entry.model.clone(),
+            system: Some("You are a health check.".into()),
+            messages: vec![ChatMessage {
+                role: Role::User,
+                content: format!("Reply with exactly {TOKEN} and nothing else."),
+            }],
+            max_tokens: 16,
+            temperature: Some(0.0),
+        };
+        let quota = self
+            .provider_config(&entry.provider)
+            .map(|p| p.quota)
+            .unwrap_or_default();
+        let deadlines = Deadlines::new(&profile, Instant::now() + profile.total_ceiling(), false);
+        let reservation = self
+            .resilience
+            .governor
+            .admit(&key.quota_key(), TaskKind::Explain, quota, 32, 16, deadlines.first_token)
+            .await
+            .map_err(|starved| starved.to_string())?;
+        let mut beacon = Beaconed::new(self.beacons.clone(), entry.clone(), &deadlines);
+        let (result, rate_limits) = attempt::call(
+            provider.as_ref(),
+            request,
+            deadlines,
+            &mut beacon,
+            &CancellationToken::new(),
+            (None, &|_| {}),
+        )
+        .await;
+        let (first_token, _) = beacon.timing();
+        let governor = &self.resilience.governor;
+        governor.observe(&reservation, &rate_limits).await;
+        governor
+            .settle(reservation, result.as_ref().ok().map(|(_, usage)| *usage))
+            .await;
+        let verdict = match result {
+            Ok((text, _)) if !text.contains(TOKEN) => Err(format!("wrong answer: {text:.60}")),
+            Ok(_) if first_token.is_none_or(|t| t > profile.first_token_ceiling()) => Err(format!(
+                "first token after the {:.1} s ceiling",
+                profile.first_token_ceiling().as_secs_f64()
+            )),
+            Ok(_) => Ok(()),
+            Err(Failure::Failed(failed)) => Err(failed.reason),
+            Err(Failure::Cancelled) => Err("cancelled".into()),
+            Err(Failure::OverBudget(e)) => Err(e.to_string()),
+        };
+        if verdict.is_ok() {
+            // What it did before it recovered says nothing about it now; the
+            // canary's own sample (recorded as the guard drops) starts afresh.
+            self.beacons.forget(entry);
+        }
+        drop(beacon);
+        verdict
     }
 
     pub fn canaries(&self) -> Vec<CanaryResult> {

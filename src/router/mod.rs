@@ -12,6 +12,7 @@ mod autocomplete;
 pub mod beacon;
 pub mod canary;
 mod hedge;
+mod judge;
 pub mod history;
 mod pipeline;
 pub mod plan;
@@ -181,6 +182,7 @@ impl Router {
                 self.resilience.governor.refresh(&key).await;
             }
         }
+        self.resilience.verdicts.refresh().await;
         let views = SharedViews {
             breakers: self.resilience.breakers.views().await,
             quota: self.resilience.governor.views().await,

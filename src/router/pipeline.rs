@@ -23,6 +23,7 @@ use super::Router;
 use super::attempt::{self, Beaconed, Deadlines, Failure};
 use super::beacon::Outcome;
 use super::hedge::Racer;
+use super::judge::Seen;
 use super::plan::Candidate;
 use super::request::{OnProgress, Progress, TaskRequest};
 use crate::entry::EntryKey;
@@ -205,7 +206,14 @@ impl Router {
                 (run.racer.as_ref(), progress),
             )
             .await;
+            let (first_token, waited) = beacon.timing();
             drop(beacon);
+            let seen = Seen {
+                result: &result,
+                first_token,
+                waited,
+            };
+            self.judge(&key, profile, seen).await;
             resilience.governor.observe(&reservation, &rate_limits).await;
             let usage = result.as_ref().ok().map(|(_, usage)| *usage);
             resilience.governor.settle(reservation, usage).await;

@@ -20,6 +20,9 @@ pub enum Skip {
     LocalOnly,
     /// Its beacon judges it too slow or degraded for the task.
     Unhealthy(String),
+    /// A user request found it slow, degraded or overloaded, and no canary
+    /// has found it healthy since (shared by every process).
+    Verdict(String),
     /// Its breaker is open (shared by every process).
     BreakerOpen { reason: String, retry_in_s: u64 },
     /// A rate limit paused it (for every process) past the task's wait budget.
@@ -31,7 +34,7 @@ impl fmt::Display for Skip {
         match self {
             Skip::NoKey(var) => write!(f, "no API key in ${var}"),
             Skip::LocalOnly => f.write_str("local-only mode"),
-            Skip::Unhealthy(reason) => f.write_str(reason),
+            Skip::Unhealthy(reason) | Skip::Verdict(reason) => f.write_str(reason),
             Skip::BreakerOpen { reason, retry_in_s } => {
                 write!(f, "circuit open ({reason}), next probe in {retry_in_s} s")
             }
@@ -128,7 +131,7 @@ impl Router {
                 _ => self.chain(current, kind),
             };
             for entry in entries {
-                let skip = self.skip(&entry, &profile);
+                let skip = self.skip(&entry, &profile, kind != TaskKind::Refactor);
                 candidates.push(Candidate {
                     entry,
                     tier: current,
@@ -146,7 +149,12 @@ impl Router {
         }
     }
 
-    pub(super) fn skip(&self, entry: &ModelRef, profile: &crate::task::TaskProfile) -> Option<Skip> {
+    pub(super) fn skip(
+        &self,
+        entry: &ModelRef,
+        profile: &crate::task::TaskProfile,
+        interactive: bool,
+    ) -> Option<Skip> {
         if let Some(var) = self.missing_keys.get(&entry.provider) {
             return Some(Skip::NoKey(var.clone()));
         }
@@ -157,6 +165,11 @@ impl Router {
             return Some(Skip::Unhealthy(reason));
         }
         let key = self.key(entry);
+        if let Some(verdict) = self.resilience.verdicts.last_known(&key.path())
+            && verdict.applies(profile.first_token_ceiling(), interactive)
+        {
+            return Some(Skip::Verdict(verdict.reason));
+        }
         if let Some((Phase::Open, reason, retry_in)) =
             self.resilience.breakers.last_known(&key.breaker_key())
         {

@@ -26,8 +26,8 @@ const MIN_INPUT_SCALE: f64 = 0.125;
 #[derive(Default)]
 struct Pass {
     tried: Vec<Attempt>,
-    /// Per tier, what stood in the way (for the downshift reason).
-    trouble: Vec<(Tier, String)>,
+    /// What stood in the way, per entry in plan order (for the route's reason).
+    trouble: Vec<(Tier, ModelRef, String)>,
     /// Entries that said the prompt is too long.
     too_long: Vec<ModelRef>,
 }
@@ -35,14 +35,40 @@ struct Pass {
 impl Pass {
     fn note(&mut self, candidate: &Candidate, outcome: String, trouble: bool) {
         if trouble {
-            self.trouble
-                .push((candidate.tier, format!("{}: {outcome}", candidate.entry)));
+            self.trouble.push((
+                candidate.tier,
+                candidate.entry.clone(),
+                format!("{}: {outcome}", candidate.entry),
+            ));
         }
         self.tried.push(Attempt {
             entry: candidate.entry.clone(),
             tier: candidate.tier,
             outcome,
         });
+    }
+
+    /// Why traffic is not on the plan's first entry: what stood in the way
+    /// of every entry before `served` (`None` when it served first).
+    fn why_moved(&self, plan: &Plan, served: &Candidate) -> Option<String> {
+        let before = |entry: &ModelRef| {
+            plan.candidates
+                .iter()
+                .take_while(|c| c != &served)
+                .any(|c| c.tier == served.tier && &c.entry == entry)
+        };
+        let here: Vec<&str> = self
+            .trouble
+            .iter()
+            .filter(|(tier, entry, _)| *tier == served.tier && before(entry))
+            .map(|(_, _, why)| why.as_str())
+            .collect();
+        let parts: Vec<String> = self
+            .downshift_reason(plan.first_tier, served.tier)
+            .into_iter()
+            .chain((!here.is_empty()).then(|| here.join("; ")))
+            .collect();
+        (!parts.is_empty()).then(|| parts.join("; "))
     }
 
     /// Why the task left the tiers above `served` (`None` when it did not).
@@ -53,8 +79,8 @@ impl Pass {
             let troubles: Vec<&str> = self
                 .trouble
                 .iter()
-                .filter(|(t, _)| *t == current)
-                .map(|(_, why)| why.as_str())
+                .filter(|(t, _, _)| *t == current)
+                .map(|(_, _, why)| why.as_str())
                 .collect();
             if !troubles.is_empty() || reason.is_none() {
                 reason = Some(format!(
@@ -89,6 +115,7 @@ impl Router {
             profile.wait_budget(),
             request.continuation.clone(),
         );
+        self.resilience.verdicts.refresh().await;
         let mut plan = self.candidates(kind, request.pin.as_ref());
         let mut tried = Vec::new();
         // Entries that said the prompt is too long get it again, trimmed (less
@@ -165,7 +192,7 @@ impl Router {
                     pass.note(candidate, format!("skipped: {skip}"), false);
                     continue;
                 }
-                Some(skip @ Skip::Unhealthy(_)) => {
+                Some(skip @ (Skip::Unhealthy(_) | Skip::Verdict(_))) => {
                     pass.note(candidate, format!("skipped: {skip}"), true);
                     continue;
                 }
@@ -220,7 +247,7 @@ impl Router {
                         tier: served.tier,
                         downshifted_from: (served.tier != plan.first_tier)
                             .then_some(plan.first_tier),
-                        reason: pass.downshift_reason(plan.first_tier, served.tier),
+                        reason: pass.why_moved(plan, served),
                     };
                     tracing::info!(
                         task = kind.as_str(),

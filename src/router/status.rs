@@ -3,7 +3,6 @@
 
 
 use super::Router;
-use super::beacon::MIN_SAMPLES;
 use super::canary::CanaryResult;
 use crate::entry::{LOCAL, ModelRef};
 use crate::resilience::breaker::BreakerView;
@@ -149,8 +148,12 @@ impl StatusReport {
                     now.model,
                     reason.unwrap_or("no healthy entry")
                 ),
-                (None, _) => format!(
+                (None, None) => format!(
                     "switchyard: {kind} now served by {}/{} ({} tier)",
+                    now.provider, now.model, now.tier
+                ),
+                (None, Some(reason)) => format!(
+                    "switchyard: {kind} now served by {}/{} ({} tier): {reason}",
                     now.provider, now.model, now.tier
                 ),
             });
@@ -181,14 +184,20 @@ pub(super) fn report(router: &Router) -> StatusReport {
                 continue;
             }
             let summary = router.beacons().summary(&entry);
+            let verdict = router
+                .resilience()
+                .verdicts
+                .last_known(&router.key(&entry).path())
+                .filter(|v| v.applies(profile.first_token_ceiling(), true))
+                .map(|v| v.reason);
             let ModelRef { provider, model } = entry;
             let (state, reason) = match (
                 router.missing_keys().get(&provider),
-                summary.unhealthy_reason(&profile),
+                verdict.or_else(|| summary.unhealthy_reason(&profile)),
             ) {
                 (Some(var), _) => (HealthState::NoKey, Some(format!("no API key in ${var}"))),
                 (None, Some(reason)) => (HealthState::Unhealthy, Some(reason)),
-                (None, None) if summary.samples < MIN_SAMPLES && provider != LOCAL => {
+                (None, None) if summary.samples < summary.min_samples && provider != LOCAL => {
                     (HealthState::Unknown, None)
                 }
                 (None, None) => (HealthState::Healthy, None),

@@ -44,7 +44,6 @@ pub struct Profile {
     pub backoff_cap: Duration,
     /// `resilience.breaker` for the outage scenario.
     pub cooldown: Duration,
-    pub max_cooldown: Duration,
     /// Fault lengths: a provider that never answers holds the request this long.
     pub silence: Duration,
     /// The first token of a slow answer comes this late.
@@ -83,7 +82,6 @@ impl Profile {
             transient_base: Duration::from_secs(1),
             backoff_cap: Duration::from_secs(120),
             cooldown: Duration::from_secs(10),
-            max_cooldown: Duration::from_secs(20),
             silence: Duration::from_secs(120),
             slow_first_token: Duration::from_secs(20),
             stall: Duration::from_secs(60),
@@ -94,8 +92,7 @@ impl Profile {
 
     /// Everything scaled down together so the suite stays quick: ceilings
     /// 3 s / 15 s / idle 1 s, wait budget 4 s, backoff bases 0.1–0.2 s with a
-    /// 3 s cap (a `retry-after: 2` is still honoured in full), cooldown 0.5 s
-    /// doubling to 1 s, a 3 s outage, faults just past their ceilings.
+    /// 3 s cap (a `retry-after: 2` is still honoured in full), cooldown 0.5 s, a 3 s outage, faults just past their ceilings.
     pub fn fast() -> Profile {
         Profile {
             full: false,
@@ -108,7 +105,6 @@ impl Profile {
             transient_base: Duration::from_millis(100),
             backoff_cap: Duration::from_secs(3),
             cooldown: Duration::from_millis(500),
-            max_cooldown: Duration::from_secs(1),
             silence: Duration::from_secs(60),
             slow_first_token: Duration::from_secs(10),
             stall: Duration::from_secs(20),

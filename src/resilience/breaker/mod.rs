@@ -5,8 +5,9 @@
 //! `error_rate` over the window (with at least `min_samples`). Open → after the
 //! cooldown, exactly one process holds the half-open probe lease and sends one
 //! request; everyone else keeps routing around it until the probe's verdict.
-//! Success closes it for all; failure re-opens it with a doubled cooldown. A
-//! crashed prober's lease expires.
+//! Success closes it for all; failure re-opens it for another cooldown. A
+//! crashed prober's lease expires. Canaries test an open breaker far more
+//! often than the cooldown (`record_canary`): a healthy canary closes it.
 
 mod permit;
 mod record;
@@ -17,6 +18,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use serde::Deserialize;
@@ -37,9 +39,9 @@ pub struct BreakerConfig {
     pub error_rate: f64,
     pub min_samples: u32,
     pub window_ms: u64,
+    /// How long user requests stay off an open breaker, unless a canary
+    /// finds the entry healthy first.
     pub cooldown_ms: u64,
-    /// Repeated trips double the cooldown up to this.
-    pub max_cooldown_ms: u64,
 }
 
 impl Default for BreakerConfig {
@@ -50,7 +52,6 @@ impl Default for BreakerConfig {
             min_samples: 10,
             window_ms: 60_000,
             cooldown_ms: 300_000,
-            max_cooldown_ms: 3_600_000,
         }
     }
 }
@@ -92,6 +93,15 @@ pub struct Breakers {
     pending: Mutex<HashMap<String, (u32, Instant)>>,
     /// Short-lived views of closed breakers (see [`VIEW_TTL`]).
     views: Mutex<HashMap<String, View>>,
+    /// Woken when this process trips a breaker, so requests waiting to retry
+    /// that entry stop waiting.
+    trips: Mutex<HashMap<String, Arc<Notify>>>,
+}
+
+/// A closed breaker's record is written back as it was (a canary does not
+/// count in user traffic's window); no record stays no record.
+fn stored_or_none(record: Record) -> Option<crate::state::Json> {
+    (record != Record::default()).then(|| encode(&record)).flatten()
 }
 
 fn lease_key(breaker: &str) -> String {
@@ -111,6 +121,7 @@ impl Breakers {
             when_unavailable,
             pending: Mutex::new(HashMap::new()),
             views: Mutex::new(HashMap::new()),
+            trips: Mutex::new(HashMap::new()),
         }
     }
 
@@ -301,7 +312,13 @@ impl Breakers {
             )
             .await;
         match (result, written_at) {
-            (Ok(stored), Some(now)) => self.remember(key, decode(stored), now),
+            (Ok(stored), Some(now)) => {
+                let record = decode(stored);
+                if record.phase(now) != Phase::Closed {
+                    self.tripped(key).notify_waiters();
+                }
+                self.remember(key, record, now)
+            }
             (result, _) => {
                 self.forget_view(key);
                 if let Err(error) = result {
@@ -312,6 +329,54 @@ impl Breakers {
         // The verdict is written before the lease goes back (see `confirm_probe`).
         if let Admission::Probe(permit) = admission {
             permit.release().await;
+        }
+    }
+
+    /// Resolves when this process next trips (or re-opens) `key`'s breaker.
+    pub fn tripped(&self, key: &str) -> Arc<Notify> {
+        self.trips
+            .lock()
+            .expect("trips lock")
+            .entry(key.to_owned())
+            .or_default()
+            .clone()
+    }
+
+    /// Takes the right to send `key`'s canary for `every`: one process
+    /// probes an entry per canary interval, however many run.
+    pub async fn canary_turn(&self, key: &str, every: Duration) -> bool {
+        self.state
+            .try_lease(&format!("canary/{key}"), &self.holder, every)
+            .await
+            .unwrap_or(false)
+    }
+
+    /// A canary's word on an entry, outside user traffic: a healthy canary
+    /// closes an open (or cooled-down) breaker at once; a failed one leaves
+    /// it as it is (user traffic stays off it until the cooldown ends).
+    pub async fn record_canary(&self, key: &str, healthy: bool, reason: &str) {
+        let mut written_at = None;
+        let result = self
+            .state
+            .update(
+                key,
+                Some(RECORD_TTL),
+                Box::new(|stored, now| {
+                    written_at = Some(now);
+                    let mut record = decode(stored);
+                    match (record.phase(now), healthy) {
+                        (Phase::Closed, _) => return stored_or_none(record),
+                        (_, true) => record.close(),
+                        (_, false) => record.reason = format!("canary failed: {reason}"),
+                    }
+                    encode(&record)
+                }),
+            )
+            .await;
+        match (result, written_at) {
+            (Ok(stored), Some(now)) => self.remember(key, decode(stored), now),
+            (Err(error), _) => tracing::warn!("breaker {key}: canary verdict not shared: {error}"),
+            _ => {}
         }
     }
 

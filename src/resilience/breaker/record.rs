@@ -23,7 +23,7 @@ pub struct Record {
     /// (slot start ms, successes, failures), oldest first.
     pub window: Vec<(u64, u32, u32)>,
     pub open_until: u64,
-    /// Trips since the breaker last closed: each doubles the cooldown.
+    /// Trips since the breaker last closed.
     pub trips: u32,
     pub reason: String,
     /// Lifetime counts, for status and the dashboard.
@@ -104,12 +104,10 @@ impl Record {
     }
 
     pub(super) fn trip(&mut self, now: u64, reason: String, config: &BreakerConfig) {
-        let cooldown = config
-            .cooldown_ms
-            .saturating_mul(1u64 << self.trips.min(20))
-            .min(config.max_cooldown_ms.max(config.cooldown_ms));
+        // Not doubled on repeated trips: canaries test an open breaker every
+        // canary interval, so a longer wait would only delay the recovery.
         self.open = true;
-        self.open_until = now + cooldown;
+        self.open_until = now + config.cooldown_ms;
         self.trips += 1;
         self.total_trips += 1;
         self.reason = reason;

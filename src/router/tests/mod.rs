@@ -99,6 +99,11 @@ impl Provider for Scripted {
         _: Timeouts,
     ) -> BoxFuture<'static, Result<ResponseStream, ProviderError>> {
         self.calls.fetch_add(1, Ordering::SeqCst);
+        // A canary asks for its token back, as a healthy model would answer.
+        let canary = request
+            .messages
+            .iter()
+            .any(|m| m.content.contains(canary::TOKEN));
         if let Some(order) = &self.order {
             order.lock().unwrap().push(self.name.clone());
         }
@@ -147,7 +152,11 @@ impl Provider for Scripted {
                 } => {
                     let events = stream::once(async move {
                         tokio::time::sleep(first_token).await;
-                        Ok(StreamEvent::Delta(format!("answer from {name}")))
+                        let text = match canary {
+                            true => canary::TOKEN.to_owned(),
+                            false => format!("answer from {name}"),
+                        };
+                        Ok(StreamEvent::Delta(text))
                     })
                     .chain(stream::iter([Ok(StreamEvent::End(Finish {
                         reason,

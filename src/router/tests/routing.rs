@@ -3,29 +3,32 @@
 use super::*;
 
 #[tokio::test(start_paused = true)]
-async fn silent_degradation_moves_the_next_request_to_the_secondary() {
+async fn silent_degradation_costs_one_request_and_the_next_ones_skip_the_primary() {
     let primary = Scripted::new("primary", vec![], silently_degraded());
     let secondary = Scripted::new("secondary", vec![], ok());
     let router = router(
         chains(&[], &["primary/m", "secondary/m"]),
         &[&primary, &secondary],
     );
-
-    // Each request breaches the first-token ceiling on the primary and is served by the secondary.
+    // The first request pays the ceiling (hedged) and judges the primary slow.
+    let first = run(&router, explain()).await.unwrap();
+    assert_eq!(first.route.provider, "secondary");
     for _ in 0..3 {
         let answer = run(&router, explain()).await.unwrap();
         assert_eq!(answer.route.provider, "secondary");
+        assert!(
+            answer.attempts[0].outcome.contains("skipped: slow"),
+            "{:?}",
+            answer.attempts
+        );
+        // The route says why traffic left the primary, within the tier too.
+        let reason = answer.route.reason.unwrap_or_default();
+        assert!(reason.contains("primary/m: skipped: slow"), "{reason}");
     }
-    assert_eq!(primary.calls(), 3);
-    // Now the primary's beacon is unhealthy: the next request goes straight to the secondary.
-    let answer = run(&router, explain()).await.unwrap();
-    assert_eq!(answer.route.provider, "secondary");
-    assert_eq!(primary.calls(), 3);
-    assert!(
-        answer.attempts[0].outcome.contains("skipped"),
-        "{:?}",
-        answer.attempts
-    );
+    assert_eq!(primary.calls(), 1, "only the first request tried the primary");
+    let health = router.status().health;
+    let primary_health = health.iter().find(|h| h.provider == "primary").unwrap();
+    assert_eq!(primary_health.state, status::HealthState::Unhealthy);
 }
 
 #[tokio::test(start_paused = true)]
@@ -69,26 +72,24 @@ async fn when_nothing_is_healthy_the_error_lists_what_was_tried() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn the_primary_serves_again_once_its_bad_samples_age_out() {
-    let primary = Scripted::new(
-        "primary",
-        vec![
-            silently_degraded(),
-            silently_degraded(),
-            silently_degraded(),
-        ],
-        ok(),
-    );
+async fn a_slow_verdict_outlives_its_samples_and_only_a_canary_ends_it() {
+    let primary = Scripted::new("primary", vec![silently_degraded()], ok());
     let secondary = Scripted::new("secondary", vec![], ok());
     let router = router(
         chains(&[], &["primary/m", "secondary/m"]),
         &[&primary, &secondary],
     );
-    for _ in 0..4 {
-        run(&router, explain()).await.unwrap();
-    }
+    run(&router, explain()).await.unwrap();
+    // Long after its samples left the window, the primary stays skipped.
+    tokio::time::advance(beacon::WINDOW * 3).await;
+    let answer = run(&router, explain()).await.unwrap();
+    assert_eq!(answer.route.provider, "secondary");
+    assert_eq!(primary.calls(), 1);
+    // A canary finds it healthy: that alone neither routes nor tells anyone...
+    let canaries = router.canary_round(false).await;
+    assert!(canaries.iter().any(|c| c.provider == "primary" && c.ok), "{canaries:?}");
     assert_eq!(router.status().provider.as_deref(), Some("secondary"));
-    tokio::time::advance(beacon::WINDOW + Duration::from_secs(1)).await;
+    // ...but the next request is the primary's again.
     let answer = run(&router, explain()).await.unwrap();
     assert_eq!(answer.route.provider, "primary");
     assert_eq!(router.status().provider.as_deref(), Some("primary"));

@@ -1,0 +1,83 @@
+//! Turning what a user request saw into a sticky verdict on its entry (see
+//! `resilience::verdict`): no first token by the task's ceiling is slow; two
+//! degraded answers in a row (cut, refused, truncated, empty, malformed) is
+//! degraded; an overloaded answer is failing. Only user requests judge; only
+//! a canary clears.
+
+use std::time::Duration;
+
+use super::Router;
+use super::attempt::Failure;
+use super::beacon::Outcome;
+use crate::entry::{EntryKey, ModelRef};
+use crate::providers::{FailureKind, Usage};
+use crate::resilience::classify::ErrorClass;
+use crate::resilience::verdict::{Verdict, VerdictKind};
+use crate::task::TaskProfile;
+
+/// Degraded answers in a row that make an entry degraded.
+const STRIKES: u32 = 2;
+
+/// What one attempt showed about its entry.
+pub(super) struct Seen<'a> {
+    pub result: &'a Result<(String, Usage), Failure>,
+    /// When the first token came, if it did.
+    pub first_token: Option<Duration>,
+    /// How long the attempt ran.
+    pub waited: Duration,
+}
+
+impl Router {
+    /// Records a verdict on `entry` when the attempt earned one.
+    pub(super) async fn judge(&self, key: &EntryKey, profile: &TaskProfile, seen: Seen<'_>) {
+        if let Some(verdict) = self.verdict(&key.model, profile, seen) {
+            self.resilience.verdicts.judge(&key.path(), verdict).await;
+            self.publish();
+        }
+    }
+
+    fn verdict(&self, entry: &ModelRef, profile: &TaskProfile, seen: Seen<'_>) -> Option<Verdict> {
+        let ceiling = profile.first_token_ceiling();
+        let late = match seen.first_token {
+            Some(at) => (at > ceiling).then_some(at),
+            None => (seen.waited >= ceiling).then_some(seen.waited),
+        };
+        if let Some(late) = late {
+            return Some(Verdict {
+                kind: VerdictKind::Slow,
+                reason: format!(
+                    "slow: no first token within the {:.1} s ceiling (waited {:.1} s)",
+                    ceiling.as_secs_f64(),
+                    late.as_secs_f64()
+                ),
+                first_token_ms: Some(late.as_millis() as u64),
+            });
+        }
+        let failed = match seen.result {
+            Ok(_) => {
+                self.beacons.clear_strikes(entry);
+                return None;
+            }
+            Err(Failure::Failed(failed)) => failed,
+            Err(_) => return None,
+        };
+        if failed.class == Some(ErrorClass::Overloaded) {
+            return Some(Verdict {
+                kind: VerdictKind::Failing,
+                reason: format!("overloaded: {}", failed.reason),
+                first_token_ms: None,
+            });
+        }
+        let degraded = matches!(failed.outcome, Outcome::Degraded(_))
+            || failed.kind == Some(FailureKind::StreamCut)
+            || failed.kind == Some(FailureKind::Malformed);
+        if degraded && self.beacons.strike(entry) >= STRIKES {
+            return Some(Verdict {
+                kind: VerdictKind::Degraded,
+                reason: format!("degraded: {STRIKES} answers in a row, last: {}", failed.reason),
+                first_token_ms: None,
+            });
+        }
+        None
+    }
+}
