@@ -73,7 +73,7 @@ impl Router {
                 continue;
             }
             // No waiting: a miss goes to the next entry or the local engine at once.
-            let mut run = RunState::new(deadline, Duration::ZERO, String::new());
+            let mut run = RunState::new(deadline, Duration::ZERO, String::new(), true);
             match self
                 .serve_entry(&candidate, &request, &profile, &mut run, cancel, &|_| {})
                 .await

@@ -18,10 +18,14 @@ use super::request::{OnProgress, Progress, TaskRequest};
 use crate::providers::Usage;
 use crate::task::TaskProfile;
 
-/// Who produced text first.
-#[derive(Debug, Default)]
+/// Who produced text first. The moment one side claims the win, the other
+/// side is cancelled: its attempt, a retry it was about to send, a backoff
+/// it was sleeping through.
+#[derive(Debug)]
 pub(super) struct Race {
     winner: AtomicU8,
+    /// Each side's cancellation, by racer number (1 and 2).
+    sides: [CancellationToken; 2],
 }
 
 /// One side of a race.
@@ -36,9 +40,15 @@ impl Racer {
     /// side already has it (this one should stop).
     pub(super) fn claim(&self) -> bool {
         let race = &self.race.winner;
-        race.compare_exchange(0, self.me, Ordering::AcqRel, Ordering::Acquire)
+        if race
+            .compare_exchange(0, self.me, Ordering::AcqRel, Ordering::Acquire)
             .is_ok()
-            || race.load(Ordering::Acquire) == self.me
+        {
+            let other = if self.me == 1 { 1 } else { 0 };
+            self.race.sides[other].cancel();
+            return true;
+        }
+        race.load(Ordering::Acquire) == self.me
     }
 
     pub(super) fn won(&self) -> bool {
@@ -117,12 +127,15 @@ impl Router {
         cancel: &CancellationToken,
         progress: OnProgress<'_>,
     ) -> (Result<(String, Usage), Failure>, Side, HedgeRan) {
-        let race = Arc::new(Race::default());
+        let (cancel_primary, cancel_hedge) = (cancel.child_token(), cancel.child_token());
+        let race = Arc::new(Race {
+            winner: AtomicU8::new(0),
+            sides: [cancel_primary.clone(), cancel_hedge.clone()],
+        });
         let racer = |me| Racer {
             race: race.clone(),
             me,
         };
-        let (cancel_primary, cancel_hedge) = (cancel.child_token(), cancel.child_token());
         let primary_progress = RacerProgress {
             racer: racer(1),
             inner: progress,

@@ -20,7 +20,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::Router;
-use super::attempt::{self, Beaconed, Deadlines, Failure};
+use super::attempt::{self, Beaconed, Deadlines, Failed, Failure};
 use super::beacon::Outcome;
 use super::hedge::Racer;
 use super::judge::Seen;
@@ -46,10 +46,19 @@ pub(super) struct RunState {
     /// Share of the input budget prompts are rendered to; halved when a
     /// model says the prompt is too long.
     pub input_scale: f64,
+    /// An interactive task (explain, autocomplete): little patience per entry.
+    pub interactive: bool,
+    /// Another usable entry could take the request after this one.
+    pub alternative: bool,
 }
 
 impl RunState {
-    pub fn new(deadline: Instant, wait_budget: Duration, partial: String) -> RunState {
+    pub fn new(
+        deadline: Instant,
+        wait_budget: Duration,
+        partial: String,
+        interactive: bool,
+    ) -> RunState {
         RunState {
             deadline,
             waits: WaitBudget::new(wait_budget),
@@ -57,6 +66,8 @@ impl RunState {
             retry_later: false,
             racer: None,
             input_scale: 1.0,
+            interactive,
+            alternative: false,
         }
     }
 
@@ -69,6 +80,8 @@ impl RunState {
             retry_later: false,
             racer: Some(racer),
             input_scale: self.input_scale,
+            interactive: self.interactive,
+            alternative: self.alternative,
         }
     }
 
@@ -247,8 +260,17 @@ impl Router {
                 failed.reason,
                 delay.as_secs_f64()
             );
+            // A breaker that opens meanwhile (another request's verdict) ends the wait.
+            let tripped = resilience.breakers.tripped(&breaker_key);
             tokio::select! {
                 _ = cancel.cancelled() => return Err(Failure::Cancelled),
+                _ = tripped.notified() => {
+                    run.retry_later = true;
+                    return Err(Failure::Failed(Failed {
+                        reason: format!("{}; its circuit opened while waiting to retry", failed.reason),
+                        ..failed
+                    }));
+                }
                 _ = tokio::time::sleep(delay) => {}
             }
             last_error = Some(failed.reason);

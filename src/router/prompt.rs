@@ -77,7 +77,8 @@ impl Router {
         Ok(Prompt {
             request: ChatRequest {
                 model: entry.model.clone(),
-                system: Some(request.system.clone()),
+                // No system message when there is none (never an empty one).
+                system: (!request.system.is_empty()).then(|| request.system.clone()),
                 messages,
                 max_tokens: max_tokens as u32,
                 temperature: Some(0.2),

@@ -34,6 +34,23 @@ impl Router {
             return Err(failed);
         }
         let resilience = &self.resilience;
+        // Interactive work waits for one retry at most, and none when the entry
+        // says it is overloaded and another entry can take the request now;
+        // batch work (refactors, parked tasks) keeps the long patience.
+        if run.interactive && class.retryable() {
+            if retry >= 1 {
+                return Err(Failed {
+                    reason: format!("{}; an interactive task moves on after one retry", failed.reason),
+                    ..failed
+                });
+            }
+            if class == ErrorClass::Overloaded && run.alternative {
+                return Err(Failed {
+                    reason: format!("{}; moving on to the next entry at once", failed.reason),
+                    ..failed
+                });
+            }
+        }
         let delay = resilience.backoff.delay(&class, retry, failed.retry_after);
         if class == ErrorClass::RateLimit {
             let pause = delay.unwrap_or(Duration::from_secs(1));

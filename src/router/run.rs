@@ -114,6 +114,7 @@ impl Router {
             Instant::now() + profile.total_ceiling() + profile.wait_budget(),
             profile.wait_budget(),
             request.continuation.clone(),
+            kind != TaskKind::Refactor,
         );
         self.resilience.verdicts.refresh().await;
         let mut plan = self.candidates(kind, request.pin.as_ref());
@@ -203,6 +204,7 @@ impl Router {
                     continue;
                 }
             }
+            run.alternative = candidates[i + 1..].iter().any(Candidate::usable);
             // Interactive tasks race a slow entry against the next usable one of its tier.
             let hedge = (profile.hedge && !matches!(request.pin, Some(Pin::Entry(_))))
                 .then(|| {

@@ -152,8 +152,8 @@ async fn retry_after_is_waited_out_before_the_one_retry() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn persistent_overload_fails_over_once_the_wait_budget_is_spent() {
-    let primary = Scripted::new("primary", vec![], Behaviour::Fail(503));
+async fn an_overloaded_entry_hands_an_interactive_request_to_the_next_at_once() {
+    let primary = Scripted::new("primary", vec![], Behaviour::Fail(529));
     let secondary = Scripted::new("secondary", vec![], ok());
     let mut config = chains(&[], &["primary/m", "secondary/m"]);
     config.tasks.explain.hedge = false;
@@ -161,7 +161,24 @@ async fn persistent_overload_fails_over_once_the_wait_budget_is_spent() {
     let started = Instant::now();
     let answer = run(&router, explain()).await.unwrap();
     assert_eq!(answer.route.provider, "secondary");
-    assert!(primary.calls() >= 2, "retried within the budget");
+    assert_eq!(primary.calls(), 1, "no same-entry retry while another can serve");
+    assert!(started.elapsed() < Duration::from_secs(1), "{:?}", started.elapsed());
+    // And the next request does not start on the overloaded entry.
+    run(&router, explain()).await.unwrap();
+    assert_eq!(primary.calls(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn persistent_overload_fails_a_refactor_over_once_the_wait_budget_is_spent() {
+    let primary = Scripted::new("primary", vec![], Behaviour::Fail(503));
+    let secondary = Scripted::new("secondary", vec![], ok());
+    let mut config = chains(&["primary/m", "secondary/m"], &[]);
+    config.tasks.refactor.wait_ms = 30_000;
+    let router = router(config, &[&primary, &secondary]);
+    let started = Instant::now();
+    let answer = run(&router, request(TaskKind::Refactor)).await.unwrap();
+    assert_eq!(answer.route.provider, "secondary");
+    assert!(primary.calls() >= 2, "batch work keeps retrying within its budget");
     assert!(
         started.elapsed() <= Duration::from_secs(30),
         "{:?}",
