@@ -118,7 +118,9 @@ async fn main() {
     let config = Config {
         tiers: TierChains {
             large: vec![],
-            medium: vec![switchyard::entry::ChainEntry::try_from("fake/bench-model".to_owned()).unwrap()],
+            medium: vec![
+                switchyard::entry::ChainEntry::try_from("fake/bench-model".to_owned()).unwrap(),
+            ],
             small: vec![],
         },
         ..Config::default()
@@ -194,7 +196,9 @@ async fn main() {
     let memory_config = Config {
         tiers: TierChains {
             large: vec![],
-            medium: vec![switchyard::entry::ChainEntry::try_from("memory/bench-model".to_owned()).unwrap()],
+            medium: vec![
+                switchyard::entry::ChainEntry::try_from("memory/bench-model".to_owned()).unwrap(),
+            ],
             small: vec![],
         },
         ..Config::default()

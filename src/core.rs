@@ -57,20 +57,17 @@ pub struct Core {
 /// this process; `"closed"` keeps a backend that refuses every call, so
 /// remote calls are refused (with the reason) until the configuration changes.
 fn open_resilience(config: &ResilienceConfig) -> Arc<Resilience> {
-    let state = crate::state::open(&config.state).unwrap_or_else(|error| {
-        match config.when_unavailable {
+    let state =
+        crate::state::open(&config.state).unwrap_or_else(|error| match config.when_unavailable {
             WhenUnavailable::Open => {
-                tracing::error!(
-                    "{error}; breakers and quota are not shared with other processes"
-                );
+                tracing::error!("{error}; breakers and quota are not shared with other processes");
                 Arc::new(crate::state::memory::MemoryState::new())
             }
             WhenUnavailable::Closed => {
                 tracing::error!("{error}; remote calls are refused (when_unavailable = closed)");
                 Arc::new(crate::state::Unavailable(error))
             }
-        }
-    });
+        });
     Arc::new(Resilience::new(state, config))
 }
 

@@ -140,8 +140,14 @@ mod tests {
             entry,
             ChainEntry::Remote(ModelRef::new("openrouter", "anthropic/claude"))
         );
-        assert_eq!(serde_json::to_string(&entry).unwrap(), "\"openrouter/anthropic/claude\"");
-        assert_eq!(ChainEntry::try_from("local".to_owned()), Ok(ChainEntry::Local));
+        assert_eq!(
+            serde_json::to_string(&entry).unwrap(),
+            "\"openrouter/anthropic/claude\""
+        );
+        assert_eq!(
+            ChainEntry::try_from("local".to_owned()),
+            Ok(ChainEntry::Local)
+        );
         assert!(ChainEntry::try_from("nope".to_owned()).is_err());
         assert!(ChainEntry::try_from("p/".to_owned()).is_err());
     }

@@ -328,9 +328,10 @@ impl Caller {
     }
 }
 
-/// Sends whole completions until the breaker is open (two 503s in a row).
+/// Sends whole completions until the breaker is open (two 500s in a row: a
+/// transient error, which breaks the circuit without a health verdict).
 async fn trip_via_gateway(shared: &SharedDir, fake: &FakeProvider, url: &str) {
-    fake.set_default(Behaviour::Unavailable);
+    fake.set_default(Behaviour::ServerError);
     for _ in 0..6 {
         let (status, body) = complete(url).await;
         assert_eq!(status, 503, "{body}");
@@ -368,7 +369,7 @@ async fn explain(client: &mut LspClient) -> Value {
 }
 
 async fn trip_via_lsp(shared: &SharedDir, fake: &FakeProvider, client: &mut LspClient) {
-    fake.set_default(Behaviour::Unavailable);
+    fake.set_default(Behaviour::ServerError);
     for _ in 0..6 {
         let response = explain(client).await;
         assert!(response.get("error").is_some(), "{response}");

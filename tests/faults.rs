@@ -70,8 +70,8 @@ async fn s01_a_429_with_retry_after_is_waited_out_and_retried_once_on_the_same_p
         let reply = rig.ask().await;
         assert_eq!(reply.served().model, PRIMARY, "{front:?}");
         assert_eq!(reply.served().text, "Hello from the fake", "{front:?}");
-        assert_eq!(primary.request_count(), 2, "{front:?}: one retry");
-        assert_eq!(secondary.request_count(), 0, "{front:?}: no failover");
+        assert_eq!(primary.user_request_count(), 2, "{front:?}: one retry");
+        assert_eq!(secondary.user_request_count(), 0, "{front:?}: no failover");
         let gap = primary.gaps()[0];
         assert!(
             gap >= Duration::from_secs(2),
@@ -107,14 +107,14 @@ async fn s02_a_persistent_429_backs_off_with_jitter_then_fails_over() {
         let mut rig = Rig::start(front, &profile, setup, &primary, &secondary).await;
         let reply = rig.ask().await;
         assert_eq!(reply.served().model, SECONDARY, "{front:?}");
-        let attempts = primary.request_count();
+        let attempts = primary.user_request_count();
         // At least one retry; at most the first attempt plus the account's
         // retry budget (ten, shared by every process).
         assert!(
             (2..=12).contains(&attempts),
             "{front:?}: {attempts} attempts on the primary"
         );
-        assert_eq!(secondary.request_count(), 1, "{front:?}");
+        assert_eq!(secondary.user_request_count(), 1, "{front:?}");
         let gaps = primary.gaps();
         for (i, gap) in gaps.iter().enumerate() {
             let ceiling = (profile.rate_limit_base * (1 << i.min(16))).min(profile.backoff_cap);
@@ -139,9 +139,9 @@ async fn s02_a_persistent_429_backs_off_with_jitter_then_fails_over() {
                 "{front:?}: every wait at its ceiling, no jitter: {gaps:?}"
             );
         }
-        let last_primary = primary.requests().last().unwrap().at;
+        let last_primary = primary.user_requests().last().unwrap().at;
         assert!(
-            secondary.requests()[0].at >= last_primary,
+            secondary.user_requests()[0].at >= last_primary,
             "{front:?}: failed over only after the primary gave up"
         );
     })
@@ -157,8 +157,8 @@ async fn s03_a_single_500_is_retried_once_on_the_same_provider() {
         let mut rig = Rig::start(front, &profile, Setup::default(), &primary, &secondary).await;
         let reply = rig.ask().await;
         assert_eq!(reply.served().model, PRIMARY, "{front:?}");
-        assert_eq!(primary.request_count(), 2, "{front:?}: one retry");
-        assert_eq!(secondary.request_count(), 0, "{front:?}");
+        assert_eq!(primary.user_request_count(), 2, "{front:?}: one retry");
+        assert_eq!(secondary.user_request_count(), 0, "{front:?}");
         let gap = primary.gaps()[0];
         assert!(
             gap <= profile.transient_base + tolerance(&profile),
@@ -168,28 +168,32 @@ async fn s03_a_single_500_is_retried_once_on_the_same_provider() {
     .await;
 }
 
-// 4. 503 persistent: retried within the wait budget, then the secondary.
+// 4. 503 persistent: an interactive request moves to the next healthy entry
+// at once (the entry says it is overloaded), and the next request skips it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn s04_a_persistent_503_fails_over_within_the_wait_budget() {
+async fn s04_a_persistent_503_hands_the_request_to_the_next_entry_at_once() {
     each_front(|front, profile| async move {
         let (primary, secondary) = fakes().await;
         primary.set_default(Behaviour::Unavailable);
         let mut rig = Rig::start(front, &profile, Setup::default(), &primary, &secondary).await;
         let reply = rig.ask().await;
         assert_eq!(reply.served().model, SECONDARY, "{front:?}");
-        let attempts = primary.request_count();
-        // Retried, but no more than the breaker's six consecutive failures.
-        assert!(
-            (2..=6).contains(&attempts),
-            "{front:?}: {attempts} attempts on the primary"
+        assert_eq!(
+            primary.user_request_count(),
+            1,
+            "{front:?}: no same-entry retry"
         );
-        assert_eq!(secondary.request_count(), 1, "{front:?}");
-        // The hedge (at the first-token ceiling) or the spent budget ends the waiting.
-        let bound = profile.wait.min(profile.first_token) + profile.slack;
+        assert_eq!(secondary.user_request_count(), 1, "{front:?}");
         assert!(
-            reply.elapsed <= bound,
+            reply.elapsed <= tolerance(&profile),
             "{front:?}: answered after {:?}",
             reply.elapsed
+        );
+        assert_eq!(rig.ask().await.served().model, SECONDARY, "{front:?}");
+        assert_eq!(
+            primary.user_request_count(),
+            1,
+            "{front:?}: the next request skips it"
         );
     })
     .await;
@@ -205,7 +209,7 @@ async fn s05_a_reset_before_headers_is_retried_or_failed_over() {
         let reply = rig.ask().await;
         let served = reply.served();
         assert_eq!(served.text, "Hello from the fake", "{front:?}");
-        let (p, s) = (primary.request_count(), secondary.request_count());
+        let (p, s) = (primary.user_request_count(), secondary.user_request_count());
         if served.model == PRIMARY {
             assert_eq!((p, s), (2, 0), "{front:?}: retried once on the primary");
         } else {
@@ -226,11 +230,11 @@ fn assert_served_after_the_ceiling(
     fault: Duration,
 ) {
     assert_eq!(reply.served().model, SECONDARY, "{front:?}");
-    assert_eq!(primary.request_count(), 1, "{front:?}");
-    assert_eq!(secondary.request_count(), 1, "{front:?}");
+    assert_eq!(primary.user_request_count(), 1, "{front:?}");
+    assert_eq!(secondary.user_request_count(), 1, "{front:?}");
     // The ceiling runs from when the task started (the caller's request),
     // which is a little before the primary's request reached the fake.
-    let started = secondary.requests()[0]
+    let started = secondary.user_requests()[0]
         .at
         .saturating_duration_since(reply.sent);
     assert!(
@@ -320,9 +324,13 @@ async fn s08_a_cut_stream_is_completed_by_a_fallback_that_continues_it() {
             words(&tokens(WHOLE)),
             "{front:?}: the whole answer, once"
         );
-        assert_eq!(primary.request_count(), 1, "{front:?}: no retry mid-answer");
-        assert_eq!(secondary.request_count(), 1, "{front:?}");
-        let sent = prefill(&secondary.requests()[0].body);
+        assert_eq!(
+            primary.user_request_count(),
+            1,
+            "{front:?}: no retry mid-answer"
+        );
+        assert_eq!(secondary.user_request_count(), 1, "{front:?}");
+        let sent = prefill(&secondary.user_requests()[0].body);
         let first_45 = words(&tokens(WHOLE))[..45].join(" ");
         assert_eq!(sent.as_deref(), Some(first_45.as_str()), "{front:?}");
         if front == Front::GatewayStream {
@@ -356,7 +364,7 @@ async fn s09_a_stalled_stream_fails_over_and_the_server_stays_healthy() {
         let served = reply.served();
         assert_eq!(served.model, SECONDARY, "{front:?}");
         assert_eq!(words(&served.text), words(&tokens(WHOLE)), "{front:?}");
-        let detected = between(&primary.requests()[0], &secondary.requests()[0]);
+        let detected = between(&primary.user_requests()[0], &secondary.user_requests()[0]);
         assert!(
             detected >= profile.idle && detected < profile.stall,
             "{front:?}: failed over after {detected:?}"
@@ -366,7 +374,7 @@ async fn s09_a_stalled_stream_fails_over_and_the_server_stays_healthy() {
         assert!(rig.healthy().await, "{front:?}");
         let next = rig.ask().await;
         assert_eq!(next.served().model, PRIMARY, "{front:?}");
-        assert_eq!(primary.request_count(), 2, "{front:?}");
+        assert_eq!(primary.user_request_count(), 2, "{front:?}");
     })
     .await;
 }
@@ -418,7 +426,7 @@ async fn s09c_a_long_answer_that_started_in_time_is_not_hedged() {
         let reply = rig.ask().await;
         assert_eq!(reply.served().model, PRIMARY, "{front:?}");
         assert_eq!(
-            secondary.request_count(),
+            secondary.user_request_count(),
             0,
             "{front:?}: hedged although the first token came at once"
         );
@@ -451,12 +459,12 @@ async fn s10_a_malformed_chunk_fails_cleanly() {
                     words(&tokens(WHOLE)),
                     "{front:?}: {served:?}"
                 );
-                assert_eq!(primary.request_count(), 1, "{front:?}");
+                assert_eq!(primary.user_request_count(), 1, "{front:?}");
             }
             Err(failed) => assert!(!failed.message.is_empty(), "{front:?}: {failed:?}"),
         }
         assert!(
-            primary.request_count() + secondary.request_count() <= 3,
+            primary.user_request_count() + secondary.user_request_count() <= 3,
             "{front:?}"
         );
         assert!(rig.healthy().await, "{front:?}: {}", rig.log());
@@ -484,8 +492,12 @@ async fn s11_a_stream_without_its_terminal_event_is_finalised_with_its_usage() {
             let served = reply.served();
             assert_eq!(served.model, PRIMARY, "{front:?} {wire:?}");
             assert_eq!(served.text, "It inserts or updates.", "{front:?} {wire:?}");
-            assert_eq!(primary.request_count(), 1, "{front:?} {wire:?}: no retry");
-            assert_eq!(secondary.request_count(), 0, "{front:?} {wire:?}");
+            assert_eq!(
+                primary.user_request_count(),
+                1,
+                "{front:?} {wire:?}: no retry"
+            );
+            assert_eq!(secondary.user_request_count(), 0, "{front:?} {wire:?}");
             if let Some(usage) = &served.usage {
                 assert_eq!(
                     usage["prompt_tokens"], FAKE_INPUT_TOKENS,
@@ -507,9 +519,9 @@ async fn s12_context_length_is_not_retried_and_the_next_entry_serves() {
         let mut rig = Rig::start(front, &profile, Setup::default(), &primary, &secondary).await;
         let reply = rig.ask().await;
         assert_eq!(reply.served().model, SECONDARY, "{front:?}");
-        assert_eq!(primary.request_count(), 1, "{front:?}: never retried");
-        assert_eq!(secondary.request_count(), 1, "{front:?}");
-        let moved = between(&primary.requests()[0], &secondary.requests()[0]);
+        assert_eq!(primary.user_request_count(), 1, "{front:?}: never retried");
+        assert_eq!(secondary.user_request_count(), 1, "{front:?}");
+        let moved = between(&primary.user_requests()[0], &secondary.user_requests()[0]);
         assert!(
             moved < tolerance(&profile),
             "{front:?}: no backoff before the next entry, took {moved:?}"
@@ -548,9 +560,13 @@ async fn s13_a_content_filter_refusal_ends_the_task_with_its_reason() {
                 Front::GatewayStream => assert!(failed.code.is_some(), "{failed:?}"),
                 Front::Lsp => {}
             }
-            assert_eq!(primary.request_count(), 1, "{front:?} {wire:?}: no retry");
             assert_eq!(
-                secondary.request_count(),
+                primary.user_request_count(),
+                1,
+                "{front:?} {wire:?}: no retry"
+            );
+            assert_eq!(
+                secondary.user_request_count(),
                 0,
                 "{front:?} {wire:?}: no other provider"
             );
@@ -589,8 +605,8 @@ async fn s13b_a_400_content_filter_is_not_retried_and_its_reason_propagates() {
             assert_eq!(failed.status, Some(400), "{front:?}: {failed:?}");
             assert_eq!(failed.code.as_deref(), Some("content_refused"), "{failed:?}");
         }
-        assert_eq!(primary.request_count(), 1, "{front:?}: no retry");
-        assert_eq!(secondary.request_count(), 0, "{front:?}: no other provider");
+        assert_eq!(primary.user_request_count(), 1, "{front:?}: no retry");
+        assert_eq!(secondary.user_request_count(), 0, "{front:?}: no other provider");
     })
     .await;
 }
@@ -632,10 +648,10 @@ async fn s14_a_cut_stream_restarts_cleanly_where_prefill_is_not_accepted() {
         secondary.set_default(Behaviour::ok(&tokens(WHOLE)));
         let mut rig = Rig::start(front, &profile, Setup::default(), &primary, &secondary).await;
         let reply = rig.ask().await;
-        for request in secondary.requests() {
+        for request in secondary.user_requests() {
             assert_eq!(prefill(&request.body), None, "{front:?}: a clean restart");
         }
-        assert_eq!(primary.request_count(), 1, "{front:?}");
+        assert_eq!(primary.user_request_count(), 1, "{front:?}");
         if front == Front::GatewayStream {
             // The caller already holds the first half: the stream says it was cut.
             let failed = reply.failed();
@@ -649,7 +665,7 @@ async fn s14_a_cut_stream_restarts_cleanly_where_prefill_is_not_accepted() {
             let served = reply.served();
             assert_eq!(served.model, SECONDARY, "{front:?}");
             assert_eq!(words(&served.text), words(&tokens(WHOLE)), "{front:?}");
-            assert_eq!(secondary.request_count(), 1, "{front:?}");
+            assert_eq!(secondary.user_request_count(), 1, "{front:?}");
         }
 
         // When the restart fails too, the error names both failures, the cut first.
@@ -678,18 +694,13 @@ async fn s14_a_cut_stream_restarts_cleanly_where_prefill_is_not_accepted() {
 // 15. The primary is down (fast: 3 s), then healthy; 20 requests over the
 // outage in pairs: all served, one probe at a time, back on the primary promptly.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn s15_an_outage_is_ridden_out_with_one_probe_at_a_time() {
+async fn s15_an_outage_keeps_users_off_the_primary_and_canaries_bring_it_back() {
     each_front(|front, profile| async move {
         let (primary, secondary) = fakes().await;
         primary.set_default(Behaviour::Unavailable);
-        // No same-entry retries: each request is at most one attempt on the primary.
         let setup = Setup {
             extra: json!({
-                "tasks": {"explain": {"wait_ms": 0}},
-                "resilience": {"breaker": {
-                    "failures": 3,
-                    "cooldown_ms": ms(profile.cooldown)
-                }}
+                "resilience": {"breaker": {"failures": 3, "cooldown_ms": ms(profile.cooldown)}}
             }),
             ..Setup::default()
         };
@@ -701,7 +712,7 @@ async fn s15_an_outage_is_ridden_out_with_one_probe_at_a_time() {
         for wave in 0..10u32 {
             tokio::time::sleep_until(start + interval * wave).await;
             if wave == 6 {
-                primary.set_default(Behaviour::ok("back"));
+                primary.set_default(Behaviour::ok("SWITCHYARD-CANARY-OK back"));
                 recovered = Some(Instant::now());
             }
             replies.push(rig.ask_concurrently(2).await);
@@ -710,48 +721,52 @@ async fn s15_an_outage_is_ridden_out_with_one_probe_at_a_time() {
         for reply in replies.iter().flatten() {
             reply.served();
         }
-        let requests = primary.requests();
-        let offsets: Vec<Duration> = requests
-            .iter()
-            .map(|r| r.at.saturating_duration_since(start))
-            .collect();
+        let offsets = |requests: &[RecordedRequest]| -> Vec<Duration> {
+            requests
+                .iter()
+                .map(|r| r.at.saturating_duration_since(start))
+                .collect()
+        };
+        let (users, canaries): (Vec<_>, Vec<_>) =
+            primary.requests().into_iter().partition(|r| !r.is_canary());
         eprintln!(
-            "{front:?}: primary requests at {offsets:?}, recovered at {:?}",
+            "{front:?}: users at {:?}, canaries at {:?}, recovered at {:?}",
+            offsets(&users),
+            offsets(&canaries),
             recovered - start
         );
-        let during: Vec<&RecordedRequest> = requests.iter().filter(|r| r.at < recovered).collect();
-        // Up to four failures open the breaker (three, plus one already in
-        // flight); after that the open breaker lets one probe through per cooldown.
-        let gaps: Vec<Duration> = during
+        // The first wave finds the primary overloaded (both of its requests
+        // were already on their way); no user request goes there after that
+        // until it has recovered.
+        let during = users.iter().filter(|r| r.at < recovered).count();
+        assert!(
+            during <= 2,
+            "{front:?}: {during} user requests hit the primary while it was down"
+        );
+        // Canaries test it meanwhile, one per canary interval.
+        let canary_gaps: Vec<Duration> = canaries
+            .iter()
+            .filter(|r| r.at < recovered)
+            .collect::<Vec<_>>()
             .windows(2)
-            .skip(3)
             .map(|pair| between(pair[0], pair[1]))
             .collect();
         assert!(
-            gaps.iter().all(|gap| *gap >= profile.cooldown.mul_f64(0.8)),
-            "{front:?}: probes closer than the cooldown while open: {gaps:?}"
+            canary_gaps
+                .iter()
+                .all(|gap| *gap >= profile.canary.mul_f64(0.8)),
+            "{front:?}: canaries closer than their interval: {canary_gaps:?}"
         );
-        let most = 4 + (profile.outage.as_millis() / profile.cooldown.as_millis()) as usize + 1;
-        assert!(
-            during.len() <= most,
-            "{front:?}: {} requests reached the primary while it was down",
-            during.len()
-        );
-        // Back promptly: the first request after recovery comes within one
-        // cooldown and one wave.
-        let back = requests
+        // Back promptly: a user request reaches the primary within one canary
+        // interval and one wave of its recovery.
+        let back = users
             .iter()
             .find(|r| r.at >= recovered)
             .unwrap_or_else(|| panic!("{front:?}: the primary was never tried again"));
         let late = back.at.saturating_duration_since(recovered);
         assert!(
-            late <= profile.cooldown + interval + tolerance(&profile),
+            late <= profile.canary + interval + tolerance(&profile),
             "{front:?}: back on the primary {late:?} after recovery"
-        );
-        let last_wave = replies.last().unwrap();
-        assert!(
-            last_wave.iter().any(|r| r.served().model == PRIMARY),
-            "{front:?}: {last_wave:?}"
         );
         assert_eq!(rig.ask().await.served().model, PRIMARY, "{front:?}");
     })
@@ -788,7 +803,7 @@ async fn s16_the_fallback_is_named_and_only_its_usage_reported() {
             served.chunk_models
         );
         assert_eq!(
-            (primary.request_count(), secondary.request_count()),
+            (primary.user_request_count(), secondary.user_request_count()),
             (1, 1),
             "{front:?}"
         );

@@ -4,9 +4,9 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use switchyard::core::Core;
 use switchyard::gateway::wire::StatusResponse;
 use switchyard::providers::local::chat::EngineSlot;
-use switchyard::core::Core;
 use switchyard::resilience::park::ParkingLot;
 use switchyard::router::runbook::Runbook;
 use switchyard::router::status::ParkedStatus;

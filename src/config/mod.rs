@@ -3,9 +3,8 @@
 //! `workspace/configuration`. Each layer is validated on its own so an error names
 //! the layer (file, key, reason); a rejected layer leaves the last good config in force.
 
-
-pub mod local_first;
 mod layers;
+pub mod local_first;
 #[cfg(test)]
 mod tests;
 

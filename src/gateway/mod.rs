@@ -39,11 +39,11 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
-use crate::entry::ModelRef;
 use crate::context::chat::PromptParts;
+use crate::core::Core;
+use crate::entry::ModelRef;
 use crate::providers::Secret;
 use crate::providers::local::chat::EngineSlot;
-use crate::core::Core;
 use crate::router::canary;
 use crate::router::history::History;
 use crate::router::{Answer, Pin, Progress, RouteError, Router, TaskRequest};

@@ -20,9 +20,9 @@ use super::edits;
 use super::position::PositionEncoding;
 use super::wire::RefactorParked;
 use crate::context::chat::code_block;
+use crate::core::Core;
 use crate::resilience::park::{Checkpoint, DocumentVersion, ParkingLot, new_id, now_ms};
 use crate::router::status::ParkedStatus;
-use crate::core::Core;
 use crate::router::{RouteError, Router, TaskRequest};
 use crate::task::TaskKind;
 

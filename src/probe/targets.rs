@@ -52,7 +52,11 @@ pub enum TargetError {
 fn chain_entries(config: &Config) -> Vec<(String, String)> {
     crate::router::plan::chain_entries(config)
         .into_iter()
-        .filter_map(|entry| entry.remote().map(|m| (m.provider.clone(), m.model.clone())))
+        .filter_map(|entry| {
+            entry
+                .remote()
+                .map(|m| (m.provider.clone(), m.model.clone()))
+        })
         .collect()
 }
 

@@ -218,7 +218,14 @@ pub(super) async fn call(
 ) -> (Result<(String, Usage), Failure>, RateLimits) {
     let mut seen = Seen::default();
     let total_ceiling = deadlines.total_ceiling;
-    let streamed = consume(provider, request, deadlines, beacon, &mut seen, (racer, progress));
+    let streamed = consume(
+        provider,
+        request,
+        deadlines,
+        beacon,
+        &mut seen,
+        (racer, progress),
+    );
     let result = tokio::select! {
         _ = cancel.cancelled() => Err(Failure::Cancelled),
         timed = tokio::time::timeout_at(deadlines.total, streamed) => timed.unwrap_or_else(|_| Err(Failure::too_slow(
@@ -258,10 +265,12 @@ async fn consume(
                 .as_secs_f64()
         ))
     };
-    let response =
-        tokio::time::timeout_at(deadlines.first_token, provider.stream(request, deadlines.timeouts()))
-            .await
-            .map_err(|_| ceiling_breach())?;
+    let response = tokio::time::timeout_at(
+        deadlines.first_token,
+        provider.stream(request, deadlines.timeouts()),
+    )
+    .await
+    .map_err(|_| ceiling_breach())?;
     let response = match response {
         Ok(response) => response,
         Err(e) => {

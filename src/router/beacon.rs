@@ -249,10 +249,7 @@ mod tests {
     async fn truncated_answers_with_status_200_are_degradation() {
         let beacons = Beacons::default();
         for _ in 0..3 {
-            beacons.record(
-                &a(),
-                sample(100, Outcome::Degraded(Degradation::Truncated)),
-            );
+            beacons.record(&a(), sample(100, Outcome::Degraded(Degradation::Truncated)));
         }
         let explain = TaskProfile::default_for(TaskKind::Explain);
         assert!(

@@ -67,9 +67,10 @@ impl Router {
         }
         if watch_primaries {
             for tier in [Tier::Large, Tier::Medium] {
-                let primary = self.chain(tier, TaskKind::Explain).into_iter().find(|e| {
-                    e.provider != LOCAL && !self.missing_keys.contains_key(&e.provider)
-                });
+                let primary = self
+                    .chain(tier, TaskKind::Explain)
+                    .into_iter()
+                    .find(|e| e.provider != LOCAL && !self.missing_keys.contains_key(&e.provider));
                 if let Some(entry) = primary
                     && !due.iter().any(|(e, _)| *e == entry)
                 {
@@ -81,7 +82,12 @@ impl Router {
         let mut results = Vec::new();
         for (entry, reason) in due {
             let key = self.key(&entry);
-            if !self.resilience.breakers.canary_turn(&key.breaker_key(), every).await {
+            if !self
+                .resilience
+                .breakers
+                .canary_turn(&key.breaker_key(), every)
+                .await
+            {
                 continue; // another process sends this one
             }
             results.push(self.canary(&entry, reason).await);
@@ -163,7 +169,14 @@ impl Router {
         let reservation = self
             .resilience
             .governor
-            .admit(&key.quota_key(), TaskKind::Explain, quota, 32, 16, deadlines.first_token)
+            .admit(
+                &key.quota_key(),
+                TaskKind::Explain,
+                quota,
+                32,
+                16,
+                deadlines.first_token,
+            )
             .await
             .map_err(|starved| starved.to_string())?;
         let mut beacon = Beaconed::new(self.beacons.clone(), entry.clone(), &deadlines);

@@ -7,7 +7,6 @@ use std::collections::VecDeque;
 use std::sync::Mutex;
 use std::time::Duration;
 
-
 use super::Router;
 use super::canary::CanaryResult;
 use crate::resilience::breaker::BreakerView;

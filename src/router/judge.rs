@@ -74,7 +74,10 @@ impl Router {
         if degraded && self.beacons.strike(entry) >= STRIKES {
             return Some(Verdict {
                 kind: VerdictKind::Degraded,
-                reason: format!("degraded: {STRIKES} answers in a row, last: {}", failed.reason),
+                reason: format!(
+                    "degraded: {STRIKES} answers in a row, last: {}",
+                    failed.reason
+                ),
                 first_token_ms: None,
             });
         }

@@ -12,15 +12,15 @@ mod autocomplete;
 pub mod beacon;
 pub mod canary;
 mod hedge;
-mod judge;
 pub mod history;
+mod judge;
 mod pipeline;
 pub mod plan;
 mod prompt;
 mod request;
 mod retry;
-pub mod runbook;
 mod run;
+pub mod runbook;
 pub mod status;
 #[cfg(test)]
 mod tests;
@@ -149,7 +149,6 @@ impl Router {
         });
     }
 
-
     fn profile(&self, kind: TaskKind) -> TaskProfile {
         self.config.tasks.get(kind)
     }
@@ -218,5 +217,4 @@ impl Router {
     pub(crate) fn last_route(&self) -> Option<Route> {
         self.last.lock().expect("last lock").clone()
     }
-
 }

@@ -209,7 +209,8 @@ impl Router {
             });
             // Deadlined and beaconed.
             let deadlines = Deadlines::new(profile, run.deadline, run.racer.is_some());
-            let mut beacon = Beaconed::new(self.beacons.clone(), candidate.entry.clone(), &deadlines);
+            let mut beacon =
+                Beaconed::new(self.beacons.clone(), candidate.entry.clone(), &deadlines);
             let (result, rate_limits) = attempt::call(
                 provider.as_ref(),
                 prompt.request,
@@ -227,12 +228,18 @@ impl Router {
                 waited,
             };
             self.judge(&key, profile, seen).await;
-            resilience.governor.observe(&reservation, &rate_limits).await;
+            resilience
+                .governor
+                .observe(&reservation, &rate_limits)
+                .await;
             let usage = result.as_ref().ok().map(|(_, usage)| *usage);
             resilience.governor.settle(reservation, usage).await;
             let failed = match result {
                 Ok((text, usage)) => {
-                    resilience.breakers.record(&breaker_key, admission, true, "").await;
+                    resilience
+                        .breakers
+                        .record(&breaker_key, admission, true, "")
+                        .await;
                     return Ok((prompt.prefill + &text, usage));
                 }
                 Err(Failure::Failed(failed)) => failed,

@@ -24,9 +24,14 @@ pub enum Skip {
     /// has found it healthy since (shared by every process).
     Verdict(String),
     /// Its breaker is open (shared by every process).
-    BreakerOpen { reason: String, retry_in_s: u64 },
+    BreakerOpen {
+        reason: String,
+        retry_in_s: u64,
+    },
     /// A rate limit paused it (for every process) past the task's wait budget.
-    Paused { for_s: u64 },
+    Paused {
+        for_s: u64,
+    },
 }
 
 impl fmt::Display for Skip {
@@ -110,7 +115,10 @@ impl Router {
 
     /// The local engine's entry: `local/<loaded model>`.
     pub(crate) fn local_model(&self) -> ModelRef {
-        let name = self.local.model().map_or_else(|| LOCAL.to_owned(), |m| m.name);
+        let name = self
+            .local
+            .model()
+            .map_or_else(|| LOCAL.to_owned(), |m| m.name);
         ModelRef::new(LOCAL, name)
     }
 

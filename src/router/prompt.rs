@@ -89,7 +89,10 @@ impl Router {
 
     /// Input and output token limits for an entry: the task's, or what the local model holds.
     fn limits(&self, entry: &ModelRef, profile: &TaskProfile) -> (usize, usize) {
-        match (entry.provider == LOCAL).then(|| self.local.model()).flatten() {
+        match (entry.provider == LOCAL)
+            .then(|| self.local.model())
+            .flatten()
+        {
             Some(info) => (
                 profile.input_tokens.min(info.input_budget),
                 profile

@@ -107,8 +107,13 @@ fn list(tried: &[Attempt]) -> String {
 /// What the router is doing, for `$/progress` and streaming front ends.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Progress {
-    Trying { entry: ModelRef, tier: Tier },
-    Received { chars: usize },
+    Trying {
+        entry: ModelRef,
+        tier: Tier,
+    },
+    Received {
+        chars: usize,
+    },
     /// Text as it streams in (front ends that forward it).
     Delta(String),
     /// The next attempt starts the answer over: text already forwarded is not

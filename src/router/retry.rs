@@ -40,7 +40,10 @@ impl Router {
         if run.interactive && class.retryable() {
             if retry >= 1 {
                 return Err(Failed {
-                    reason: format!("{}; an interactive task moves on after one retry", failed.reason),
+                    reason: format!(
+                        "{}; an interactive task moves on after one retry",
+                        failed.reason
+                    ),
                     ..failed
                 });
             }

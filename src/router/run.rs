@@ -215,7 +215,15 @@ impl Router {
             let (result, served_by) = match hedge {
                 Some(j) => {
                     let (result, side, hedge_ran) = self
-                        .hedged(candidate, &candidates[j], request, profile, run, cancel, progress)
+                        .hedged(
+                            candidate,
+                            &candidates[j],
+                            request,
+                            profile,
+                            run,
+                            cancel,
+                            progress,
+                        )
                         .await;
                     already_tried[j] = hedge_ran.tried();
                     if let HedgeRan::Failed(Failure::Failed(failed)) = hedge_ran {

@@ -2,7 +2,6 @@
 //! serves now and which is next: the plan `run` would walk, after re-reading
 //! what every process shares (breakers, quota).
 
-
 use super::Router;
 use super::plan::Candidate;
 use super::status::StatusReport;

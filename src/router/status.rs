@@ -1,7 +1,6 @@
 //! The status report the editor shows: which provider, model and tier serve each
 //! task kind, any downshift and why, local-only mode, and each entry's health.
 
-
 use super::Router;
 use super::canary::CanaryResult;
 use crate::entry::{LOCAL, ModelRef};

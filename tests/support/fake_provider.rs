@@ -119,6 +119,32 @@ impl Behaviour {
         }
     }
 
+    /// How this behaviour answers a canary: a model that answers at all
+    /// follows the canary's instruction and repeats its token; faults stay faults.
+    fn answering_canary(self) -> Self {
+        const TOKEN: &str = "SWITCHYARD-CANARY-OK";
+        match self {
+            Behaviour::Ok { delay, .. } => Behaviour::Ok {
+                text: TOKEN.into(),
+                chunks: 1,
+                delay,
+            },
+            Behaviour::SlowFirstToken { delay, .. } => Behaviour::SlowFirstToken {
+                delay,
+                text: TOKEN.into(),
+            },
+            Behaviour::LatencyBeforeHeaders { delay, then } => Behaviour::LatencyBeforeHeaders {
+                delay,
+                then: Box::new(then.answering_canary()),
+            },
+            Behaviour::WithRateLimits { limits, then } => Behaviour::WithRateLimits {
+                limits,
+                then: Box::new(then.answering_canary()),
+            },
+            fault => fault,
+        }
+    }
+
     /// This behaviour with rate-limit headers on its response.
     pub fn with_rate_limits(self, limits: FakeRateLimits) -> Self {
         Behaviour::WithRateLimits {
@@ -154,6 +180,11 @@ pub struct RecordedRequest {
 }
 
 impl RecordedRequest {
+    /// A canary asks for its known token back.
+    pub fn is_canary(&self) -> bool {
+        self.body.to_string().contains("SWITCHYARD-CANARY-OK")
+    }
+
     pub fn header(&self, name: &str) -> Option<&str> {
         let name = name.to_ascii_lowercase();
         self.headers
@@ -309,9 +340,21 @@ impl FakeProvider {
         self.shared.requests.lock().unwrap().len()
     }
 
-    /// The time between each request and the one before it.
+    /// Requests from users: everything but switchyard's own canaries.
+    pub fn user_requests(&self) -> Vec<RecordedRequest> {
+        self.requests()
+            .into_iter()
+            .filter(|r| !r.is_canary())
+            .collect()
+    }
+
+    pub fn user_request_count(&self) -> usize {
+        self.user_requests().len()
+    }
+
+    /// The time between each user request and the one before it.
     pub fn gaps(&self) -> Vec<Duration> {
-        let requests = self.requests();
+        let requests = self.user_requests();
         requests
             .windows(2)
             .map(|pair| pair[1].at.duration_since(pair[0].at))
@@ -344,12 +387,17 @@ async fn serve(mut socket: TcpStream, shared: Arc<Shared>) {
     let Some(request) = read_request(&mut socket).await else {
         return;
     };
+    // Canaries get the default behaviour and leave the script to the
+    // requests it was written for.
     let mut behaviour = {
         let mut script = shared.script.lock().unwrap();
-        script
-            .queue
-            .pop_front()
-            .unwrap_or_else(|| script.default.clone())
+        match request.is_canary() {
+            true => script.default.clone().answering_canary(),
+            false => script
+                .queue
+                .pop_front()
+                .unwrap_or_else(|| script.default.clone()),
+        }
     };
     if let Some(quota) = shared.quota.lock().unwrap().as_mut() {
         behaviour = match quota.charge() {

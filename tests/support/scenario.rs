@@ -44,6 +44,9 @@ pub struct Profile {
     pub backoff_cap: Duration,
     /// `resilience.breaker` for the outage scenario.
     pub cooldown: Duration,
+    /// `resilience.canary_interval_ms`: how often entries out of user traffic
+    /// are tested.
+    pub canary: Duration,
     /// Fault lengths: a provider that never answers holds the request this long.
     pub silence: Duration,
     /// The first token of a slow answer comes this late.
@@ -82,6 +85,7 @@ impl Profile {
             transient_base: Duration::from_secs(1),
             backoff_cap: Duration::from_secs(120),
             cooldown: Duration::from_secs(10),
+            canary: Duration::from_secs(10),
             silence: Duration::from_secs(120),
             slow_first_token: Duration::from_secs(20),
             stall: Duration::from_secs(60),
@@ -105,6 +109,7 @@ impl Profile {
             transient_base: Duration::from_millis(100),
             backoff_cap: Duration::from_secs(3),
             cooldown: Duration::from_millis(500),
+            canary: Duration::from_millis(300),
             silence: Duration::from_secs(60),
             slow_first_token: Duration::from_secs(10),
             stall: Duration::from_secs(20),
@@ -143,7 +148,8 @@ impl Profile {
                     "overloaded_ms": Self::ms(self.overloaded_base),
                     "transient_ms": Self::ms(self.transient_base),
                     "cap_ms": Self::ms(self.backoff_cap)
-                }
+                },
+                "canary_interval_ms": Self::ms(self.canary)
             }
         });
         merge(&mut config, setup.extra.clone());

@@ -101,7 +101,9 @@ pub struct Breakers {
 /// A closed breaker's record is written back as it was (a canary does not
 /// count in user traffic's window); no record stays no record.
 fn stored_or_none(record: Record) -> Option<crate::state::Json> {
-    (record != Record::default()).then(|| encode(&record)).flatten()
+    (record != Record::default())
+        .then(|| encode(&record))
+        .flatten()
 }
 
 fn lease_key(breaker: &str) -> String {

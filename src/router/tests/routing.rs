@@ -25,7 +25,11 @@ async fn silent_degradation_costs_one_request_and_the_next_ones_skip_the_primary
         let reason = answer.route.reason.unwrap_or_default();
         assert!(reason.contains("primary/m: skipped: slow"), "{reason}");
     }
-    assert_eq!(primary.calls(), 1, "only the first request tried the primary");
+    assert_eq!(
+        primary.calls(),
+        1,
+        "only the first request tried the primary"
+    );
     let health = router.status().health;
     let primary_health = health.iter().find(|h| h.provider == "primary").unwrap();
     assert_eq!(primary_health.state, status::HealthState::Unhealthy);
@@ -87,7 +91,10 @@ async fn a_slow_verdict_outlives_its_samples_and_only_a_canary_ends_it() {
     assert_eq!(primary.calls(), 1);
     // A canary finds it healthy: that alone neither routes nor tells anyone...
     let canaries = router.canary_round(false).await;
-    assert!(canaries.iter().any(|c| c.provider == "primary" && c.ok), "{canaries:?}");
+    assert!(
+        canaries.iter().any(|c| c.provider == "primary" && c.ok),
+        "{canaries:?}"
+    );
     assert_eq!(router.status().provider.as_deref(), Some("secondary"));
     // ...but the next request is the primary's again.
     let answer = run(&router, explain()).await.unwrap();
@@ -161,8 +168,16 @@ async fn an_overloaded_entry_hands_an_interactive_request_to_the_next_at_once() 
     let started = Instant::now();
     let answer = run(&router, explain()).await.unwrap();
     assert_eq!(answer.route.provider, "secondary");
-    assert_eq!(primary.calls(), 1, "no same-entry retry while another can serve");
-    assert!(started.elapsed() < Duration::from_secs(1), "{:?}", started.elapsed());
+    assert_eq!(
+        primary.calls(),
+        1,
+        "no same-entry retry while another can serve"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        started.elapsed()
+    );
     // And the next request does not start on the overloaded entry.
     run(&router, explain()).await.unwrap();
     assert_eq!(primary.calls(), 1);
@@ -178,7 +193,10 @@ async fn persistent_overload_fails_a_refactor_over_once_the_wait_budget_is_spent
     let started = Instant::now();
     let answer = run(&router, request(TaskKind::Refactor)).await.unwrap();
     assert_eq!(answer.route.provider, "secondary");
-    assert!(primary.calls() >= 2, "batch work keeps retrying within its budget");
+    assert!(
+        primary.calls() >= 2,
+        "batch work keeps retrying within its budget"
+    );
     assert!(
         started.elapsed() <= Duration::from_secs(30),
         "{:?}",
