@@ -141,6 +141,7 @@ pub async fn probe(
                     ttft.get_or_insert_with(|| started.elapsed());
                     answer.push_str(&text);
                 }
+                StreamEvent::Skipped(why) => return Err(format!("malformed event: {why}")),
                 StreamEvent::End(_) => return Ok(()),
             }
         }

@@ -38,6 +38,10 @@ pub const FIM_SYSTEM: &str = "You are a code completion engine. Reply with only 
 pub const FIM_INSTRUCTION: &str =
     "Write the code that goes at the empty selection, continuing the code before it.";
 
+/// Asks a model that cannot take a prefill to go on with a cut answer, given
+/// as its own previous turn.
+pub const CONTINUE_INSTRUCTION: &str = "Your previous answer was cut off. Continue it exactly where it stopped: do not repeat anything already written, do not start over, and do not comment on the interruption.";
+
 /// The refactor instruction that fixes reported problems, given as
 /// `(zero-based line, message)` pairs; lines are shown one-based.
 pub fn fix_diagnostics_instruction<'a>(

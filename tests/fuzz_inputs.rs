@@ -732,6 +732,7 @@ async fn collect(provider: &dyn Provider) -> Result<String, ProviderError> {
         assert!(!ended, "an event after End");
         match event? {
             StreamEvent::Delta(delta) => text.push_str(&delta),
+            StreamEvent::Skipped(_) => {}
             StreamEvent::End(_) => ended = true,
         }
     }

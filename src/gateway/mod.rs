@@ -7,9 +7,11 @@
 //!   `provider/model`. The answer names the model that actually answered and
 //!   reports its usage only; failed attempts are not billed to the caller.
 //! - A stream that fails before its first byte reaches the caller fails over
-//!   unseen. After that it is continued on a provider that accepts the partial
-//!   answer as a prefill, or ended with an in-band error; a truncated stream
-//!   never ends looking successful (no `[DONE]` after an error).
+//!   unseen. After that the next entry continues the answer (as a prefill
+//!   where the model takes one, otherwise as a continuation request, the seam
+//!   de-duplicated), or the stream ends with an in-band error naming what
+//!   stopped each entry; a truncated stream never ends looking successful (no
+//!   `[DONE]` after an error).
 //! - `GET /v1/models`, `GET /health`, `GET /status` (the runbook as JSON),
 //!   `GET /history` (the last hour), `GET /dashboard` (both, as live charts).
 //!   `/status` and `/history` answer with [`wire`]'s types (documented in
@@ -360,7 +362,6 @@ async fn chat_completions(
 enum Event {
     Trying(String),
     Delta(String),
-    Restarted,
     Done(Result<Answer, RouteError>),
 }
 
@@ -392,7 +393,6 @@ async fn stream_completion(gateway: Arc<Gateway>, task: TaskRequest, id: String)
                 let event = match event {
                     Progress::Trying { entry, .. } => Event::Trying(entry.to_string()),
                     Progress::Delta(text) => Event::Delta(text),
-                    Progress::Restarted => Event::Restarted,
                     Progress::Received { .. } => return,
                 };
                 let _ = progress.send(event);
@@ -406,7 +406,6 @@ async fn stream_completion(gateway: Arc<Gateway>, task: TaskRequest, id: String)
     let first = loop {
         match rx.recv().await {
             Some(Event::Trying(entry)) => model = entry,
-            Some(Event::Restarted) => {}
             Some(Event::Delta(text)) => break text,
             Some(Event::Done(Ok(answer))) => break answer.text,
             Some(Event::Done(Err(e))) => return route_error(&e),
@@ -442,17 +441,6 @@ async fn stream_completion(gateway: Arc<Gateway>, task: TaskRequest, id: String)
                     json!({"content": text}),
                     None,
                 )),
-                Event::Restarted => {
-                    // The caller already has text the next model would not continue.
-                    cancel.cancel();
-                    let message = "the answer was cut and no model that can continue it is available; the text so far is incomplete";
-                    send(openai::error_body(
-                        "server_error",
-                        Some("stream_cut"),
-                        message,
-                    ));
-                    return;
-                }
                 Event::Done(Ok(answer)) => {
                     let model = model_of(&answer);
                     send(openai::chunk(&id, created, &model, json!({}), Some("stop")));
@@ -461,6 +449,8 @@ async fn stream_completion(gateway: Arc<Gateway>, task: TaskRequest, id: String)
                     return;
                 }
                 Event::Done(Err(e)) => {
+                    // `e` lists every entry tried and what stopped each (a cut,
+                    // a stall after N s, a malformed stream, an open circuit).
                     let message = format!("the answer is incomplete: {e}");
                     send(openai::error_body(
                         "server_error",

@@ -200,7 +200,6 @@ impl Backend {
                 let message = match &event {
                     Progress::Trying { entry, tier } => format!("trying {entry} ({tier} tier)"),
                     Progress::Received { chars } => format!("received {chars} characters"),
-                    Progress::Restarted => "starting over on another model".into(),
                     // Counted by `Received`; the editor gets the text at the end.
                     Progress::Delta(_) => continue,
                 };

@@ -80,6 +80,10 @@ pub struct Timeouts {
 #[derive(Clone, Debug, PartialEq)]
 pub enum StreamEvent {
     Delta(String),
+    /// An event that was not the wire format, skipped: the answer goes on,
+    /// but it is a sign of a degraded provider. Repeated garbage ends the
+    /// stream as `Malformed` instead.
+    Skipped(String),
     End(Finish),
 }
 

@@ -109,6 +109,7 @@ where
         idle: timeouts.idle,
         text_started: false,
         partial: String::new(),
+        malformed_in_a_row: 0,
         done: false,
     };
     let events = futures::stream::unfold(reader, |mut reader| async move {
@@ -131,9 +132,14 @@ struct Reader<D> {
     idle: Duration,
     text_started: bool,
     partial: String,
+    /// Malformed events since the last good one.
+    malformed_in_a_row: u32,
     /// Set after the terminal event or an error: the stream yields nothing more.
     done: bool,
 }
+
+/// Malformed events in a row that make a stream broken rather than noisy.
+const MALFORMED_IN_A_ROW: u32 = 3;
 
 impl<D: Decoder> Reader<D> {
     async fn next(&mut self) -> Option<Result<StreamEvent, ProviderError>> {
@@ -190,7 +196,11 @@ impl<D: Decoder> Reader<D> {
             };
             // Scrubbed before a decoder quotes an excerpt of it (see `Endpoint::scrub`).
             let data = self.endpoint.scrub(event.data);
-            match self.decoder.decode(&event.event, &data) {
+            let decoded = self.decoder.decode(&event.event, &data);
+            if !matches!(decoded, Decoded::Malformed(_)) {
+                self.malformed_in_a_row = 0;
+            }
+            match decoded {
                 Decoded::Nothing => {}
                 Decoded::Text(text) if text.is_empty() => {}
                 Decoded::Text(text) => {
@@ -210,7 +220,16 @@ impl<D: Decoder> Reader<D> {
                     );
                     return self.finish_with(error);
                 }
-                Decoded::Malformed(message) => return self.fail(FailureKind::Malformed, message),
+                Decoded::Malformed(message) => {
+                    self.malformed_in_a_row += 1;
+                    if self.malformed_in_a_row >= MALFORMED_IN_A_ROW {
+                        let message = format!(
+                            "{MALFORMED_IN_A_ROW} malformed events in a row, last: {message}"
+                        );
+                        return self.fail(FailureKind::Malformed, message);
+                    }
+                    return Some(Ok(StreamEvent::Skipped(message)));
+                }
             }
         }
     }
@@ -420,6 +439,7 @@ mod tests {
             match event.unwrap() {
                 StreamEvent::Delta(delta) => text.push_str(&delta),
                 StreamEvent::End(_) => ended = true,
+                StreamEvent::Skipped(why) => panic!("skipped {why}"),
             }
         }
         assert!(ended);
@@ -462,13 +482,30 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_malformed_event_ends_the_stream_with_the_partial_text() {
+    async fn a_malformed_event_is_skipped_and_the_answer_goes_on() {
         let (body, mut response) = open();
         send(&body, "text", "ok so far");
         send(&body, "bad", "{not json");
+        send(&body, "text", ", and more");
+        let mut events = Vec::new();
+        for _ in 0..3 {
+            events.push(response.events.next().await.unwrap().unwrap());
+        }
+        assert!(matches!(&events[1], StreamEvent::Skipped(m) if m.contains("not json")));
+        assert_eq!(events[2], StreamEvent::Delta(", and more".into()));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn repeated_garbage_ends_the_stream_with_the_partial_text() {
+        let (body, mut response) = open();
+        send(&body, "text", "ok so far");
+        for _ in 0..MALFORMED_IN_A_ROW {
+            send(&body, "bad", "{not json");
+        }
         let error = error_of(&mut response).await;
         assert_eq!(error.kind, FailureKind::Malformed);
         assert_eq!(error.partial, "ok so far");
+        assert!(error.message.contains("in a row"), "{}", error.message);
         assert!(response.events.next().await.is_none());
     }
 }

@@ -16,6 +16,7 @@ use tokio_util::sync::CancellationToken;
 use super::beacon::{Beacons, Degradation, Outcome, Sample};
 use super::hedge::Racer;
 use super::request::{OnProgress, Progress};
+use super::seam::Seam;
 use crate::entry::ModelRef;
 use crate::providers::{
     ChatRequest, FailureKind, FinishReason, Provider, ProviderError, RateLimits, StreamEvent,
@@ -150,6 +151,8 @@ pub(super) struct Beaconed {
     first_token_ceiling: Duration,
     first_token: Option<Duration>,
     outcome: Option<(Outcome, bool)>,
+    /// Malformed events the stream skipped.
+    pub skipped: u32,
 }
 
 impl Beaconed {
@@ -161,6 +164,7 @@ impl Beaconed {
             first_token_ceiling: deadlines.first_token_ceiling,
             first_token: None,
             outcome: None,
+            skipped: 0,
         }
     }
 
@@ -211,7 +215,7 @@ pub(super) struct Seen {
 pub(super) async fn call(
     provider: &dyn Provider,
     request: ChatRequest,
-    deadlines: Deadlines,
+    (deadlines, seam): (Deadlines, Seam),
     beacon: &mut Beaconed,
     cancel: &CancellationToken,
     (racer, progress): (Option<&Racer>, OnProgress<'_>),
@@ -221,7 +225,7 @@ pub(super) async fn call(
     let streamed = consume(
         provider,
         request,
-        deadlines,
+        (deadlines, seam),
         beacon,
         &mut seen,
         (racer, progress),
@@ -251,7 +255,7 @@ pub(super) async fn call(
 async fn consume(
     provider: &dyn Provider,
     request: ChatRequest,
-    deadlines: Deadlines,
+    (deadlines, mut seam): (Deadlines, Seam),
     beacon: &mut Beaconed,
     seen: &mut Seen,
     (racer, progress): (Option<&Racer>, OnProgress<'_>),
@@ -297,12 +301,23 @@ async fn consume(
                 got_text = true;
                 beacon.first_token();
                 seen.text.push_str(&delta);
-                progress(Progress::Delta(delta));
+                if let Some(shown) = seam.push(delta) {
+                    progress(Progress::Delta(shown));
+                }
                 progress(Progress::Received {
                     chars: seen.text.len(),
                 });
             }
-            Some(Ok(StreamEvent::End(finish))) => return finished(finish, seen),
+            Some(Ok(StreamEvent::Skipped(why))) => {
+                tracing::debug!("skipped a malformed event: {why}");
+                beacon.skipped += 1;
+            }
+            Some(Ok(StreamEvent::End(finish))) => {
+                if let Some(held) = seam.finish() {
+                    progress(Progress::Delta(held));
+                }
+                return finished(finish, seen);
+            }
             Some(Err(e)) => return Err(Failure::from_provider(e)),
             None => {
                 return Err(Failure::Failed(Failed {
@@ -348,9 +363,12 @@ fn finished(finish: crate::providers::Finish, seen: &mut Seen) -> Result<(String
 }
 
 fn describe(e: &ProviderError) -> String {
-    let mut text = match e.status {
-        Some(status) => format!("HTTP {status}"),
-        None => format!("{:?}", e.kind).to_lowercase(),
+    let mut text = match (e.status, &e.kind) {
+        (Some(status), _) => format!("HTTP {status}"),
+        (None, FailureKind::StreamCut) => "the stream was cut".into(),
+        (None, FailureKind::Stalled) => "the stream stalled".into(),
+        (None, FailureKind::Malformed) => "the stream was malformed".into(),
+        (None, kind) => format!("{kind:?}").to_lowercase(),
     };
     if let Some(kind) = e.error_type.as_deref().or(e.code.as_deref()) {
         text.push_str(&format!(" {kind}"));

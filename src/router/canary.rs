@@ -16,6 +16,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::Router;
 use super::attempt::{self, Beaconed, Deadlines, Failure};
+use super::seam::Seam;
 use crate::entry::{EntryKey, LOCAL, ModelRef};
 use crate::providers::{ChatMessage, ChatRequest, Role};
 use crate::resilience::breaker::Phase;
@@ -183,7 +184,7 @@ impl Router {
         let (result, rate_limits) = attempt::call(
             provider.as_ref(),
             request,
-            deadlines,
+            (deadlines, Seam::new("", false)),
             &mut beacon,
             &CancellationToken::new(),
             (None, &|_| {}),

@@ -1,8 +1,8 @@
 //! Turning what a user request saw into a sticky verdict on its entry (see
-//! `resilience::verdict`): no first token by the task's ceiling is slow; two
-//! degraded answers in a row (cut, refused, truncated, empty, malformed) is
-//! degraded; an overloaded answer is failing. Only user requests judge; only
-//! a canary clears.
+//! `resilience::verdict`): no first token by the task's ceiling is slow; an
+//! answer cut mid-stream, or two degraded answers in a row (refused,
+//! truncated, empty, malformed), is degraded; an overloaded answer is
+//! failing. Only user requests judge; only a canary clears.
 
 use std::time::Duration;
 
@@ -25,6 +25,11 @@ pub(super) struct Seen<'a> {
     pub first_token: Option<Duration>,
     /// How long the attempt ran.
     pub waited: Duration,
+    /// Malformed events skipped on the way.
+    pub skipped: u32,
+    /// It lost a hedge race before its first token: the hedge started at the
+    /// ceiling, so it was slow whatever its own admission took.
+    pub lost_race: bool,
 }
 
 impl Router {
@@ -40,6 +45,7 @@ impl Router {
         let ceiling = profile.first_token_ceiling();
         let late = match seen.first_token {
             Some(at) => (at > ceiling).then_some(at),
+            None if seen.lost_race => Some(seen.waited.max(ceiling)),
             None => (seen.waited >= ceiling).then_some(seen.waited),
         };
         if let Some(late) = late {
@@ -54,6 +60,17 @@ impl Router {
             });
         }
         let failed = match seen.result {
+            // An answer that came through garbage still counts against the entry.
+            Ok(_) if seen.skipped > 0 => {
+                let strikes = self.beacons.strike(entry);
+                return (strikes >= STRIKES).then(|| Verdict {
+                    kind: VerdictKind::Degraded,
+                    reason: format!(
+                        "degraded: {STRIKES} answers in a row, last: malformed events skipped"
+                    ),
+                    first_token_ms: None,
+                });
+            }
             Ok(_) => {
                 self.beacons.clear_strikes(entry);
                 return None;
@@ -68,8 +85,16 @@ impl Router {
                 first_token_ms: None,
             });
         }
+        // A stream cut mid-answer is judged at once: the next request must not
+        // start on an entry that drops its connections.
+        if failed.kind == Some(FailureKind::StreamCut) && !failed.partial.is_empty() {
+            return Some(Verdict {
+                kind: VerdictKind::Degraded,
+                reason: format!("degraded: an answer was cut: {}", failed.reason),
+                first_token_ms: None,
+            });
+        }
         let degraded = matches!(failed.outcome, Outcome::Degraded(_))
-            || failed.kind == Some(FailureKind::StreamCut)
             || failed.kind == Some(FailureKind::Malformed);
         if degraded && self.beacons.strike(entry) >= STRIKES {
             return Some(Verdict {

@@ -21,6 +21,7 @@ mod request;
 mod retry;
 mod run;
 pub mod runbook;
+mod seam;
 pub mod status;
 #[cfg(test)]
 mod tests;

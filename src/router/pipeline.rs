@@ -26,6 +26,7 @@ use super::hedge::Racer;
 use super::judge::Seen;
 use super::plan::Candidate;
 use super::request::{OnProgress, Progress, TaskRequest};
+use super::seam::{self, Seam};
 use crate::entry::EntryKey;
 use crate::providers::{Provider, Usage};
 use crate::resilience::backoff::WaitBudget;
@@ -170,9 +171,6 @@ impl Router {
                     provider.supports_prefill(),
                 )
                 .map_err(Failure::OverBudget)?;
-            if !run.partial.is_empty() && prompt.prefill.is_empty() {
-                progress(Progress::Restarted);
-            }
             // Governed: the reservation is settled below, or refunded if this
             // future is dropped while the request runs.
             let waited_from = Instant::now();
@@ -211,22 +209,25 @@ impl Router {
             let deadlines = Deadlines::new(profile, run.deadline, run.racer.is_some());
             let mut beacon =
                 Beaconed::new(self.beacons.clone(), candidate.entry.clone(), &deadlines);
+            let seam = Seam::new(&prompt.continues, prompt.restated);
             let (result, rate_limits) = attempt::call(
                 provider.as_ref(),
                 prompt.request,
-                deadlines,
+                (deadlines, seam),
                 &mut beacon,
                 cancel,
                 (run.racer.as_ref(), progress),
             )
             .await;
             let (first_token, waited) = beacon.timing();
-            drop(beacon);
             let seen = Seen {
                 result: &result,
                 first_token,
                 waited,
+                skipped: beacon.skipped,
+                lost_race: run.racer.as_ref().is_some_and(Racer::lost),
             };
+            drop(beacon);
             self.judge(&key, profile, seen).await;
             resilience
                 .governor
@@ -240,7 +241,7 @@ impl Router {
                         .breakers
                         .record(&breaker_key, admission, true, "")
                         .await;
-                    return Ok((prompt.prefill + &text, usage));
+                    return Ok((seam::join(&prompt.continues, &text, prompt.restated), usage));
                 }
                 Err(Failure::Failed(failed)) => failed,
                 Err(other) => return Err(other),
@@ -255,7 +256,7 @@ impl Router {
                 .record(&breaker_key, admission, healthy_answer, &failed.reason)
                 .await;
             if failed.partial.len() > run.partial.len() {
-                run.partial = prompt.prefill.clone() + &failed.partial;
+                run.partial = seam::join(&prompt.continues, &failed.partial, prompt.restated);
             }
             let delay = self
                 .retry_delay(&key, failed.clone(), retry, was_probe, run)

@@ -1,6 +1,7 @@
 //! The request one entry is sent: the task's prompt rendered within the
-//! entry's input budget, continuing a partial answer where the provider
-//! accepts an assistant prefill.
+//! entry's input budget, continuing a partial answer whatever the provider:
+//! as an assistant prefill where the model takes one, otherwise as its own
+//! previous turn followed by an instruction to go on from where it stopped.
 
 use crate::context::chat::{self, OverBudget};
 use crate::entry::{LOCAL, ModelRef};
@@ -10,10 +11,14 @@ use crate::task::TaskProfile;
 use super::Router;
 use super::request::TaskRequest;
 
-/// A request ready to send, and the prefill its answer continues.
+/// A request ready to send, and the answer so far it continues.
 pub(super) struct Prompt {
     pub request: ChatRequest,
-    pub prefill: String,
+    /// The text the answer continues (empty for a fresh answer).
+    pub continues: String,
+    /// The model was shown `continues` as its earlier turn rather than a
+    /// prefill, so it may repeat its end (see `seam`).
+    pub restated: bool,
 }
 
 impl Prompt {
@@ -30,9 +35,9 @@ impl Prompt {
 }
 
 impl Router {
-    /// The request for `entry`, with `partial` continued as a prefill where the
-    /// provider allows it (others restart cleanly) and the input budget scaled
-    /// by `input_scale` (a model said the prompt was too long).
+    /// The request for `entry`, continuing `partial` (as a prefill where
+    /// `supports_prefill`), with the input budget scaled by `input_scale` (a
+    /// model said the prompt was too long).
     pub(super) fn prompt(
         &self,
         entry: &ModelRef,
@@ -63,17 +68,21 @@ impl Router {
                 content: chat::render(&request.parts, budget)?,
             }],
         };
-        let prefill = if supports_prefill && !partial.trim().is_empty() {
-            // Providers reject a prefill that ends in whitespace.
-            let prefill = partial.trim_end().to_owned();
+        // Providers reject a prefill that ends in whitespace.
+        let continues = partial.trim_end().to_owned();
+        let restated = !continues.is_empty() && !supports_prefill;
+        if !continues.is_empty() {
             messages.push(ChatMessage {
                 role: Role::Assistant,
-                content: prefill.clone(),
+                content: continues.clone(),
             });
-            prefill
-        } else {
-            String::new()
-        };
+        }
+        if restated {
+            messages.push(ChatMessage {
+                role: Role::User,
+                content: crate::prompts::CONTINUE_INSTRUCTION.into(),
+            });
+        }
         Ok(Prompt {
             request: ChatRequest {
                 model: entry.model.clone(),
@@ -83,7 +92,8 @@ impl Router {
                 max_tokens: max_tokens as u32,
                 temperature: Some(0.2),
             },
-            prefill,
+            continues,
+            restated,
         })
     }
 

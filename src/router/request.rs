@@ -114,11 +114,9 @@ pub enum Progress {
     Received {
         chars: usize,
     },
-    /// Text as it streams in (front ends that forward it).
+    /// Text as it streams in (front ends that forward it). A continued
+    /// answer's deltas carry on from the text already forwarded.
     Delta(String),
-    /// The next attempt starts the answer over: text already forwarded is not
-    /// part of it (its provider cannot continue a partial answer).
-    Restarted,
 }
 
 /// How a front end hears of [`Progress`].

@@ -59,7 +59,8 @@ pub enum Behaviour {
     /// Sends `after_chunks` deltas of `text`, then closes the connection in the
     /// middle of the chunked body (no terminal event, no final chunk).
     CutAfter { text: String, after_chunks: usize },
-    /// Sends `after_chunks` deltas, then an event whose data is cut-off JSON.
+    /// Sends `after_chunks` deltas, then an event whose data is cut-off JSON,
+    /// then the rest of the answer as usual.
     MalformedChunk { text: String, after_chunks: usize },
     /// Sends every delta and the finish reason, then ends the body cleanly
     /// without the terminal event (`message_stop` / `data: [DONE]`).

@@ -350,7 +350,7 @@ async fn a_cut_answer_is_continued_by_a_prefill_provider() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_fallback_without_prefill_restarts_cleanly() {
+async fn a_fallback_without_prefill_continues_the_answer_from_a_restatement() {
     let primary = Scripted::new("primary", vec![], Behaviour::Cut("fn renamed("));
     let fallback = Scripted::new("fallback", vec![], ok());
     let router = router(
@@ -358,8 +358,13 @@ async fn a_fallback_without_prefill_restarts_cleanly() {
         &[&primary, &fallback],
     );
     let answer = run(&router, explain()).await.unwrap();
-    assert_eq!(answer.text, "answer from fallback");
-    assert_eq!(fallback.seen.lock().unwrap()[0].1.len(), 1);
+    assert_eq!(answer.text, "fn renamed(answer from fallback");
+    // The cut answer as the model's own turn, then the instruction to go on.
+    let seen = fallback.seen.lock().unwrap();
+    let roles: Vec<Role> = seen[0].1.iter().map(|m| m.role).collect();
+    assert_eq!(roles, [Role::User, Role::Assistant, Role::User]);
+    assert_eq!(seen[0].1[1].content, "fn renamed(");
+    assert_eq!(seen[0].1[2].content, crate::prompts::CONTINUE_INSTRUCTION);
 }
 
 #[tokio::test(start_paused = true)]

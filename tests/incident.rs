@@ -1,0 +1,484 @@
+//! Incident replays through the language server: "one paying request per
+//! incident". A primary provider goes bad in one of three ways (a silent
+//! slowdown with HTTP 200, answers cut mid-stream, 529 overloaded) while an
+//! editor asks for explanations at a sparse or a busy pace. The promise:
+//!
+//! - from the onset, at most one user request pays the first-token ceiling
+//!   (or more);
+//! - the request after the one that met the fault does not try the primary;
+//! - the status names the cause while traffic is elsewhere;
+//! - once the primary recovers, a user request is served by it again within
+//!   one canary interval plus one request.
+//!
+//! Each incident runs both paces at once, each with its own server, fakes and
+//! shared-state directory; every broken promise of a replay is reported
+//! together with the replay's timeline and the server's routing log.
+
+mod support;
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use support::actions::{DOC, URI, command, whole_function};
+use support::fake_provider::{Behaviour, FakeProvider};
+use support::lsp_client::{LspClient, ServerOptions};
+use tokio::time::Instant;
+
+const KEY: &str = "sk-test-incident-0123456789abcdef";
+
+/// `tasks.explain.first_token_ms`: the ceiling, and when the hedge starts.
+const CEILING_MS: u64 = 1_000;
+/// `resilience.canary_interval_ms`.
+const CANARY_MS: u64 = 2_000;
+/// `resilience.beacon_window_ms`: how far back the health beacons look.
+const BEACON_WINDOW_MS: u64 = 4_000;
+/// `resilience.beacon_min_samples`.
+const BEACON_MIN_SAMPLES: usize = 3;
+/// The sparse pace: one explain every 5 s. The real-world sparse pace is one
+/// every 25 s against the default 60 s window's worth of samples; what matters
+/// is that it is longer than the beacon window, so every request finds the
+/// samples of the one before it aged out and only a sticky verdict can keep
+/// users off a bad entry.
+const SPARSE_MS: u64 = 5_000;
+const _: () = assert!(SPARSE_MS > BEACON_WINDOW_MS);
+/// The busy pace: one explain every 1.5 s, several per canary interval.
+const BUSY_MS: u64 = 1_500;
+/// Slack on the recovery bound for a loaded 2-core CI box.
+const SLACK_MS: u64 = 1_500;
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// What goes wrong with the primary.
+#[derive(Clone, Copy, Debug)]
+enum Incident {
+    /// HTTP 200, but the first token comes at 2.5x the ceiling.
+    SilentSlowdown,
+    /// Every answer is cut mid-stream (the connection closes in the body).
+    CutAnswers,
+    /// Anthropic's 529 `overloaded_error`.
+    Overloaded,
+}
+
+impl Incident {
+    fn fault(self) -> Behaviour {
+        match self {
+            Incident::SilentSlowdown => Behaviour::SlowFirstToken {
+                delay: ms(CEILING_MS * 5 / 2),
+                text: "A late explanation of count.".into(),
+            },
+            Incident::CutAnswers => Behaviour::CutAfter {
+                text: "The function counts how often each word occurs in the slice.".into(),
+                after_chunks: 2,
+            },
+            Incident::Overloaded => Behaviour::Overloaded,
+        }
+    }
+
+    /// A word the status's reason must contain while traffic is elsewhere.
+    fn cause(self) -> &'static str {
+        match self {
+            Incident::SilentSlowdown => "slow",
+            Incident::CutAnswers => "degraded",
+            Incident::Overloaded => "overloaded",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Pace {
+    Sparse,
+    Busy,
+}
+
+impl Pace {
+    fn every(self) -> Duration {
+        match self {
+            Pace::Sparse => ms(SPARSE_MS),
+            Pace::Busy => ms(BUSY_MS),
+        }
+    }
+
+    /// Requests sent while the primary is bad: enough to span several canary
+    /// rounds (a canary that wrongly cleared the verdict would let one
+    /// through to the primary).
+    fn during_incident(self) -> usize {
+        match self {
+            Pace::Sparse => 3,
+            Pace::Busy => 5,
+        }
+    }
+}
+
+/// One explain as the editor saw it.
+struct Row {
+    phase: &'static str,
+    /// When it was sent, from the replay's start.
+    sent: Duration,
+    /// Sent, from the moment the phase began (onset or recovery).
+    since_phase: Duration,
+    elapsed: Duration,
+    /// The provider that answered, or the error.
+    served: Result<String, String>,
+    /// User requests the primary received while this one ran.
+    primary_tries: usize,
+}
+
+impl Row {
+    fn by_primary(&self) -> bool {
+        self.served.as_deref() == Ok("primary")
+    }
+
+    /// Answered no sooner than the first-token ceiling. The hedge answers the
+    /// request that meets a silent slowdown at the ceiling plus the hedge's
+    /// own latency, so a threshold above the ceiling would miss exactly the
+    /// requests the promise counts; a healthy answer from a fake on loopback
+    /// takes tens of milliseconds, far below it.
+    fn paid(&self) -> bool {
+        self.elapsed >= ms(CEILING_MS)
+    }
+}
+
+struct Replay {
+    label: String,
+    incident: Incident,
+    pace: Pace,
+    client: LspClient,
+    primary: FakeProvider,
+    backups: [FakeProvider; 2],
+    _state: tempfile::TempDir,
+    start: Instant,
+    next_send: Instant,
+    phase_start: Instant,
+    rows: Vec<Row>,
+    broken: Vec<String>,
+}
+
+impl Replay {
+    /// A medium tier of three entries on three fakes: the primary (Anthropic
+    /// wire), then two backups (OpenAI and Anthropic wires).
+    async fn start(incident: Incident, pace: Pace) -> Replay {
+        let primary = FakeProvider::start().await;
+        let backups = [FakeProvider::start().await, FakeProvider::start().await];
+        let state = tempfile::tempdir().unwrap();
+        let options = ServerOptions {
+            model_dir: tempfile::tempdir().unwrap().keep(),
+            env: vec![("SY_INCIDENT_KEY".into(), KEY.into())],
+            ..Default::default()
+        };
+        let mut client = LspClient::spawn(options).await;
+        let provider = |kind: &str, url: String| json!({"kind": kind, "base_url": url, "api_key_env": "SY_INCIDENT_KEY"});
+        let init = json!({
+            "local": {"auto_pull": false},
+            "statusNotifications": true,
+            "providers": {
+                "primary": provider("anthropic", primary.anthropic_url()),
+                "second": provider("openai", backups[0].openai_url()),
+                "third": provider("anthropic", backups[1].anthropic_url())
+            },
+            "tiers": {"large": [], "medium": ["primary/mid", "second/mid", "third/mid"], "small": []},
+            "tasks": {"explain": {
+                "first_token_ms": CEILING_MS,
+                "total_ms": 8 * CEILING_MS,
+                "idle_ms": CEILING_MS,
+                "wait_ms": 2 * CEILING_MS,
+                "hedge": true
+            }},
+            "resilience": {
+                "state": format!("file://{}", state.path().display()),
+                "canary_interval_ms": CANARY_MS,
+                "beacon_window_ms": BEACON_WINDOW_MS,
+                "beacon_min_samples": BEACON_MIN_SAMPLES,
+                "breaker": {"cooldown_ms": CANARY_MS},
+                "backoff": {"rate_limit_ms": 100, "overloaded_ms": 200, "transient_ms": 50, "cap_ms": 1000}
+            }
+        });
+        client.initialize(json!({}), init).await;
+        client.open(URI, DOC).await;
+        let now = Instant::now();
+        Replay {
+            label: format!("{incident:?} at a {pace:?} pace"),
+            incident,
+            pace,
+            client,
+            primary,
+            backups,
+            _state: state,
+            start: now,
+            next_send: now,
+            phase_start: now,
+            rows: Vec::new(),
+            broken: Vec::new(),
+        }
+    }
+
+    fn broke(&mut self, promise: String) {
+        self.broken.push(promise);
+    }
+
+    /// The next explain at the pace: sent one pace after the one before was sent.
+    async fn explain(&mut self, phase: &'static str) -> usize {
+        tokio::time::sleep_until(self.next_send).await;
+        let sent = Instant::now();
+        self.next_send = sent + self.pace.every();
+        let tries_before = self.primary.user_request_count();
+        let response = command(
+            &mut self.client,
+            "switchyard.explain",
+            json!([URI, whole_function()]),
+        )
+        .await;
+        let elapsed = sent.elapsed();
+        let served = match response["result"]["provider"].as_str() {
+            Some(provider) => Ok(provider.to_owned()),
+            None => Err(response["error"]["message"]
+                .as_str()
+                .unwrap_or("neither an answer nor an error")
+                .to_owned()),
+        };
+        self.rows.push(Row {
+            phase,
+            sent: sent - self.start,
+            since_phase: sent.saturating_duration_since(self.phase_start),
+            elapsed,
+            served,
+            primary_tries: self.primary.user_request_count() - tries_before,
+        });
+        self.rows.len() - 1
+    }
+
+    /// The whole replay: warm-up, incident, recovery.
+    async fn run(mut self) -> Replay {
+        // Warm-up: the primary serves, fast.
+        for _ in 0..2 {
+            let i = self.explain("healthy").await;
+            let row = &self.rows[i];
+            if !row.by_primary() || row.paid() {
+                let why = format!(
+                    "setup: a healthy primary should serve fast, got {:?} after {:?}",
+                    row.served, row.elapsed
+                );
+                self.broke(why);
+            }
+        }
+        self.incident().await;
+        self.recovery().await;
+        self
+    }
+
+    async fn incident(&mut self) {
+        self.primary.set_default(self.incident.fault());
+        self.phase_start = Instant::now();
+        let mut rows = Vec::new();
+        for _ in 0..self.pace.during_incident() {
+            rows.push(self.explain("incident").await);
+        }
+        let paying: Vec<String> = rows
+            .iter()
+            .map(|&i| &self.rows[i])
+            .filter(|r| r.paid())
+            .map(|r| format!("{:?}", r.elapsed))
+            .collect();
+        if paying.len() > 1 {
+            let why = format!(
+                "at most one request pays the {CEILING_MS} ms ceiling from the onset; {} did ({})",
+                paying.len(),
+                paying.join(", ")
+            );
+            self.broke(why);
+        }
+        let failed: Vec<String> = rows
+            .iter()
+            .filter_map(|&i| self.rows[i].served.clone().err())
+            .collect();
+        if !failed.is_empty() {
+            self.broke(format!(
+                "two healthy entries remain, yet {} request(s) got no answer: {failed:?}",
+                failed.len()
+            ));
+        }
+        let next = &self.rows[rows[1]];
+        if next.primary_tries > 0 {
+            let why = format!(
+                "the request after the onset request goes elsewhere, but it tried the primary {} time(s) (served by {:?})",
+                next.primary_tries, next.served
+            );
+            self.broke(why);
+        }
+        let later: usize = rows[2..].iter().map(|&i| self.rows[i].primary_tries).sum();
+        if later > 0 {
+            self.broke(format!(
+                "the primary stays out of user traffic until a canary finds it healthy, \
+                 but later incident requests tried it {later} time(s)"
+            ));
+        }
+        self.status_names_the_cause().await;
+    }
+
+    /// The status, computed now and as last notified, names the cause while
+    /// the explain task is served elsewhere.
+    async fn status_names_the_cause(&mut self) {
+        let cause = self.incident.cause();
+        let status = command(&mut self.client, "switchyard.status", json!([])).await;
+        let status = &status["result"];
+        let explain = explain_route(status);
+        let reasons = [status["reason"].as_str(), explain["reason"].as_str()];
+        let named = |r: &Option<&str>| r.is_some_and(|r| r.to_lowercase().contains(cause));
+        if explain["provider"] == "primary" || !reasons.iter().any(named) {
+            let why = format!(
+                "while traffic is elsewhere the status's reason names the cause ({cause:?}); \
+                 switchyard.status says explain is served by {} with reasons {reasons:?}",
+                explain["provider"]
+            );
+            self.broke(why);
+        }
+        let notified = self
+            .client
+            .maybe_notification("switchyard/status", Duration::from_secs(5), |p| {
+                let explain = explain_route(p);
+                explain["provider"].as_str().is_some_and(|p| p != "primary")
+                    && [p["reason"].as_str(), explain["reason"].as_str()]
+                        .iter()
+                        .any(named)
+            })
+            .await;
+        if notified.is_none() {
+            let why = format!(
+                "no switchyard/status notification named the cause ({cause:?}) while traffic was elsewhere"
+            );
+            self.broke(why);
+        }
+    }
+
+    async fn recovery(&mut self) {
+        self.primary
+            .set_default(Behaviour::ok("Hello from the primary"));
+        let recovered = Instant::now();
+        self.phase_start = recovered;
+        // A canary in flight at the recovery may still see the fault (it
+        // fails by the ceiling at the latest); the next one comes a canary
+        // interval later, and the next request after it goes to the primary.
+        let bound = ms(CANARY_MS + CEILING_MS + SLACK_MS) + self.pace.every();
+        let back = loop {
+            let i = self.explain("recovered").await;
+            let row = &self.rows[i];
+            if row.by_primary() {
+                break Some(row.since_phase);
+            }
+            if row.since_phase > bound {
+                break None;
+            }
+        };
+        match back {
+            Some(after) if after <= bound => {
+                // And it stays there.
+                let i = self.explain("recovered").await;
+                if !self.rows[i].by_primary() {
+                    let why = format!(
+                        "once back on the primary, traffic stays there; the next request was served by {:?}",
+                        self.rows[i].served
+                    );
+                    self.broke(why);
+                }
+            }
+            Some(after) => self.broke(format!(
+                "traffic returns to the primary within {bound:?} of its recovery \
+                 (a canary interval, a canary in flight, a request, slack); it took {after:?}"
+            )),
+            None => self.broke(format!(
+                "traffic returns to the primary within {bound:?} of its recovery; \
+                 it had not by {:?}",
+                recovered.elapsed()
+            )),
+        }
+    }
+
+    fn report(&self) -> String {
+        let mut out = format!("== {} ==\nbroken promises:\n", self.label);
+        for promise in &self.broken {
+            out += &format!("  - {promise}\n");
+        }
+        out += "timeline (sent from start / from phase start, elapsed, served by, primary user requests):\n";
+        for r in &self.rows {
+            out += &format!(
+                "  {:>9} {:>7.2} s / {:>6.2} s  {:>6} ms  {:?}  primary tries {}\n",
+                r.phase,
+                r.sent.as_secs_f64(),
+                r.since_phase.as_secs_f64(),
+                r.elapsed.as_millis(),
+                r.served,
+                r.primary_tries
+            );
+        }
+        let canaries = self.primary.request_count() - self.primary.user_request_count();
+        out += &format!(
+            "primary: {} user requests, {canaries} canaries; backups: {} and {} user requests\n",
+            self.primary.user_request_count(),
+            self.backups[0].user_request_count(),
+            self.backups[1].user_request_count()
+        );
+        out += "server log (routing):\n";
+        let log = self.client.log();
+        let wanted = [
+            "judged",
+            "canary to",
+            "served by",
+            "hedging",
+            "failed",
+            "retrying",
+        ];
+        let lines: Vec<&str> = log
+            .lines()
+            .filter(|l| wanted.iter().any(|w| l.contains(w)))
+            .collect();
+        for line in &lines[lines.len().saturating_sub(60)..] {
+            out += &format!("  {line}\n");
+        }
+        out
+    }
+}
+
+/// The explain task's entry of a status's `tasks`.
+fn explain_route(status: &Value) -> Value {
+    status["tasks"]
+        .as_array()
+        .and_then(|tasks| tasks.iter().find(|t| t["kind"] == "explain"))
+        .cloned()
+        .unwrap_or(Value::Null)
+}
+
+/// Replays `incident` at both paces at once and fails with every broken promise.
+async fn replay(incident: Incident) {
+    let (sparse, busy) = tokio::join!(
+        async { Replay::start(incident, Pace::Sparse).await.run().await },
+        async { Replay::start(incident, Pace::Busy).await.run().await },
+    );
+    let mut reports = Vec::new();
+    for replay in [&sparse, &busy] {
+        match replay.broken.is_empty() {
+            // Shown with --nocapture.
+            true => eprintln!("{}", replay.report()),
+            false => reports.push(replay.report()),
+        }
+    }
+    assert!(reports.is_empty(), "\n{}", reports.join("\n"));
+    for replay in [sparse, busy] {
+        replay.client.shutdown().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_slowdown_costs_one_request_and_traffic_returns_after_recovery() {
+    replay(Incident::SilentSlowdown).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cut_answers_cost_one_request_and_traffic_returns_after_recovery() {
+    replay(Incident::CutAnswers).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_overloaded_primary_costs_one_request_and_traffic_returns_after_recovery() {
+    replay(Incident::Overloaded).await;
+}
