@@ -7,6 +7,7 @@ pub mod breaker;
 pub mod classify;
 pub mod governor;
 pub mod park;
+pub mod prefill;
 pub mod verdict;
 
 use std::sync::Arc;
@@ -25,6 +26,7 @@ pub struct Resilience {
     pub backoff: BackoffConfig,
     pub retries: AccountRetries,
     pub verdicts: verdict::Verdicts,
+    pub prefills: prefill::Prefills,
 }
 
 impl Resilience {
@@ -43,6 +45,7 @@ impl Resilience {
             backoff: config.backoff.clone(),
             retries: AccountRetries::default(),
             verdicts: verdict::Verdicts::new(state.clone()),
+            prefills: prefill::Prefills::new(state.clone()),
             state,
         }
     }

@@ -153,6 +153,8 @@ pub(super) struct Beaconed {
     outcome: Option<(Outcome, bool)>,
     /// Malformed events the stream skipped.
     pub skipped: u32,
+    last_delta: Option<Instant>,
+    longest_gap: Option<Duration>,
 }
 
 impl Beaconed {
@@ -165,10 +167,19 @@ impl Beaconed {
             first_token: None,
             outcome: None,
             skipped: 0,
+            last_delta: None,
+            longest_gap: None,
         }
     }
 
-    fn first_token(&mut self) {
+    /// A delta arrived: the first token, or the end of a gap.
+    fn delta(&mut self) {
+        let now = Instant::now();
+        if let Some(last) = self.last_delta {
+            let gap = now - last;
+            self.longest_gap = Some(self.longest_gap.map_or(gap, |g| g.max(gap)));
+        }
+        self.last_delta = Some(now);
         self.first_token
             .get_or_insert_with(|| self.started.elapsed());
     }
@@ -198,6 +209,7 @@ impl Drop for Beaconed {
             first_token: self.first_token.or(slow.then_some(waited)),
             total: waited,
             outcome,
+            longest_gap: self.longest_gap,
         };
         self.beacons.record(&self.entry, sample);
     }
@@ -299,7 +311,7 @@ async fn consume(
                     return Err(Failure::Cancelled);
                 }
                 got_text = true;
-                beacon.first_token();
+                beacon.delta();
                 seen.text.push_str(&delta);
                 if let Some(shown) = seam.push(delta) {
                     progress(Progress::Delta(shown));

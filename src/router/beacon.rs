@@ -47,10 +47,14 @@ pub struct Sample {
     pub first_token: Option<Duration>,
     pub total: Duration,
     pub outcome: Outcome,
+    /// The longest silence between two deltas once text flowed.
+    pub longest_gap: Option<Duration>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Summary {
+    /// p95 of each answer's longest silence between deltas.
+    pub p95_gap: Option<Duration>,
     pub samples: usize,
     /// The fewest samples a judgement needs.
     pub min_samples: usize,
@@ -60,7 +64,25 @@ pub struct Summary {
     pub degraded_rate: f64,
 }
 
+/// The shortest stall limit an entry's own pace can set.
+pub const MIN_STALL: Duration = Duration::from_secs(2);
+/// How many times its usual longest gap an entry may go silent mid-answer.
+const STALL_FACTOR: u32 = 8;
+
 impl Summary {
+    /// How long this entry may go silent mid-answer before it counts as
+    /// stalled: a multiple of its usual longest gap between deltas, between
+    /// [`MIN_STALL`] and the task's idle ceiling (all the task gets while the
+    /// beacon has too few samples to know the entry's pace).
+    pub fn stall_limit(&self, task_idle: Duration) -> Duration {
+        match self.p95_gap {
+            Some(gap) if self.samples >= self.min_samples.max(1) => {
+                (gap * STALL_FACTOR).clamp(MIN_STALL.min(task_idle), task_idle)
+            }
+            _ => task_idle,
+        }
+    }
+
     /// `None` when healthy for this task, else why not.
     pub fn unhealthy_reason(&self, profile: &TaskProfile) -> Option<String> {
         if self.samples < self.min_samples.max(1) {
@@ -179,6 +201,7 @@ impl Beacons {
             samples: n,
             min_samples,
             p95_first_token: p95(window.iter().filter_map(|s| s.first_token).collect()),
+            p95_gap: p95(window.iter().filter_map(|s| s.longest_gap).collect()),
             p95_total: p95(window
                 .iter()
                 .filter(|s| s.outcome != Outcome::Failed)
@@ -211,6 +234,7 @@ mod tests {
 
     fn sample(first_token_ms: u64, outcome: Outcome) -> Sample {
         Sample {
+            longest_gap: None,
             at: Instant::now(),
             first_token: Some(Duration::from_millis(first_token_ms)),
             total: Duration::from_millis(first_token_ms + 500),
@@ -258,6 +282,24 @@ mod tests {
                 .unhealthy_reason(&explain)
                 .unwrap()
                 .contains("degraded")
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_stall_limit_follows_the_entrys_own_pace_within_the_task_ceiling() {
+        let beacons = Beacons::default();
+        let idle = Duration::from_secs(30);
+        assert_eq!(beacons.summary(&a()).stall_limit(idle), idle, "unknown pace");
+        for _ in 0..3 {
+            let mut quick = sample(100, Outcome::Ok);
+            quick.longest_gap = Some(Duration::from_millis(400));
+            beacons.record(&a(), quick);
+        }
+        assert_eq!(beacons.summary(&a()).stall_limit(idle), Duration::from_millis(3_200));
+        assert_eq!(
+            beacons.summary(&a()).stall_limit(Duration::from_secs(1)),
+            Duration::from_secs(1),
+            "never above the task's own setting"
         );
     }
 

@@ -183,6 +183,7 @@ impl Router {
             }
         }
         self.resilience.verdicts.refresh().await;
+        self.resilience.prefills.refresh().await;
         let views = SharedViews {
             breakers: self.resilience.breakers.views().await,
             quota: self.resilience.governor.views().await,

@@ -31,6 +31,7 @@ use crate::entry::EntryKey;
 use crate::providers::{Provider, Usage};
 use crate::resilience::backoff::WaitBudget;
 use crate::resilience::breaker::Admission;
+use crate::resilience::prefill;
 use crate::task::TaskProfile;
 
 /// What one task has left as it walks its plan.
@@ -168,7 +169,8 @@ impl Router {
                     request,
                     profile,
                     (&run.partial, run.input_scale),
-                    provider.supports_prefill(),
+                    provider.supports_prefill()
+                        && !resilience.prefills.rejected(&key.path()),
                 )
                 .map_err(Failure::OverBudget)?;
             // Governed: the reservation is settled below, or refunded if this
@@ -206,10 +208,16 @@ impl Router {
                 tier: candidate.tier,
             });
             // Deadlined and beaconed.
-            let deadlines = Deadlines::new(profile, run.deadline, run.racer.is_some());
+            let mut deadlines = Deadlines::new(profile, run.deadline, run.racer.is_some());
+            if run.interactive {
+                // A stall shows against the entry's own pace, in seconds, not
+                // only after the task's whole idle ceiling.
+                deadlines.idle = self.beacons.summary(&candidate.entry).stall_limit(deadlines.idle);
+            }
             let mut beacon =
                 Beaconed::new(self.beacons.clone(), candidate.entry.clone(), &deadlines);
             let seam = Seam::new(&prompt.continues, prompt.restated);
+            let prefilled = prompt.prefilled();
             let (result, rate_limits) = attempt::call(
                 provider.as_ref(),
                 prompt.request,
@@ -255,6 +263,13 @@ impl Router {
                 .breakers
                 .record(&breaker_key, admission, healthy_answer, &failed.reason)
                 .await;
+            // A model that refuses the prefill is asked again at once as a
+            // continuation request, and every process learns to ask it so.
+            if prefilled && prefill::rejects_prefill(&failed.reason) {
+                resilience.prefills.learn_rejected(&key.path()).await;
+                tracing::info!("{}: no prefill; continuing with a continuation request", candidate.entry);
+                continue;
+            }
             if failed.partial.len() > run.partial.len() {
                 run.partial = seam::join(&prompt.continues, &failed.partial, prompt.restated);
             }

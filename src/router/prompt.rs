@@ -22,6 +22,11 @@ pub(super) struct Prompt {
 }
 
 impl Prompt {
+    /// The answer so far went out as an assistant prefill.
+    pub fn prefilled(&self) -> bool {
+        !self.continues.is_empty() && !self.restated
+    }
+
     /// Estimated tokens the provider reads, for the quota reservation.
     pub fn input_tokens(&self) -> usize {
         let system = self.request.system.as_deref().unwrap_or_default();

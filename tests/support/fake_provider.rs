@@ -27,11 +27,29 @@ use tokio::time::Instant;
 use reply::Wire;
 
 mod anthropic;
+mod continuing;
 mod openai;
 mod reply;
 
+pub use switchyard::prompts::CONTINUE_INSTRUCTION;
+
+/// The answer a continuing model gives this request, in four deltas.
+fn continuation(full: &str, body: &Value) -> Behaviour {
+    Behaviour::Ok {
+        text: continuing::answer(full, body),
+        chunks: 4,
+        delay: Duration::ZERO,
+    }
+}
+
 /// Input tokens every fake answer reports.
 pub const FAKE_INPUT_TOKENS: u64 = 12;
+
+/// The deltas the fake streams `text` in when a behaviour sends it in `chunks`
+/// (near-equal lengths by characters): where a cut after some of them lands.
+pub fn deltas(text: &str, chunks: usize) -> Vec<String> {
+    reply::split(text, chunks)
+}
 
 /// What the fake does with one request.
 #[derive(Clone, Debug)]
@@ -100,6 +118,27 @@ pub enum Behaviour {
         limits: FakeRateLimits,
         then: Box<Behaviour>,
     },
+    /// A model that goes on with a cut answer, `full` being the whole of it,
+    /// streamed in four deltas. A request whose last message is an assistant
+    /// prefill that begins `full` gets the rest of `full`; one whose last
+    /// message is [`CONTINUE_INSTRUCTION`] after an assistant turn that begins
+    /// `full` gets the rest restated from the last two words of that turn (as
+    /// models without a prefill do); any other request gets all of `full` (a
+    /// prefill or turn that is not part of `full` makes it start over).
+    Continues { full: String },
+    /// Like [`Behaviour::Continues`], except that a request ending with an
+    /// assistant message (a prefill) gets [`Behaviour::PrefillRejected`].
+    RejectsPrefill { full: String },
+    /// 400 `invalid_request_error` "This model does not support assistant
+    /// message prefill…" (Anthropic's error body; OpenAI's for that wire).
+    PrefillRejected,
+    /// Sends `after_chunks` deltas of `text`, then `count` events of cut-off
+    /// JSON in a row, then the rest of the answer as usual.
+    MalformedRun {
+        text: String,
+        after_chunks: usize,
+        count: usize,
+    },
 }
 
 impl Behaviour {
@@ -142,7 +181,48 @@ impl Behaviour {
                 limits,
                 then: Box::new(then.answering_canary()),
             },
+            // A canary carries no prefill: a continuing model just answers it.
+            Behaviour::Continues { .. } | Behaviour::RejectsPrefill { .. } => Behaviour::Ok {
+                text: TOKEN.into(),
+                chunks: 1,
+                delay: Duration::ZERO,
+            },
             fault => fault,
+        }
+    }
+
+    /// A continuing model (see [`Behaviour::Continues`]).
+    pub fn continues(full: &str) -> Self {
+        Behaviour::Continues {
+            full: full.to_owned(),
+        }
+    }
+
+    /// A continuing model that refuses prefills (see [`Behaviour::RejectsPrefill`]).
+    pub fn rejects_prefill(full: &str) -> Self {
+        Behaviour::RejectsPrefill {
+            full: full.to_owned(),
+        }
+    }
+
+    /// What this behaviour does with this request body: the continuing models
+    /// read the conversation; everything else does what it says.
+    fn for_request(self, body: &Value) -> Self {
+        match self {
+            Behaviour::Continues { full } => continuation(&full, body),
+            Behaviour::RejectsPrefill { full } => match continuing::ends_with_assistant(body) {
+                true => Behaviour::PrefillRejected,
+                false => continuation(&full, body),
+            },
+            Behaviour::LatencyBeforeHeaders { delay, then } => Behaviour::LatencyBeforeHeaders {
+                delay,
+                then: Box::new(then.for_request(body)),
+            },
+            Behaviour::WithRateLimits { limits, then } => Behaviour::WithRateLimits {
+                limits,
+                then: Box::new(then.for_request(body)),
+            },
+            other => other,
         }
     }
 
@@ -399,7 +479,8 @@ async fn serve(mut socket: TcpStream, shared: Arc<Shared>) {
                 .pop_front()
                 .unwrap_or_else(|| script.default.clone()),
         }
-    };
+    }
+    .for_request(&request.body);
     if let Some(quota) = shared.quota.lock().unwrap().as_mut() {
         behaviour = match quota.charge() {
             Ok(()) => behaviour,

@@ -41,6 +41,7 @@ async fn arrange(router: &Router, entry: &ModelRef, state: EntryState) {
             _ => break,
         };
         let sample = beacon::Sample {
+            longest_gap: None,
             at: Instant::now(),
             first_token: Some(first_token),
             total: first_token,

@@ -11,6 +11,9 @@ use tokio::net::TcpStream;
 use super::reply::{Answer, Ending, Events, Failure, Stop, chunk, end_body, send_deltas};
 use super::{FAKE_INPUT_TOKENS, FakeRateLimits};
 
+/// What a model that takes no prefill says to one.
+pub(super) const PREFILL_REJECTED: &str = "This model does not support assistant message prefill. The conversation must end with a user message.";
+
 pub(super) fn failure(failure: Failure) -> (u16, &'static str, Value) {
     let body = |kind: &str, message: &str| json!({"type": "error", "error": {"type": kind, "message": message}, "request_id": "req_fake"});
     match failure {
@@ -53,6 +56,11 @@ pub(super) fn failure(failure: Failure) -> (u16, &'static str, Value) {
             401,
             "Unauthorized",
             body("authentication_error", "invalid x-api-key"),
+        ),
+        Failure::PrefillRejected => (
+            400,
+            "Bad Request",
+            body("invalid_request_error", PREFILL_REJECTED),
         ),
     }
 }

@@ -60,6 +60,15 @@ pub(super) fn failure(failure: Failure, bearer: &str) -> (u16, &'static str, Val
                 "This model's maximum context length is 8192 tokens. However, your messages resulted in 9000 tokens. Please reduce the length of the messages.",
             ),
         ),
+        Failure::PrefillRejected => (
+            400,
+            "Bad Request",
+            body(
+                "invalid_request_error",
+                None,
+                super::anthropic::PREFILL_REJECTED,
+            ),
+        ),
         Failure::Unauthorized => (
             401,
             "Unauthorized",

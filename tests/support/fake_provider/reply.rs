@@ -39,6 +39,7 @@ pub(super) enum Failure {
     ServerError,
     ContextLength,
     Unauthorized,
+    PrefillRejected,
 }
 
 /// A 200 answer: its deltas, pacing, finish and how it ends.
@@ -63,7 +64,8 @@ pub(super) enum Ending {
     Terminal,
     CleanEofWithoutTerminal,
     CutAfter(usize),
-    MalformedAfter(usize),
+    /// This many events of garbage in a row after that many deltas.
+    MalformedAfter { at: usize, count: usize },
     InBandAfter(usize),
 }
 
@@ -113,7 +115,21 @@ pub(super) fn plan(behaviour: Behaviour) -> Reply {
             ..answer(&text, 4)
         }),
         Behaviour::MalformedChunk { text, after_chunks } => stream(Answer {
-            ending: Ending::MalformedAfter(after_chunks),
+            ending: Ending::MalformedAfter {
+                at: after_chunks,
+                count: 1,
+            },
+            ..answer(&text, 4)
+        }),
+        Behaviour::MalformedRun {
+            text,
+            after_chunks,
+            count,
+        } => stream(Answer {
+            ending: Ending::MalformedAfter {
+                at: after_chunks,
+                count,
+            },
             ..answer(&text, 4)
         }),
         Behaviour::MissingTerminal { text } => stream(Answer {
@@ -139,6 +155,11 @@ pub(super) fn plan(behaviour: Behaviour) -> Reply {
         Behaviour::ServerError => error(Failure::ServerError),
         Behaviour::ContextLength => error(Failure::ContextLength),
         Behaviour::Unauthorized => error(Failure::Unauthorized),
+        Behaviour::PrefillRejected => error(Failure::PrefillRejected),
+        // Read against their request before they get here (`for_request`).
+        Behaviour::Continues { full } | Behaviour::RejectsPrefill { full } => {
+            stream(answer(&full, 4))
+        }
         Behaviour::ResetBeforeHeaders => reply(ReplyBody::Reset),
         Behaviour::WithRateLimits { limits, then } => Reply {
             limits: Some(limits),
@@ -148,7 +169,7 @@ pub(super) fn plan(behaviour: Behaviour) -> Reply {
 }
 
 /// `text` in `chunks` pieces of near-equal length (by characters).
-fn split(text: &str, chunks: usize) -> Vec<String> {
+pub(super) fn split(text: &str, chunks: usize) -> Vec<String> {
     let chars: Vec<char> = text.chars().collect();
     if chars.is_empty() || chunks == 0 {
         return Vec::new();
@@ -310,8 +331,12 @@ where
         match answer.ending {
             // Dropping the socket mid-body: no final chunk, so the client sees a broken body.
             Ending::CutAfter(n) if n == index => return Ok(false),
-            // One event of garbage in an otherwise complete stream.
-            Ending::MalformedAfter(n) if n == index => chunk(socket, events.malformed).await?,
+            // Events of garbage in an otherwise complete stream.
+            Ending::MalformedAfter { at, count } if at == index => {
+                for _ in 0..count {
+                    chunk(socket, events.malformed).await?;
+                }
+            }
             Ending::InBandAfter(n) if n == index => {
                 chunk(socket, &(events.in_band)(index)).await?;
                 end_body(socket).await?;
