@@ -632,40 +632,49 @@ async fn s13c_an_error_names_its_status_once() {
     .await;
 }
 
-// 14. Cut stream, and the fallback cannot take a prefill (OpenAI wire): it
-// restarts cleanly there; the real error is not masked.
+// 14. Cut stream, and the fallback takes no prefill (OpenAI wire): it still
+// continues the answer, from the cut text given as its own turn and an
+// instruction to go on, so every front end gets the whole answer; when the
+// continuation fails too, the error names both failures, the cut first.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn s14_a_cut_stream_restarts_cleanly_where_prefill_is_not_accepted() {
+async fn s14_a_cut_stream_is_continued_where_prefill_is_not_accepted() {
     each_front(|front, profile| async move {
         let (primary, secondary) = fakes().await;
         primary.push(Behaviour::CutAfter {
             text: tokens(WHOLE),
             after_chunks: 2,
         });
-        secondary.set_default(Behaviour::ok(&tokens(WHOLE)));
+        secondary.set_default(Behaviour::ok(&rest_after(2)));
         let mut rig = Rig::start(front, &profile, Setup::default(), &primary, &secondary).await;
         let reply = rig.ask().await;
-        for request in secondary.user_requests() {
-            assert_eq!(prefill(&request.body), None, "{front:?}: a clean restart");
-        }
+        let served = reply.served();
+        assert_eq!(served.model, SECONDARY, "{front:?}");
+        assert_eq!(
+            words(&served.text),
+            words(&tokens(WHOLE)),
+            "{front:?}: {served:?}"
+        );
         assert_eq!(primary.user_request_count(), 1, "{front:?}");
-        if front == Front::GatewayStream {
-            // The caller already holds the first half: the stream says it was cut.
-            let failed = reply.failed();
-            assert_eq!(failed.code.as_deref(), Some("stream_cut"), "{failed:?}");
-            assert_eq!(
-                words(&failed.streamed),
-                words(&tokens(WHOLE))[..30].to_vec(),
-                "{failed:?}"
-            );
-        } else {
-            let served = reply.served();
-            assert_eq!(served.model, SECONDARY, "{front:?}");
-            assert_eq!(words(&served.text), words(&tokens(WHOLE)), "{front:?}");
-            assert_eq!(secondary.user_request_count(), 1, "{front:?}");
-        }
+        assert_eq!(secondary.user_request_count(), 1, "{front:?}");
+        let continuation = &secondary.user_requests()[0].body;
+        let messages = continuation["messages"].as_array().unwrap();
+        let roles: Vec<&str> = messages
+            .iter()
+            .filter_map(|m| m["role"].as_str())
+            .filter(|r| *r != "system")
+            .collect();
+        assert_eq!(
+            roles,
+            ["user", "assistant", "user"],
+            "{front:?}: {continuation}"
+        );
+        assert_eq!(
+            prefill(continuation),
+            None,
+            "{front:?}: no prefill on this wire"
+        );
 
-        // When the restart fails too, the error names both failures, the cut first.
+        // When the continuation fails too, the error names both failures, the cut first.
         primary.push(Behaviour::CutAfter {
             text: tokens(WHOLE),
             after_chunks: 2,
@@ -673,16 +682,15 @@ async fn s14_a_cut_stream_restarts_cleanly_where_prefill_is_not_accepted() {
         secondary.set_default(Behaviour::Unavailable);
         let reply = rig.ask().await;
         let failed = reply.failed();
+        let message = failed.message.to_lowercase();
+        let cut = message.find("cut").unwrap_or(usize::MAX);
+        let unavailable = message.find("503").unwrap_or(0);
+        assert!(
+            message.contains(PRIMARY) && message.contains(SECONDARY) && cut < unavailable,
+            "{front:?}: {failed:?}"
+        );
         if front == Front::GatewayStream {
-            assert_eq!(failed.code.as_deref(), Some("stream_cut"), "{failed:?}");
-        } else {
-            let message = failed.message.to_lowercase();
-            let cut = message.find("cut").unwrap_or(usize::MAX);
-            let unavailable = message.find("503").unwrap_or(0);
-            assert!(
-                message.contains(PRIMARY) && message.contains(SECONDARY) && cut < unavailable,
-                "{front:?}: {failed:?}"
-            );
+            assert_eq!(failed.code.as_deref(), Some("stream_failed"), "{failed:?}");
         }
     })
     .await;

@@ -169,15 +169,38 @@ async fn a_cut_stream_that_cannot_be_continued_ends_with_an_error_not_done() {
         text: "one two three four".into(),
         after_chunks: 2,
     });
-    // The fallback speaks OpenAI: it cannot continue a partial answer.
+    // The fallback would continue it, but it is down too.
+    secondary.set_default(Behaviour::Unavailable);
     let gateway = gateway(&primary, &secondary, &["primary/mid", "secondary/gpt-test"]).await;
     let events = events(post(&gateway, ask("switchyard/medium", true)).await).await;
     let last: Value = serde_json::from_str(events.last().unwrap()).unwrap();
-    assert_eq!(last["error"]["code"], "stream_cut", "{events:?}");
+    assert_eq!(last["error"]["code"], "stream_failed", "{events:?}");
+    let message = last["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("cut") && message.contains("primary/mid") && message.contains("503"),
+        "the error names what stopped each entry: {message}"
+    );
     assert!(
         !events.iter().any(|e| e == "[DONE]"),
         "a truncated stream never looks finished"
     );
+}
+
+#[tokio::test]
+async fn a_cut_stream_is_continued_by_a_fallback_without_prefill() {
+    let primary = FakeProvider::start().await;
+    let secondary = FakeProvider::start().await;
+    // Four chunks of four characters: the cut lands after "t01 t02 ".
+    primary.push(Behaviour::CutAfter {
+        text: "t01 t02 t03 t04".into(),
+        after_chunks: 2,
+    });
+    secondary.set_default(Behaviour::ok(" t03 t04"));
+    // The fallback speaks OpenAI: no prefill, a continuation request instead.
+    let gateway = gateway(&primary, &secondary, &["primary/mid", "secondary/gpt-test"]).await;
+    let events = events(post(&gateway, ask("switchyard/medium", true)).await).await;
+    assert!(events.iter().any(|e| e == "[DONE]"), "{events:?}");
+    assert_eq!(content(&events), "t01 t02 t03 t04");
 }
 
 #[tokio::test]

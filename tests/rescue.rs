@@ -37,6 +37,10 @@ const ANSWER: &str = "HashMap::entry looks the key up once and hands back an Ent
 /// ending in a blank line: a cut after them leaves trailing whitespace.
 const PARAGRAPHS: &str = "entry(key) hashes the key once and returns an Entry, which is Occupied when the key is already in the map and Vacant when it is not.\n\nor_insert(0) then fills a vacant entry with zero and hands back a mutable reference either way, so a word count is one line in a loop.";
 
+/// A whole answer whose first two deltas end between the two newlines of
+/// its paragraph break: the cut leaves half the break behind it.
+const HALF_BREAK: &str = "entry(key) hashes the key once and returns an Entry, which is Occupied when the key is already in the map, and Vacant when it is not.\n\nor_insert(0) then fills a vacant entry with zero and hands back a mutable reference either way, so a word count is a line in a loop.";
+
 /// The primary's stream dies after this many of its four deltas.
 const AFTER: usize = 2;
 
@@ -345,15 +349,35 @@ async fn two_malformed_events_in_a_row_are_skipped_and_the_same_entry_finishes_t
     .await;
 }
 
-// A cut right after a paragraph break: the prefill drops the trailing blank
-// line (providers reject trailing whitespace) and the model writes it again;
-// the caller must not get the break twice, streamed or whole.
+// A cut right after a paragraph break (or between its two newlines): the
+// prefill drops the trailing whitespace (providers reject it) and the model
+// writes it again; the caller gets the break once, neither twice nor half,
+// streamed or whole.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_cut_after_a_paragraph_break_is_continued_without_doubling_the_break() {
+async fn a_cut_at_a_paragraph_break_is_continued_by_a_prefill_with_the_break_once() {
+    assert!(
+        partial(PARAGRAPHS).ends_with(".\n\n"),
+        "the cut lands after the break"
+    );
+    assert!(
+        partial(HALF_BREAK).ends_with(".\n"),
+        "the cut lands inside the break"
+    );
     each_front(|front, profile| async move {
-        assert!(partial(PARAGRAPHS).ends_with(".\n\n"), "the cut lands on the break");
-        for fallback in [Fallback::Prefill, Fallback::NoPrefill] {
-            rescue(front, &profile, Death::Cut, fallback, PARAGRAPHS).await;
+        for full in [PARAGRAPHS, HALF_BREAK] {
+            rescue(front, &profile, Death::Cut, Fallback::Prefill, full).await;
+        }
+    })
+    .await;
+}
+
+// The same with a model that takes no prefill: it restates "is not." and
+// writes the break again after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cut_at_a_paragraph_break_is_continued_by_a_restating_model_with_the_break_once() {
+    each_front(|front, profile| async move {
+        for full in [PARAGRAPHS, HALF_BREAK] {
+            rescue(front, &profile, Death::Cut, Fallback::NoPrefill, full).await;
         }
     })
     .await;
@@ -370,8 +394,7 @@ async fn when_nothing_can_continue_the_error_names_the_real_cause_and_the_entrie
             let (primary, secondary) = (FakeProvider::start().await, FakeProvider::start().await);
             primary.push(death.behaviour(ANSWER, &profile));
             secondary.set_default(Behaviour::Unavailable);
-            let mut rig =
-                Rig::start(front, &profile, Setup::default(), &primary, &secondary).await;
+            let mut rig = Rig::start(front, &profile, Setup::default(), &primary, &secondary).await;
             let reply = rig.ask().await;
             let failed = match &reply.result {
                 Err(failed) => failed,
@@ -425,8 +448,12 @@ fn config(
     extra: Value,
 ) -> Value {
     let provider = |wire: Wire, fake: &dyn Upstream| match wire {
-        Wire::Anthropic => json!({"kind": "anthropic", "base_url": fake.anthropic_url(), "api_key_env": "SY_FAULTS_KEY"}),
-        Wire::OpenAi => json!({"kind": "openai", "base_url": fake.openai_url(), "api_key_env": "SY_FAULTS_KEY"}),
+        Wire::Anthropic => {
+            json!({"kind": "anthropic", "base_url": fake.anthropic_url(), "api_key_env": "SY_FAULTS_KEY"})
+        }
+        Wire::OpenAi => {
+            json!({"kind": "openai", "base_url": fake.openai_url(), "api_key_env": "SY_FAULTS_KEY"})
+        }
     };
     let mut config = json!({
         "local": {"auto_pull": false},
@@ -667,8 +694,16 @@ async fn a_hedge_that_wins_stops_the_primary_at_its_first_token() {
         let hedge_latency = Duration::from_millis(200);
         // (when the primary's 500 comes, after the ceiling; transient base)
         let variants = [
-            ("retry due while the hedge streams", Duration::from_millis(500), Duration::from_millis(100)),
-            ("backoff under way at the hedge's first token", Duration::from_millis(50), Duration::from_millis(1_000)),
+            (
+                "retry due while the hedge streams",
+                Duration::from_millis(500),
+                Duration::from_millis(100),
+            ),
+            (
+                "backoff under way at the hedge's first token",
+                Duration::from_millis(50),
+                Duration::from_millis(1_000),
+            ),
         ];
         for (variant, fails_after, base) in variants {
             let case = format!("{front:?}, {variant}");
@@ -728,7 +763,10 @@ async fn explain(client: &mut LspClient) -> String {
         .await;
     let result = &response["result"];
     match result["provider"].as_str() {
-        Some(provider) => format!("{provider}/{}", result["model"].as_str().unwrap_or_default()),
+        Some(provider) => format!(
+            "{provider}/{}",
+            result["model"].as_str().unwrap_or_default()
+        ),
         None => panic!("explain failed: {response}"),
     }
 }
@@ -793,7 +831,15 @@ async fn canaries_never_move_the_route_and_each_real_switch_is_told_once() {
     // Healthy again: a canary brings it back and users follow.
     primary.set_default(Behaviour::ok("Hello from the primary"));
     let recovered = Instant::now();
-    while recovered.elapsed() < canary * 12 {
+    while served.last().map(String::as_str) != Some(PRIMARY)
+        && recovered.elapsed() < first_token * 4 + canary * 20
+    {
+        served.push(explain(&mut client).await);
+        tokio::time::sleep(canary).await;
+    }
+    // Then it stays there, canaries and all.
+    let back = Instant::now();
+    while back.elapsed() < canary * 10 {
         served.push(explain(&mut client).await);
         tokio::time::sleep(canary).await;
     }
@@ -825,6 +871,7 @@ async fn canaries_never_move_the_route_and_each_real_switch_is_told_once() {
         .filter(|m| m.contains("explain"))
         .map(str::to_owned)
         .collect();
+    eprintln!("served: {served:?}\ntold: {told:#?}");
     let canaries = primary.request_count() - primary.user_request_count();
     assert!(
         canaries >= 4,

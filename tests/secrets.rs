@@ -303,7 +303,10 @@ async fn no_key_leaks_anywhere_and_state_files_are_private() {
     client.shutdown().await;
 
     // A refactor with nowhere to go but a provider that answers 503 parks: its
-    // checkpoint (with the failure's text) stays after a kill -9.
+    // checkpoint (with the failure's text) stays after a kill -9. (Failures the
+    // router routed around, judged entries skipped, left some script unused.)
+    fakes.primary.clear_queue();
+    fakes.secondary.clear_queue();
     fakes.primary.set_default(Behaviour::Unavailable);
     let mut parker = LspClient::spawn(ServerOptions {
         model_dir: home.path().join("models"),

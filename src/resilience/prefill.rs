@@ -86,7 +86,9 @@ mod tests {
         assert!(rejects_prefill(
             "This model does not support assistant message prefill."
         ));
-        assert!(rejects_prefill("the final assistant content cannot end with whitespace") );
+        assert!(rejects_prefill(
+            "the final assistant content cannot end with whitespace"
+        ));
         assert!(!rejects_prefill("max_tokens: must be at most 4096"));
     }
 }

@@ -289,13 +289,20 @@ mod tests {
     async fn the_stall_limit_follows_the_entrys_own_pace_within_the_task_ceiling() {
         let beacons = Beacons::default();
         let idle = Duration::from_secs(30);
-        assert_eq!(beacons.summary(&a()).stall_limit(idle), idle, "unknown pace");
+        assert_eq!(
+            beacons.summary(&a()).stall_limit(idle),
+            idle,
+            "unknown pace"
+        );
         for _ in 0..3 {
             let mut quick = sample(100, Outcome::Ok);
             quick.longest_gap = Some(Duration::from_millis(400));
             beacons.record(&a(), quick);
         }
-        assert_eq!(beacons.summary(&a()).stall_limit(idle), Duration::from_millis(3_200));
+        assert_eq!(
+            beacons.summary(&a()).stall_limit(idle),
+            Duration::from_millis(3_200)
+        );
         assert_eq!(
             beacons.summary(&a()).stall_limit(Duration::from_secs(1)),
             Duration::from_secs(1),

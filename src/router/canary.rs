@@ -184,7 +184,7 @@ impl Router {
         let (result, rate_limits) = attempt::call(
             provider.as_ref(),
             request,
-            (deadlines, Seam::new("", false)),
+            (deadlines, Seam::new("", false, "")),
             &mut beacon,
             &CancellationToken::new(),
             (None, &|_| {}),

@@ -169,8 +169,7 @@ impl Router {
                     request,
                     profile,
                     (&run.partial, run.input_scale),
-                    provider.supports_prefill()
-                        && !resilience.prefills.rejected(&key.path()),
+                    provider.supports_prefill() && !resilience.prefills.rejected(&key.path()),
                 )
                 .map_err(Failure::OverBudget)?;
             // Governed: the reservation is settled below, or refunded if this
@@ -212,11 +211,17 @@ impl Router {
             if run.interactive {
                 // A stall shows against the entry's own pace, in seconds, not
                 // only after the task's whole idle ceiling.
-                deadlines.idle = self.beacons.summary(&candidate.entry).stall_limit(deadlines.idle);
+                deadlines.idle = self
+                    .beacons
+                    .summary(&candidate.entry)
+                    .stall_limit(deadlines.idle);
             }
             let mut beacon =
                 Beaconed::new(self.beacons.clone(), candidate.entry.clone(), &deadlines);
-            let seam = Seam::new(&prompt.continues, prompt.restated);
+            // What the caller has beyond what the model is shown: the
+            // whitespace the partial answer ends with.
+            let shown = &run.partial[run.partial.trim_end().len()..];
+            let seam = Seam::new(&prompt.continues, prompt.restated, shown);
             let prefilled = prompt.prefilled();
             let (result, rate_limits) = attempt::call(
                 provider.as_ref(),
@@ -267,7 +272,10 @@ impl Router {
             // continuation request, and every process learns to ask it so.
             if prefilled && prefill::rejects_prefill(&failed.reason) {
                 resilience.prefills.learn_rejected(&key.path()).await;
-                tracing::info!("{}: no prefill; continuing with a continuation request", candidate.entry);
+                tracing::info!(
+                    "{}: no prefill; continuing with a continuation request",
+                    candidate.entry
+                );
                 continue;
             }
             if failed.partial.len() > run.partial.len() {

@@ -34,6 +34,13 @@ pub enum Skip {
     },
 }
 
+impl Skip {
+    /// A judged entry still serves when no other entry can.
+    pub fn last_resort(&self) -> bool {
+        matches!(self, Skip::Verdict(_))
+    }
+}
+
 impl fmt::Display for Skip {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -72,14 +79,25 @@ pub struct Plan {
 }
 
 impl Plan {
+    /// The candidates in the order a request tries them: the usable ones in
+    /// plan order, then the judged ones as a last resort.
+    pub fn order(&self) -> impl Iterator<Item = &Candidate> {
+        let usable = self.candidates.iter().filter(|c| c.usable());
+        let last = self
+            .candidates
+            .iter()
+            .filter(|c| c.skip.as_ref().is_some_and(Skip::last_resort));
+        usable.chain(last)
+    }
+
     /// The entry a request would try first.
     pub fn now(&self) -> Option<&Candidate> {
-        self.candidates.iter().find(|c| c.usable())
+        self.order().next()
     }
 
     /// The entry after that.
     pub fn next(&self) -> Option<&Candidate> {
-        self.candidates.iter().filter(|c| c.usable()).nth(1)
+        self.order().nth(1)
     }
 }
 

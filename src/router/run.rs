@@ -181,13 +181,25 @@ impl Router {
         let mut pass = Pass::default();
         let candidates = &plan.candidates;
         let mut already_tried = vec![false; candidates.len()];
-        for i in 0..candidates.len() {
+        // Judged entries are tried last, when nothing else could serve: a
+        // verdict keeps an entry from being the first choice, never the only one.
+        let last_resort = candidates
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.skip.as_ref().is_some_and(Skip::last_resort))
+            .map(|(i, _)| i);
+        let order: Vec<(usize, bool)> = (0..candidates.len())
+            .map(|i| (i, false))
+            .chain(last_resort.map(|i| (i, true)))
+            .collect();
+        for (i, as_last_resort) in order {
             let candidate = &candidates[i];
             if already_tried[i] {
                 continue;
             }
             match &candidate.skip {
                 None => {}
+                Some(_) if as_last_resort => {}
                 Some(Skip::LocalOnly) => continue,
                 Some(skip @ Skip::NoKey(_)) => {
                     pass.note(candidate, format!("skipped: {skip}"), false);
@@ -233,11 +245,11 @@ impl Router {
                         Side::Primary => (result, i),
                         Side::Hedge => {
                             let outcome = format!(
-                                "no first token within {:.1} s; the hedge {} answered first",
+                                "slow: no first token within {:.1} s; the hedge {} answered first",
                                 profile.first_token_ceiling().as_secs_f64(),
                                 candidates[j].entry
                             );
-                            pass.note(candidate, outcome, false);
+                            pass.note(candidate, outcome, true);
                             (result, j)
                         }
                     }

@@ -32,49 +32,91 @@ pub(super) fn join(before: &str, next: &str, restated: bool) -> String {
     format!("{before}{}", &next[cut..])
 }
 
-/// The streamed side of [`join`]: holds the first bytes of a restated
-/// continuation until it can tell how much of them repeats.
+/// The streamed side of [`join`]: holds the first bytes of a continuation
+/// until it can tell how much of them the caller already has: a restated
+/// ending, then whitespace the caller was streamed but the model was not
+/// shown (it continues the partial answer trimmed).
 pub(super) struct Seam {
     before: String,
+    shown: String,
     pending: String,
-    decided: bool,
+    stage: Stage,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    Overlap,
+    Whitespace,
+    Open,
 }
 
 impl Seam {
-    /// `before` is the text being continued; `None` when nothing repeats it.
-    pub fn new(before: &str, restated: bool) -> Seam {
+    /// `before` is the text being continued, as the model was shown it;
+    /// `shown` the whitespace after it that the caller already has.
+    pub fn new(before: &str, restated: bool, shown: &str) -> Seam {
         let start = before.len().saturating_sub(TAIL);
         let start = (start..=before.len())
             .find(|&i| before.is_char_boundary(i))
             .unwrap_or(before.len());
+        let stage = match (restated && !before.is_empty(), shown.is_empty()) {
+            (true, _) => Stage::Overlap,
+            (false, false) => Stage::Whitespace,
+            (false, true) => Stage::Open,
+        };
         Seam {
             before: before[start..].to_owned(),
+            shown: shown.to_owned(),
             pending: String::new(),
-            decided: !restated || before.is_empty(),
+            stage,
         }
     }
 
     /// What of `delta` may be shown now.
     pub fn push(&mut self, delta: String) -> Option<String> {
-        if self.decided {
+        if self.stage == Stage::Open {
             return Some(delta);
         }
         self.pending.push_str(&delta);
-        (self.pending.len() >= self.before.len()).then(|| self.release())
+        self.advance(false)
     }
 
     /// What was held back, at the end of the stream.
     pub fn finish(&mut self) -> Option<String> {
-        (!self.decided)
-            .then(|| self.release())
-            .filter(|s| !s.is_empty())
+        self.advance(true)
     }
 
-    fn release(&mut self) -> String {
-        self.decided = true;
-        let cut = overlap(&self.before, &self.pending);
-        self.pending.split_off(cut)
+    fn advance(&mut self, end: bool) -> Option<String> {
+        loop {
+            match self.stage {
+                Stage::Overlap if end || self.pending.len() >= self.before.len() => {
+                    let cut = overlap(&self.before, &self.pending);
+                    self.pending.drain(..cut);
+                    self.stage = Stage::Whitespace;
+                }
+                Stage::Whitespace
+                    if end
+                        || self.pending.len() >= self.shown.len()
+                        || !self.shown.starts_with(&self.pending) =>
+                {
+                    let common = common_prefix(&self.pending, &self.shown);
+                    self.pending.drain(..common);
+                    self.stage = Stage::Open;
+                }
+                Stage::Open => {
+                    return (!self.pending.is_empty()).then(|| std::mem::take(&mut self.pending));
+                }
+                _ => return None,
+            }
+        }
     }
+}
+
+/// The length of the longest common prefix of `a` and `b`, on a char boundary.
+fn common_prefix(a: &str, b: &str) -> usize {
+    a.char_indices()
+        .zip(b.chars())
+        .find(|((_, x), y)| x != y)
+        .map_or(a.len().min(b.len()), |((i, _), _)| i)
 }
 
 #[cfg(test)]
@@ -110,7 +152,7 @@ mod tests {
     fn the_stream_shows_what_the_final_text_holds() {
         let before = "fn main() { let total = compute(";
         let next = "let total = compute(a, b); }";
-        let mut seam = Seam::new(before, true);
+        let mut seam = Seam::new(before, true, "");
         let mut shown = String::new();
         for piece in ["let to", "tal = com", "pute(a, ", "b); }"] {
             shown.extend(seam.push(piece.to_owned()));
@@ -118,5 +160,30 @@ mod tests {
         shown.extend(seam.finish());
         assert_eq!(format!("{before}{shown}"), join(before, next, true));
         assert_eq!(shown, "a, b); }");
+    }
+
+    fn stream(seam: &mut Seam, deltas: &[&str]) -> String {
+        let mut shown: String = deltas
+            .iter()
+            .filter_map(|d| seam.push((*d).to_owned()))
+            .collect();
+        shown.extend(seam.finish());
+        shown
+    }
+
+    #[test]
+    fn whitespace_the_caller_already_has_is_not_shown_twice() {
+        let mut seam = Seam::new("t01 t02", false, " ");
+        assert_eq!(stream(&mut seam, &[" ", "t03", " t04"]), "t03 t04");
+        // Cut between two newlines: the prefill continues with both.
+        let mut seam = Seam::new("is not.", false, "\n");
+        assert_eq!(
+            format!("is not.\n{}", stream(&mut seam, &["\n", "\nor_insert"])),
+            "is not.\n\nor_insert"
+        );
+        // A restating model repeats the words, then the break the caller has.
+        let mut seam = Seam::new("it is not.", true, "\n\n");
+        let shown = stream(&mut seam, &["is no", "t.\n", "\nor_insert"]);
+        assert_eq!(format!("it is not.\n\n{shown}"), "it is not.\n\nor_insert");
     }
 }

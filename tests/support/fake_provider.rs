@@ -387,6 +387,11 @@ impl FakeProvider {
         self
     }
 
+    /// Drops what is still queued (requests the router sent elsewhere left it).
+    pub fn clear_queue(&self) {
+        self.shared.script.lock().unwrap().queue.clear();
+    }
+
     /// What requests get once the queue is empty.
     pub fn set_default(&self, behaviour: Behaviour) {
         self.shared.script.lock().unwrap().default = behaviour;

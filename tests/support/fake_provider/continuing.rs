@@ -68,4 +68,3 @@ fn last_words(text: &str, n: usize) -> &str {
     }
     &text[start..]
 }
-

@@ -65,7 +65,10 @@ pub(super) enum Ending {
     CleanEofWithoutTerminal,
     CutAfter(usize),
     /// This many events of garbage in a row after that many deltas.
-    MalformedAfter { at: usize, count: usize },
+    MalformedAfter {
+        at: usize,
+        count: usize,
+    },
     InBandAfter(usize),
 }
 
