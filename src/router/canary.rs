@@ -46,6 +46,10 @@ impl Router {
     /// remote entry of the large and medium tiers.
     pub async fn canary_round(&self, watch_primaries: bool) -> Vec<CanaryResult> {
         self.refresh_shared().await;
+        if self.local_only() {
+            // Nothing leaves the machine in local-only mode, canaries included.
+            return Vec::new();
+        }
         let mut due: Vec<(ModelRef, &'static str)> = Vec::new();
         let breakers = self.shared_views().breakers;
         let out = breakers
