@@ -237,7 +237,11 @@ async fn with_remotes_down_completions_and_local_only_explanations_come_from_the
     assert_eq!(result["provider"], "local", "{explained}");
     assert_eq!(result["tier"], "small");
     assert!(!result["text"].as_str().unwrap().trim().is_empty());
-    assert_eq!(down.user_request_count(), 1, "the medium tier was tried first");
+    assert_eq!(
+        down.user_request_count(),
+        1,
+        "the medium tier was tried first"
+    );
 
     client
         .request(
