@@ -98,14 +98,6 @@ pub struct Breakers {
     trips: Mutex<HashMap<String, Arc<Notify>>>,
 }
 
-/// A closed breaker's record is written back as it was (a canary does not
-/// count in user traffic's window); no record stays no record.
-fn stored_or_none(record: Record) -> Option<crate::state::Json> {
-    (record != Record::default())
-        .then(|| encode(&record))
-        .flatten()
-}
-
 fn lease_key(breaker: &str) -> String {
     format!("lease/{breaker}")
 }
@@ -264,70 +256,37 @@ impl Breakers {
         }
         let successes = self.take_pending(key) + u32::from(success);
         let config = &self.config;
-        let mut written_at = None;
-        let result = self
-            .state
-            .update(
-                key,
-                Some(RECORD_TTL),
-                Box::new(|stored, now| {
-                    written_at = Some(now);
-                    let mut record = decode(stored);
-                    match (record.phase(now), probe, success) {
-                        // Only the probe's verdict moves an open breaker.
-                        (Phase::Open | Phase::HalfOpen, true, true) => record.close(),
-                        (Phase::Open | Phase::HalfOpen, true, false) => {
-                            record.trip(now, format!("probe failed: {reason}"), config)
-                        }
-                        (Phase::Open | Phase::HalfOpen, false, _) => {}
-                        (Phase::Closed, _, true) => {
-                            record.consecutive = 0;
-                            record.note(successes, 0, now, config);
-                        }
-                        (Phase::Closed, _, false) => {
-                            record.consecutive += 1;
-                            record.note(successes, 1, now, config);
-                            let (samples, rate) = record.error_rate();
-                            if record.consecutive >= config.failures {
-                                record.trip(
-                                    now,
-                                    format!(
-                                        "{} failures in a row, last: {reason}",
-                                        record.consecutive
-                                    ),
-                                    config,
-                                );
-                            } else if samples >= config.min_samples && rate >= config.error_rate {
-                                record.trip(
-                                    now,
-                                    format!(
-                                        "{:.0}% of {samples} requests failed, last: {reason}",
-                                        rate * 100.0
-                                    ),
-                                    config,
-                                );
-                            }
-                        }
+        self.rewrite(key, |record, now| {
+            match (record.phase(now), probe, success) {
+                // Only the probe's verdict moves an open breaker.
+                (Phase::Open | Phase::HalfOpen, true, true) => record.close(),
+                (Phase::Open | Phase::HalfOpen, true, false) => {
+                    record.trip(now, format!("probe failed: {reason}"), config)
+                }
+                (Phase::Open | Phase::HalfOpen, false, _) => {}
+                (Phase::Closed, _, true) => {
+                    record.consecutive = 0;
+                    record.note(successes, 0, now, config);
+                }
+                (Phase::Closed, _, false) => {
+                    record.consecutive += 1;
+                    record.note(successes, 1, now, config);
+                    let (samples, rate) = record.error_rate();
+                    if record.consecutive >= config.failures {
+                        let why =
+                            format!("{} failures in a row, last: {reason}", record.consecutive);
+                        record.trip(now, why, config);
+                    } else if samples >= config.min_samples && rate >= config.error_rate {
+                        let why = format!(
+                            "{:.0}% of {samples} requests failed, last: {reason}",
+                            rate * 100.0
+                        );
+                        record.trip(now, why, config);
                     }
-                    encode(&record)
-                }),
-            )
-            .await;
-        match (result, written_at) {
-            (Ok(stored), Some(now)) => {
-                let record = decode(stored);
-                if record.phase(now) != Phase::Closed {
-                    self.tripped(key).notify_waiters();
-                }
-                self.remember(key, record, now)
-            }
-            (result, _) => {
-                self.forget_view(key);
-                if let Err(error) = result {
-                    tracing::warn!("breaker {key}: could not record the outcome: {error}");
                 }
             }
-        }
+        })
+        .await;
         // The verdict is written before the lease goes back (see `confirm_probe`).
         if let Admission::Probe(permit) = admission {
             permit.release().await;
@@ -357,6 +316,18 @@ impl Breakers {
     /// closes an open (or cooled-down) breaker at once; a failed one leaves
     /// it as it is (user traffic stays off it until the cooldown ends).
     pub async fn record_canary(&self, key: &str, healthy: bool, reason: &str) {
+        self.rewrite(key, |record, now| match (record.phase(now), healthy) {
+            // A canary does not count in user traffic's window.
+            (Phase::Closed, _) => {}
+            (_, true) => record.close(),
+            (_, false) => record.reason = format!("canary failed: {reason}"),
+        })
+        .await;
+    }
+
+    /// Rewrites `key`'s record atomically, keeps the result as this process's
+    /// view, and wakes requests waiting on the entry if it is now open.
+    async fn rewrite(&self, key: &str, mut change: impl FnMut(&mut Record, u64) + Send) {
         let mut written_at = None;
         let result = self
             .state
@@ -365,20 +336,30 @@ impl Breakers {
                 Some(RECORD_TTL),
                 Box::new(|stored, now| {
                     written_at = Some(now);
+                    let existed = stored.is_some();
                     let mut record = decode(stored);
-                    match (record.phase(now), healthy) {
-                        (Phase::Closed, _) => return stored_or_none(record),
-                        (_, true) => record.close(),
-                        (_, false) => record.reason = format!("canary failed: {reason}"),
-                    }
-                    encode(&record)
+                    change(&mut record, now);
+                    // Nothing to say about an entry nobody recorded: no record.
+                    (existed || record != Record::default())
+                        .then(|| encode(&record))
+                        .flatten()
                 }),
             )
             .await;
         match (result, written_at) {
-            (Ok(stored), Some(now)) => self.remember(key, decode(stored), now),
-            (Err(error), _) => tracing::warn!("breaker {key}: canary verdict not shared: {error}"),
-            _ => {}
+            (Ok(stored), Some(now)) => {
+                let record = decode(stored);
+                if record.phase(now) != Phase::Closed {
+                    self.tripped(key).notify_waiters();
+                }
+                self.remember(key, record, now)
+            }
+            (result, _) => {
+                self.forget_view(key);
+                if let Err(error) = result {
+                    tracing::warn!("breaker {key}: could not record the outcome: {error}");
+                }
+            }
         }
     }
 
