@@ -43,9 +43,12 @@ impl Router {
 
     fn verdict(&self, entry: &ModelRef, profile: &TaskProfile, seen: Seen<'_>) -> Option<Verdict> {
         let ceiling = profile.first_token_ceiling();
+        // Cut off by its own first-token deadline: slow, however little of
+        // the ceiling was left once it was admitted.
+        let timed_out = matches!(seen.result, Err(Failure::Failed(f)) if f.slow);
         let late = match seen.first_token {
             Some(at) => (at > ceiling).then_some(at),
-            None if seen.lost_race => Some(seen.waited.max(ceiling)),
+            None if seen.lost_race || timed_out => Some(seen.waited.max(ceiling)),
             None => (seen.waited >= ceiling).then_some(seen.waited),
         };
         if let Some(late) = late {
