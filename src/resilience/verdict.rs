@@ -44,9 +44,11 @@ impl Verdict {
     /// Whether this verdict keeps the entry from a task with these limits.
     pub fn applies(&self, first_token_ceiling: Duration, interactive: bool) -> bool {
         match self.kind {
+            // A tenth of slack: an autocomplete's ceiling is what is left of
+            // its budget, a few ms more or less from one request to the next.
             VerdictKind::Slow => self
                 .first_token_ms
-                .is_some_and(|ms| Duration::from_millis(ms) >= first_token_ceiling),
+                .is_some_and(|ms| Duration::from_millis(ms + ms / 10) >= first_token_ceiling),
             VerdictKind::Degraded | VerdictKind::Failing => interactive,
         }
     }
