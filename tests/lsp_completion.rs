@@ -315,7 +315,13 @@ async fn a_remote_first_autocomplete_chain_falls_back_to_local_within_the_budget
     assert_eq!(
         remote.user_request_count(),
         2,
-        "not asked while it is judged slow"
+        "not asked while it is judged slow: {}",
+        client
+            .log()
+            .lines()
+            .filter(|l| l.contains("judged") || l.contains("autocomplete"))
+            .collect::<Vec<_>>()
+            .join("\n")
     );
     client.shutdown().await;
 }

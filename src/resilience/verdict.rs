@@ -38,6 +38,9 @@ pub struct Verdict {
     /// For `Slow`: how long the first token took (or was waited for). The
     /// verdict holds for tasks whose first-token ceiling is at most this.
     pub first_token_ms: Option<u64>,
+    /// For `Slow`: the ceiling it breached, which a canary must beat to end it.
+    #[serde(default)]
+    pub ceiling_ms: Option<u64>,
 }
 
 impl Verdict {
@@ -156,6 +159,7 @@ mod tests {
             kind: VerdictKind::Slow,
             reason: "no first token within 1.0 s".into(),
             first_token_ms: Some(ms),
+            ceiling_ms: Some(1_000),
         }
     }
 
@@ -185,6 +189,7 @@ mod tests {
             kind: VerdictKind::Failing,
             reason: "HTTP 529".into(),
             first_token_ms: None,
+            ceiling_ms: None,
         };
         assert!(overloaded.applies(Duration::from_secs(1), true));
         assert!(!overloaded.applies(Duration::from_secs(20), false));

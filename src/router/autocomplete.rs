@@ -38,16 +38,18 @@ impl Router {
             return None;
         }
         self.resilience.verdicts.refresh().await;
-        let share = deadline.saturating_duration_since(Instant::now());
         let autocomplete = &self.config.autocomplete;
-        let share_ms = share.as_millis() as u64;
+        // The ceilings are the completion budget, the same for every request,
+        // so a slow verdict on an entry holds for the next keystroke; each
+        // attempt is still cut at `deadline`, this request's share of it.
+        let budget_ms = autocomplete.budget_ms;
         let profile = TaskProfile {
             tier: Tier::Small,
             input_tokens: autocomplete.input_tokens,
             output_tokens: autocomplete.output_tokens,
-            first_token_ms: share_ms,
-            total_ms: share_ms,
-            idle_ms: share_ms,
+            first_token_ms: budget_ms,
+            total_ms: budget_ms,
+            idle_ms: budget_ms,
             wait_ms: 0,
             hedge: false,
         };

@@ -200,11 +200,20 @@ impl Router {
         governor
             .settle(reservation, result.as_ref().ok().map(|(_, usage)| *usage))
             .await;
+        // A canary must be as fast as the ceiling an entry was judged slow
+        // for (an autocomplete's is far shorter than an explanation's).
+        let ceiling = self
+            .resilience
+            .verdicts
+            .last_known(&key.path())
+            .and_then(|v| v.ceiling_ms)
+            .map_or(profile.first_token_ceiling(), Duration::from_millis)
+            .min(profile.first_token_ceiling());
         let verdict = match result {
             Ok((text, _)) if !text.contains(TOKEN) => Err(format!("wrong answer: {text:.60}")),
-            Ok(_) if first_token.is_none_or(|t| t > profile.first_token_ceiling()) => Err(format!(
+            Ok(_) if first_token.is_none_or(|t| t > ceiling) => Err(format!(
                 "first token after the {:.1} s ceiling",
-                profile.first_token_ceiling().as_secs_f64()
+                ceiling.as_secs_f64()
             )),
             Ok(_) => Ok(()),
             Err(Failure::Failed(failed)) => Err(failed.reason),

@@ -60,6 +60,7 @@ impl Router {
                     late.as_secs_f64()
                 ),
                 first_token_ms: Some(late.as_millis() as u64),
+                ceiling_ms: Some(ceiling.as_millis() as u64),
             });
         }
         let failed = match seen.result {
@@ -72,6 +73,7 @@ impl Router {
                         "degraded: {STRIKES} answers in a row, last: malformed events skipped"
                     ),
                     first_token_ms: None,
+                    ceiling_ms: None,
                 });
             }
             Ok(_) => {
@@ -86,6 +88,7 @@ impl Router {
                 kind: VerdictKind::Failing,
                 reason: format!("overloaded: {}", failed.reason),
                 first_token_ms: None,
+                ceiling_ms: None,
             });
         }
         // A stream cut mid-answer is judged at once: the next request must not
@@ -95,6 +98,7 @@ impl Router {
                 kind: VerdictKind::Degraded,
                 reason: format!("degraded: an answer was cut: {}", failed.reason),
                 first_token_ms: None,
+                ceiling_ms: None,
             });
         }
         let degraded = matches!(failed.outcome, Outcome::Degraded(_))
@@ -107,6 +111,7 @@ impl Router {
                     failed.reason
                 ),
                 first_token_ms: None,
+                ceiling_ms: None,
             });
         }
         None
