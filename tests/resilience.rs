@@ -165,11 +165,17 @@ async fn processes_on_different_machines_share_the_breaker_through_redis() {
     assert_eq!(breaker_files, 0, "the breaker lived in Redis, not in files");
 }
 
+/// How long a breaker trip may take to reach another process.
+const TRIP_REACHES_EVERY_PROCESS: Duration = Duration::from_millis(100);
+
 async fn one_probe_after_an_outage(mut clients: Vec<LspClient>, primary: &FakeProvider) {
     // One after another, so each failure is counted before the next request:
-    // three failures anywhere open the breaker everywhere.
+    // three failures anywhere open the breaker everywhere. A process holds a
+    // closed breaker as a short-lived view, so a trip elsewhere reaches it
+    // within 100 ms (the promise); each request waits that long.
     for round in 0..2 {
         for client in clients.iter_mut() {
+            tokio::time::sleep(TRIP_REACHES_EVERY_PROCESS).await;
             assert_eq!(explain(client).await, "secondary", "round {round}");
         }
     }
