@@ -120,15 +120,25 @@ fn p95(mut values: Vec<Duration>) -> Option<Duration> {
     if values.is_empty() {
         return None;
     }
-    values.sort();
     let rank = ((values.len() as f64) * 0.95).ceil() as usize;
-    Some(values[rank.clamp(1, values.len()) - 1])
+    let index = rank.clamp(1, values.len()) - 1;
+    Some(*values.select_nth_unstable(index).1)
+}
+
+/// One entry's recent samples, with the summary of them last computed: a
+/// request reads the summary two or three times (plan, stall limit, status),
+/// and sorting the window each time was most of the router's own work.
+#[derive(Debug, Default)]
+struct Window {
+    samples: VecDeque<Sample>,
+    /// Valid until a sample is added or the oldest one leaves the window.
+    summary: Option<(Summary, Instant)>,
 }
 
 /// The beacons of every (provider, model).
 #[derive(Debug)]
 pub struct Beacons {
-    samples: Mutex<HashMap<ModelRef, VecDeque<Sample>>>,
+    samples: Mutex<HashMap<ModelRef, Window>>,
     /// Degraded answers in a row per entry.
     strikes: Mutex<HashMap<ModelRef, u32>>,
     /// (window, minimum samples), from the configuration.
@@ -149,6 +159,9 @@ impl Beacons {
     /// Sets the window and the fewest samples a judgement needs.
     pub fn configure(&self, window: Duration, min_samples: usize) {
         *self.settings.lock().expect("beacon settings lock") = (window, min_samples);
+        for window in self.samples.lock().expect("beacons lock").values_mut() {
+            window.summary = None;
+        }
     }
 
     fn settings(&self) -> (Duration, usize) {
@@ -159,8 +172,9 @@ impl Beacons {
         let (span, _) = self.settings();
         let mut map = self.samples.lock().expect("beacons lock");
         let window = map.entry(entry.clone()).or_default();
-        window.push_back(sample);
-        prune(window, sample.at, span);
+        window.samples.push_back(sample);
+        window.summary = None;
+        prune(&mut window.samples, sample.at, span);
     }
 
     /// Counts a degraded answer; returns how many came in a row.
@@ -192,24 +206,38 @@ impl Beacons {
                 ..Summary::default()
             };
         };
-        prune(window, Instant::now(), span);
-        let n = window.len();
-        let count = |f: &dyn Fn(&Sample) -> bool| {
-            window.iter().filter(|s| f(s)).count() as f64 / n.max(1) as f64
-        };
-        Summary {
-            samples: n,
-            min_samples,
-            p95_first_token: p95(window.iter().filter_map(|s| s.first_token).collect()),
-            p95_gap: p95(window.iter().filter_map(|s| s.longest_gap).collect()),
-            p95_total: p95(window
-                .iter()
-                .filter(|s| s.outcome != Outcome::Failed)
-                .map(|s| s.total)
-                .collect()),
-            error_rate: count(&|s| s.outcome == Outcome::Failed),
-            degraded_rate: count(&|s| matches!(s.outcome, Outcome::Degraded(_))),
+        let now = Instant::now();
+        if let Some((summary, valid_until)) = &window.summary {
+            if now < *valid_until {
+                return summary.clone();
+            }
         }
+        prune(&mut window.samples, now, span);
+        let summary = summarize(&window.samples, min_samples);
+        // The summary holds until the oldest sample leaves the window.
+        let valid_until = window.samples.front().map_or(now, |s| s.at + span);
+        window.summary = Some((summary.clone(), valid_until));
+        summary
+    }
+}
+
+fn summarize(window: &VecDeque<Sample>, min_samples: usize) -> Summary {
+    let n = window.len();
+    let share = |f: &dyn Fn(&Sample) -> bool| {
+        window.iter().filter(|s| f(s)).count() as f64 / n.max(1) as f64
+    };
+    Summary {
+        samples: n,
+        min_samples,
+        p95_first_token: p95(window.iter().filter_map(|s| s.first_token).collect()),
+        p95_gap: p95(window.iter().filter_map(|s| s.longest_gap).collect()),
+        p95_total: p95(window
+            .iter()
+            .filter(|s| s.outcome != Outcome::Failed)
+            .map(|s| s.total)
+            .collect()),
+        error_rate: share(&|s| s.outcome == Outcome::Failed),
+        degraded_rate: share(&|s| matches!(s.outcome, Outcome::Degraded(_))),
     }
 }
 
