@@ -2,8 +2,8 @@
 //! a file, and to stderr only when asked.
 
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
-use tracing_appender::non_blocking::WorkerGuard;
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::fmt::writer::MakeWriterExt;
 
@@ -14,9 +14,14 @@ pub fn default_log_file() -> PathBuf {
     crate::paths::state_dir().join("switchyard.log")
 }
 
-/// Installs the global subscriber. Keep the guard alive: it flushes on drop.
-/// `SWITCHYARD_LOG` sets the filter (tracing's env-filter syntax).
-pub fn init(file: &Path, also_stderr: bool) -> std::io::Result<WorkerGuard> {
+/// Installs the global subscriber. `SWITCHYARD_LOG` sets the filter
+/// (tracing's env-filter syntax).
+///
+/// Each event is one append to the file, written by the thread that logged
+/// it. A background writer thread would spare the caller that write, but its
+/// channel spins (`sched_yield`) after every event it wakes for: with a line
+/// per request on two cores, that spinning took CPU from the requests.
+pub fn init(file: &Path, also_stderr: bool) -> std::io::Result<()> {
     if let Some(dir) = file.parent() {
         std::fs::create_dir_all(dir)?;
     }
@@ -25,8 +30,7 @@ pub fn init(file: &Path, also_stderr: bool) -> std::io::Result<WorkerGuard> {
     // Logs quote code and prompts: private to the user, like the state files.
     #[cfg(unix)]
     std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-    let log = options.open(file)?;
-    let (writer, guard) = tracing_appender::non_blocking(log);
+    let writer = Mutex::new(options.open(file)?);
     let filter = EnvFilter::try_from_env("SWITCHYARD_LOG")
         .unwrap_or_else(|_| EnvFilter::new(DEFAULT_FILTER));
     let builder = tracing_subscriber::fmt()
@@ -37,5 +41,5 @@ pub fn init(file: &Path, also_stderr: bool) -> std::io::Result<WorkerGuard> {
     } else {
         builder.with_writer(writer).init();
     }
-    Ok(guard)
+    Ok(())
 }

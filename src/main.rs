@@ -86,16 +86,12 @@ fn main() -> ExitCode {
         .log_file
         .clone()
         .unwrap_or_else(switchyard::logging::default_log_file);
-    let _guard = match switchyard::logging::init(&log_file, cli.log_stderr) {
-        Ok(guard) => Some(guard),
-        Err(e) => {
-            eprintln!(
-                "switchyard: cannot open log file {}: {e}; logging disabled",
-                log_file.display()
-            );
-            None
-        }
-    };
+    if let Err(e) = switchyard::logging::init(&log_file, cli.log_stderr) {
+        eprintln!(
+            "switchyard: cannot open log file {}: {e}; logging disabled",
+            log_file.display()
+        );
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

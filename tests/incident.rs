@@ -1,7 +1,8 @@
-//! Incident replays through the language server: "one paying request per
-//! incident". A primary provider goes bad in one of three ways (a silent
-//! slowdown with HTTP 200, answers cut mid-stream, 529 overloaded) while an
-//! editor asks for explanations at a sparse or a busy pace. The promise:
+//! Incident replays through both front ends, the language server and the
+//! gateway: "one paying request per incident". A primary provider goes bad in
+//! one of three ways (a silent slowdown with HTTP 200, answers cut
+//! mid-stream, 529 overloaded) while an editor or a gateway client asks for
+//! explanations at a sparse or a busy pace. The promise:
 //!
 //! - from the onset, at most one user request pays the first-token ceiling
 //!   (or more);
@@ -10,8 +11,9 @@
 //! - once the primary recovers, a user request is served by it again within
 //!   one canary interval plus one request.
 //!
-//! Each incident runs both paces at once, each with its own server, fakes and
-//! shared-state directory; every broken promise of a replay is reported
+//! Each incident runs both paces through both front ends at once, each with
+//! its own process, fakes and shared-state directory (the gateway alternates
+//! whole and streamed answers, so both of its paths meet the incident); every broken promise of a replay is reported
 //! together with the replay's timeline and the server's routing log.
 
 mod support;
@@ -22,6 +24,7 @@ use serde_json::{Value, json};
 use support::actions::{DOC, URI, command, whole_function};
 use support::fake_provider::{Behaviour, FakeProvider};
 use support::lsp_client::{LspClient, ServerOptions};
+use support::scenario::Gateway;
 use tokio::time::Instant;
 
 const KEY: &str = "sk-test-incident-0123456789abcdef";
@@ -111,6 +114,72 @@ impl Pace {
     }
 }
 
+/// The front end a replay drives.
+#[derive(Clone, Copy, Debug)]
+enum Front {
+    Lsp,
+    Gateway,
+}
+
+/// A running front end.
+enum Door {
+    Lsp(LspClient),
+    /// Alternates whole and streamed answers.
+    Gateway {
+        gateway: Gateway,
+        stream: bool,
+    },
+}
+
+impl Door {
+    /// The provider that answered one explain, or the error.
+    async fn explain(&mut self) -> Result<String, String> {
+        match self {
+            Door::Lsp(client) => {
+                let response =
+                    command(client, "switchyard.explain", json!([URI, whole_function()])).await;
+                match response["result"]["provider"].as_str() {
+                    Some(provider) => Ok(provider.to_owned()),
+                    None => Err(response["error"]["message"]
+                        .as_str()
+                        .unwrap_or("neither an answer nor an error")
+                        .to_owned()),
+                }
+            }
+            Door::Gateway { gateway, stream } => {
+                *stream = !*stream;
+                match gateway.ask(*stream).await {
+                    Ok(served) => Ok(served.model.split('/').next().unwrap_or_default().into()),
+                    Err(failed) => Err(format!("{failed:?}")),
+                }
+            }
+        }
+    }
+
+    /// The status as computed now (`switchyard.status` or `/status`).
+    async fn status(&mut self) -> Value {
+        match self {
+            Door::Lsp(client) => {
+                command(client, "switchyard.status", json!([])).await["result"].clone()
+            }
+            Door::Gateway { gateway, .. } => gateway.status().await,
+        }
+    }
+
+    fn log(&self) -> String {
+        match self {
+            Door::Lsp(client) => client.log(),
+            Door::Gateway { gateway, .. } => gateway.process.log(),
+        }
+    }
+
+    async fn shutdown(self) {
+        if let Door::Lsp(client) = self {
+            client.shutdown().await;
+        }
+    }
+}
+
 /// One explain as the editor saw it.
 struct Row {
     phase: &'static str,
@@ -144,7 +213,7 @@ struct Replay {
     label: String,
     incident: Incident,
     pace: Pace,
-    client: LspClient,
+    door: Door,
     primary: FakeProvider,
     backups: [FakeProvider; 2],
     _state: tempfile::TempDir,
@@ -158,20 +227,13 @@ struct Replay {
 impl Replay {
     /// A medium tier of three entries on three fakes: the primary (Anthropic
     /// wire), then two backups (OpenAI and Anthropic wires).
-    async fn start(incident: Incident, pace: Pace) -> Replay {
+    async fn start(front: Front, incident: Incident, pace: Pace) -> Replay {
         let primary = FakeProvider::start().await;
         let backups = [FakeProvider::start().await, FakeProvider::start().await];
         let state = tempfile::tempdir().unwrap();
-        let options = ServerOptions {
-            model_dir: tempfile::tempdir().unwrap().keep(),
-            env: vec![("SY_INCIDENT_KEY".into(), KEY.into())],
-            ..Default::default()
-        };
-        let mut client = LspClient::spawn(options).await;
         let provider = |kind: &str, url: String| json!({"kind": kind, "base_url": url, "api_key_env": "SY_INCIDENT_KEY"});
-        let init = json!({
+        let config = json!({
             "local": {"auto_pull": false},
-            "statusNotifications": true,
             "providers": {
                 "primary": provider("anthropic", primary.anthropic_url()),
                 "second": provider("openai", backups[0].openai_url()),
@@ -194,14 +256,35 @@ impl Replay {
                 "backoff": {"rate_limit_ms": 100, "overloaded_ms": 200, "transient_ms": 50, "cap_ms": 1000}
             }
         });
-        client.initialize(json!({}), init).await;
-        client.open(URI, DOC).await;
+        let door = match front {
+            Front::Lsp => {
+                let options = ServerOptions {
+                    model_dir: tempfile::tempdir().unwrap().keep(),
+                    env: vec![("SY_INCIDENT_KEY".into(), KEY.into())],
+                    ..Default::default()
+                };
+                let mut client = LspClient::spawn(options).await;
+                let mut init = config;
+                init["statusNotifications"] = json!(true);
+                client.initialize(json!({}), init).await;
+                client.open(URI, DOC).await;
+                Door::Lsp(client)
+            }
+            Front::Gateway => {
+                let env = [("SY_INCIDENT_KEY", KEY)];
+                let gateway = Gateway::start(&config, &env, ms(30 * CEILING_MS)).await;
+                Door::Gateway {
+                    gateway,
+                    stream: false,
+                }
+            }
+        };
         let now = Instant::now();
         Replay {
-            label: format!("{incident:?} at a {pace:?} pace"),
+            label: format!("{incident:?} at a {pace:?} pace through the {front:?} front end"),
             incident,
             pace,
-            client,
+            door,
             primary,
             backups,
             _state: state,
@@ -223,20 +306,8 @@ impl Replay {
         let sent = Instant::now();
         self.next_send = sent + self.pace.every();
         let tries_before = self.primary.user_request_count();
-        let response = command(
-            &mut self.client,
-            "switchyard.explain",
-            json!([URI, whole_function()]),
-        )
-        .await;
+        let served = self.door.explain().await;
         let elapsed = sent.elapsed();
-        let served = match response["result"]["provider"].as_str() {
-            Some(provider) => Ok(provider.to_owned()),
-            None => Err(response["error"]["message"]
-                .as_str()
-                .unwrap_or("neither an answer nor an error")
-                .to_owned()),
-        };
         self.rows.push(Row {
             phase,
             sent: sent - self.start,
@@ -320,9 +391,8 @@ impl Replay {
     /// the explain task is served elsewhere.
     async fn status_names_the_cause(&mut self) {
         let cause = self.incident.cause();
-        let status = command(&mut self.client, "switchyard.status", json!([])).await;
-        let status = &status["result"];
-        let explain = explain_route(status);
+        let status = self.door.status().await;
+        let explain = explain_route(&status);
         let reasons = [status["reason"].as_str(), explain["reason"].as_str()];
         let named = |r: &Option<&str>| r.is_some_and(|r| r.to_lowercase().contains(cause));
         if explain["provider"] == "primary" || !reasons.iter().any(named) {
@@ -333,8 +403,11 @@ impl Replay {
             );
             self.broke(why);
         }
-        let notified = self
-            .client
+        // The editor is also told (the gateway has no channel to tell).
+        let Door::Lsp(client) = &mut self.door else {
+            return;
+        };
+        let notified = client
             .maybe_notification("switchyard/status", Duration::from_secs(5), |p| {
                 let explain = explain_route(p);
                 explain["provider"].as_str().is_some_and(|p| p != "primary")
@@ -419,7 +492,7 @@ impl Replay {
             self.backups[1].user_request_count()
         );
         out += "server log (routing):\n";
-        let log = self.client.log();
+        let log = self.door.log();
         let wanted = [
             "judged",
             "canary to",
@@ -448,14 +521,21 @@ fn explain_route(status: &Value) -> Value {
         .unwrap_or(Value::Null)
 }
 
-/// Replays `incident` at both paces at once and fails with every broken promise.
+/// Replays `incident` at both paces through both front ends at once and
+/// fails with every broken promise.
 async fn replay(incident: Incident) {
-    let (sparse, busy) = tokio::join!(
-        async { Replay::start(incident, Pace::Sparse).await.run().await },
-        async { Replay::start(incident, Pace::Busy).await.run().await },
-    );
+    let replays =
+        futures::future::join_all(
+            [Front::Lsp, Front::Gateway]
+                .into_iter()
+                .flat_map(|front| [(front, Pace::Sparse), (front, Pace::Busy)])
+                .map(|(front, pace)| async move {
+                    Replay::start(front, incident, pace).await.run().await
+                }),
+        )
+        .await;
     let mut reports = Vec::new();
-    for replay in [&sparse, &busy] {
+    for replay in &replays {
         match replay.broken.is_empty() {
             // Shown with --nocapture.
             true => eprintln!("{}", replay.report()),
@@ -463,8 +543,8 @@ async fn replay(incident: Incident) {
         }
     }
     assert!(reports.is_empty(), "\n{}", reports.join("\n"));
-    for replay in [sparse, busy] {
-        replay.client.shutdown().await;
+    for replay in replays {
+        replay.door.shutdown().await;
     }
 }
 

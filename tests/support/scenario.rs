@@ -389,8 +389,9 @@ enum Driver {
     Lsp(Box<LspClient>),
 }
 
-struct Gateway {
-    process: GatewayProcess,
+/// A gateway process and an HTTP client for it.
+pub struct Gateway {
+    pub process: GatewayProcess,
     http: reqwest::Client,
 }
 
@@ -510,17 +511,33 @@ impl Rig {
 }
 
 async fn start_gateway(config: &Value, profile: &Profile) -> Gateway {
-    let toml = toml::to_string(config).expect("the configuration as TOML");
-    let process = GatewayProcess::start(&toml, &[("SY_FAULTS_KEY", KEY)]).await;
-    let http = reqwest::Client::builder()
-        .timeout(profile.total + profile.wait + profile.silence + profile.slack)
-        .build()
-        .unwrap();
-    Gateway { process, http }
+    let timeout = profile.total + profile.wait + profile.silence + profile.slack;
+    Gateway::start(config, &[("SY_FAULTS_KEY", KEY)], timeout).await
 }
 
 impl Gateway {
-    async fn ask(&self, stream: bool) -> Result<Served, Failed> {
+    /// Starts a gateway with `config` (the TOML file's shape as JSON); every
+    /// request it is sent gives up after `timeout`.
+    pub async fn start(config: &Value, env: &[(&str, &str)], timeout: Duration) -> Gateway {
+        let toml = toml::to_string(config).expect("the configuration as TOML");
+        let process = GatewayProcess::start(&toml, env).await;
+        let http = reqwest::Client::builder().timeout(timeout).build().unwrap();
+        Gateway { process, http }
+    }
+
+    /// `/status`: the same fields as the editor's `switchyard/status`.
+    pub async fn status(&self) -> Value {
+        let response = self
+            .http
+            .get(format!("{}/status", self.process.url))
+            .send()
+            .await
+            .expect("the gateway answers /status");
+        response.json().await.expect("/status is JSON")
+    }
+
+    /// One explain-style chat completion on the medium tier.
+    pub async fn ask(&self, stream: bool) -> Result<Served, Failed> {
         let body = json!({"model": "switchyard/medium", "stream": stream, "messages": [
             {"role": "system", "content": "Be brief."},
             {"role": "user", "content": "What does HashMap::entry do?"}
