@@ -9,7 +9,8 @@
 //! - the request after the one that met the fault does not try the primary;
 //! - the status names the cause while traffic is elsewhere;
 //! - once the primary recovers, a user request is served by it again within
-//!   one canary interval plus one request.
+//!   one canary interval plus one request;
+//! - only user requests move the status's route, never a canary.
 //!
 //! Each incident runs both paces through both front ends at once, each with
 //! its own process, fakes and shared-state directory (the gateway alternates
@@ -303,6 +304,7 @@ impl Replay {
     /// The next explain at the pace: sent one pace after the one before was sent.
     async fn explain(&mut self, phase: &'static str) -> usize {
         tokio::time::sleep_until(self.next_send).await;
+        self.route_is_the_last_served().await;
         let sent = Instant::now();
         self.next_send = sent + self.pace.every();
         let tries_before = self.primary.user_request_count();
@@ -317,6 +319,22 @@ impl Replay {
             primary_tries: self.primary.user_request_count() - tries_before,
         });
         self.rows.len() - 1
+    }
+
+    /// Only serving moves the route: whatever canaries found since the last
+    /// request, the status still names the entry that served it.
+    async fn route_is_the_last_served(&mut self) {
+        let Some(Ok(last)) = self.rows.last().map(|r| r.served.clone()) else {
+            return;
+        };
+        let status = self.door.status().await;
+        let route = explain_route(&status)["provider"].clone();
+        if route != last.as_str() {
+            let why = format!(
+                "the status's explain route moved to {route} between requests; the last request was served by {last}"
+            );
+            self.broke(why);
+        }
     }
 
     /// The whole replay: warm-up, incident, recovery.

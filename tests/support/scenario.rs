@@ -70,9 +70,9 @@ impl Profile {
 
     /// Real lengths: the explain task's default ceilings and the default
     /// backoff; the faults as the issue states them (first token after 20 s,
-    /// a 60 s outage, a stall of twice the 30 s idle ceiling). Only the breaker
-    /// cooldown is shortened (10 s, doubling to 20 s; the default is 5 min),
-    /// since "back on the primary promptly" after a 60 s outage needs one.
+    /// a 60 s outage, a stall of twice the 30 s idle ceiling). The breaker
+    /// keeps its default 5 min cooldown: canaries every 10 s, not the
+    /// cooldown, bring a recovered primary back.
     pub fn full() -> Profile {
         Profile {
             full: true,
@@ -84,7 +84,7 @@ impl Profile {
             overloaded_base: Duration::from_secs(10),
             transient_base: Duration::from_secs(1),
             backoff_cap: Duration::from_secs(120),
-            cooldown: Duration::from_secs(10),
+            cooldown: Duration::from_secs(300),
             canary: Duration::from_secs(10),
             silence: Duration::from_secs(120),
             slow_first_token: Duration::from_secs(20),
