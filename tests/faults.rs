@@ -819,3 +819,44 @@ async fn s16_the_fallback_is_named_and_only_its_usage_reported() {
     })
     .await;
 }
+
+// 17. Two requests meet a 500 at once. The first waits to retry the primary
+// (equal jitter: at least half the transient backoff), the second's failure
+// opens the breaker: that wakes the first, and both are answered by the
+// secondary at once, not when the backoff or the hedge would end the wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s17_a_breaker_trip_wakes_requests_waiting_to_retry_that_entry() {
+    each_front(|front, profile| async move {
+        let (primary, secondary) = fakes().await;
+        primary.set_default(Behaviour::ServerError);
+        let backoff = Duration::from_secs(8);
+        let setup = Setup {
+            extra: json!({
+                "tasks": {"explain": {"wait_ms": ms(4 * backoff)}},
+                "resilience": {
+                    "breaker": {"failures": 2},
+                    "backoff": {"transient_ms": ms(backoff), "cap_ms": ms(4 * backoff)}
+                }
+            }),
+            ..Setup::default()
+        };
+        let mut rig = Rig::start(front, &profile, setup, &primary, &secondary).await;
+        let replies = rig.ask_concurrently(2).await;
+        for reply in &replies {
+            assert_eq!(reply.served().model, SECONDARY, "{front:?}");
+            // Without the wake-up the first would wait for its backoff or,
+            // sooner, the hedge at the first-token ceiling.
+            assert!(
+                reply.elapsed <= tolerance(&profile),
+                "{front:?}: a request slept {:?} though the breaker it waited on had opened",
+                reply.elapsed
+            );
+        }
+        assert_eq!(
+            primary.user_request_count(),
+            2,
+            "{front:?}: no retry after the trip"
+        );
+    })
+    .await;
+}
