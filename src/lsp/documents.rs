@@ -6,7 +6,7 @@
 
 use dashmap::DashMap;
 use ropey::Rope;
-use tower_lsp_server::ls_types::{TextDocumentContentChangeEvent, Uri};
+use tower_lsp_server::ls_types::{Position, TextDocumentContentChangeEvent, Uri};
 
 use super::position::{self, PositionEncoding, PositionError};
 
@@ -19,8 +19,9 @@ pub struct Document {
     pub rope: Rope,
     pub version: i32,
     pub language_id: String,
-    /// Char index just after the latest edit: where the user is probably typing.
-    pub last_edit: Option<usize>,
+    /// Where the user probably is (a char index): just after the latest edit,
+    /// or where the editor last revealed the cursor (see [`DocumentStore::reveal`]).
+    pub cursor: Option<usize>,
 }
 
 impl Document {
@@ -57,7 +58,7 @@ impl DocumentStore {
             rope: Rope::from_str(text),
             version,
             language_id,
-            last_edit: None,
+            cursor: None,
         };
         self.docs.insert(uri, document);
     }
@@ -72,6 +73,29 @@ impl DocumentStore {
             .get(uri)
             .map(|d| d.clone())
             .ok_or_else(|| DocumentError::Unknown(uri.as_str().to_owned()))
+    }
+
+    /// Notes where the editor showed the cursor without an edit (VS Code asks
+    /// for the code actions of the cursor's range whenever it moves); `true`
+    /// when that is a new place, worth a prewarm.
+    pub fn reveal(
+        &self,
+        uri: &Uri,
+        at: Position,
+        encoding: PositionEncoding,
+    ) -> Result<bool, DocumentError> {
+        let mut doc = self
+            .docs
+            .get_mut(uri)
+            .ok_or_else(|| DocumentError::Unknown(uri.as_str().to_owned()))?;
+        let cursor =
+            position::to_char(&doc.rope, at, encoding).map_err(|source| DocumentError::Range {
+                uri: uri.as_str().to_owned(),
+                source,
+            })?;
+        let moved = doc.cursor != Some(cursor);
+        doc.cursor = Some(cursor);
+        Ok(moved)
     }
 
     /// Applies one `didChange`. All edits or none: a bad range leaves the document as it was.
@@ -94,7 +118,7 @@ impl DocumentStore {
             });
         }
         let mut rope = doc.rope.clone();
-        let mut last_edit = doc.last_edit;
+        let mut cursor = doc.cursor;
         for change in changes {
             match change.range {
                 Some(range) => {
@@ -108,17 +132,17 @@ impl DocumentStore {
                     let (start, end) = (start.min(end), start.max(end));
                     rope.remove(start..end);
                     rope.insert(start, &change.text);
-                    last_edit = Some(start + change.text.chars().count());
+                    cursor = Some(start + change.text.chars().count());
                 }
                 None => {
                     rope = Rope::from_str(&change.text);
-                    last_edit = None;
+                    cursor = None;
                 }
             }
         }
         doc.rope = rope;
         doc.version = version;
-        doc.last_edit = last_edit;
+        doc.cursor = cursor;
         Ok(())
     }
 }
@@ -155,7 +179,7 @@ mod tests {
         let doc = store.get(&uri()).unwrap();
         assert_eq!(doc.rope.to_string(), "fn main() {\n    let x\n}\n");
         assert_eq!(doc.version, 2);
-        assert_eq!(doc.last_edit, Some(21));
+        assert_eq!(doc.cursor, Some(21));
     }
 
     #[test]

@@ -36,8 +36,9 @@ pub struct Backend {
     layers: Mutex<ConfigLayers>,
     config: RwLock<Config>,
     capabilities: RwLock<ClientCapabilities>,
-    /// Edits per document, so a debounced prewarm can tell whether it is stale.
-    edit_counts: Arc<DashMap<Uri, u64>>,
+    /// Edits and cursor moves per document, so a debounced prewarm can tell
+    /// whether it is stale.
+    activity: Arc<DashMap<Uri, u64>>,
     /// Where `switchyard.toggleLocalOnly` persists the mode.
     config_path: Option<PathBuf>,
     local_engine: EngineSlot,
@@ -133,7 +134,7 @@ impl Backend {
             layers: Mutex::new(layers),
             config: RwLock::new(config),
             capabilities: RwLock::new(ClientCapabilities::default()),
-            edit_counts: Arc::new(DashMap::new()),
+            activity: Arc::new(DashMap::new()),
             config_path,
             local_engine,
             core,
@@ -311,10 +312,11 @@ impl Backend {
         }
     }
 
-    /// Prewarms the engine's cache at the edit position once the user pauses.
+    /// Prewarms the engine's cache where the user is once they pause: after
+    /// an edit, or at a cursor the editor revealed.
     fn schedule_prewarm(&self, uri: Uri) {
         let count = {
-            let mut entry = self.edit_counts.entry(uri.clone()).or_insert(0);
+            let mut entry = self.activity.entry(uri.clone()).or_insert(0);
             *entry += 1;
             *entry
         };
@@ -322,13 +324,13 @@ impl Backend {
         let Ok(doc) = self.documents.get(&uri) else {
             return;
         };
-        let (counts, service) = (self.edit_counts.clone(), self.completion.clone());
+        let (counts, service) = (self.activity.clone(), self.completion.clone());
         tokio::spawn(async move {
             tokio::time::sleep(debounce).await;
             if counts.get(&uri).is_some_and(|c| *c == count)
                 && doc.unsuitable_for_completion().is_none()
             {
-                let cursor = doc.last_edit.unwrap_or_else(|| opening_cursor(&doc.rope));
+                let cursor = doc.cursor.unwrap_or_else(|| opening_cursor(&doc.rope));
                 service.prewarm(uri.as_str(), &doc.rope, cursor);
             }
         });
@@ -468,7 +470,7 @@ impl LanguageServer for Backend {
     async fn did_close(&self, params: DidCloseTextDocumentParams) {
         let uri = params.text_document.uri;
         self.documents.close(&uri);
-        self.edit_counts.remove(&uri);
+        self.activity.remove(&uri);
         self.completion.forget(uri.as_str());
     }
 
@@ -496,6 +498,15 @@ impl LanguageServer for Backend {
     }
 
     async fn code_action(&self, params: CodeActionParams) -> Result<Option<CodeActionResponse>> {
+        // The range is the cursor's (or the selection's, its active end last
+        // for a downward selection): the next completion will be asked there.
+        let uri = &params.text_document.uri;
+        if let Ok(true) = self
+            .documents
+            .reveal(uri, params.range.end, self.encoding())
+        {
+            self.schedule_prewarm(uri.clone());
+        }
         Ok(Some(self.code_actions(params)))
     }
 

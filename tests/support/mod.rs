@@ -5,6 +5,7 @@
 pub mod actions;
 pub mod fake_provider;
 pub mod gateway;
+pub mod infilling;
 pub mod lsp_client;
 pub mod redis_server;
 pub mod scenario;

@@ -1,0 +1,163 @@
+//! Completion quality on HumanEval-Infilling, through the language server the
+//! way an editor drives it (see `tests/support/infilling.rs`): exact match,
+//! pass@1 by running each task's tests, empty answers with their reasons, and
+//! latency, for each budget and each way the cursor arrives, in one run.
+//!
+//! Run: `cargo bench --bench completion_quality` (fetch the model first with
+//! `models/fetch-test-model.sh`). Settings (environment):
+//! - `QUALITY_SET=single|multi` (default single-line), `QUALITY_TASKS` (default
+//!   100; `all` for every task), `QUALITY_SEED` (default 0): a seeded sample.
+//! - `QUALITY_BUDGETS_MS=1000,10000`: the autocomplete budgets to run.
+//! - `QUALITY_ARRIVALS=revealed,silent`: whether the editor reveals the cursor
+//!   (a code-action request at it) before the idle time, or says nothing.
+//! - `QUALITY_IDLE_MS=2000`: idle time between arriving and asking.
+//! - `QUALITY_HOG=1`: busy loops on every core while measuring (a build
+//!   running beside the editor).
+//! - `QUALITY_DATA`: the directory of the `.jsonl.gz` files (default
+//!   `../shared/bench/humaneval-infilling` beside the repository).
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use serde_json::json;
+use support::infilling::{self, Arrival, Attempt};
+use support::lsp_client::{LspClient, ServerOptions};
+
+fn env_or(name: &str, default: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| default.to_owned())
+}
+
+fn ms(d: Duration) -> u128 {
+    d.as_millis()
+}
+
+/// Busy loops on every core until dropped.
+struct CpuHog(Arc<AtomicBool>);
+
+impl CpuHog {
+    fn start() -> CpuHog {
+        let stop = Arc::new(AtomicBool::new(false));
+        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+        for _ in 0..cores {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut x = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+                }
+            });
+        }
+        CpuHog(stop)
+    }
+}
+
+impl Drop for CpuHog {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
+async fn run(
+    tasks: &[infilling::Task],
+    budget_ms: u64,
+    arrival: Arrival,
+    idle: Duration,
+) -> Vec<Attempt> {
+    let mut client = LspClient::spawn(ServerOptions::default()).await;
+    client
+        .initialize(
+            json!({"textDocument": {"inlineCompletion": {}}}),
+            json!({"local": {"auto_pull": false}, "autocomplete": {"budget_ms": budget_ms}}),
+        )
+        .await;
+    client.wait_for_model().await;
+    let mut attempts = Vec::new();
+    for (i, task) in tasks.iter().enumerate() {
+        attempts.push(infilling::attempt(&mut client, task, i, arrival, idle).await);
+    }
+    client.shutdown().await;
+    attempts
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let set = env_or("QUALITY_SET", "single");
+    let file = match set.as_str() {
+        "multi" => "HumanEval-MultiLineInfilling.jsonl.gz",
+        _ => "HumanEval-SingleLineInfilling.jsonl.gz",
+    };
+    let data = std::env::var_os("QUALITY_DATA").map_or_else(
+        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/bench/humaneval-infilling"),
+        PathBuf::from,
+    );
+    let all = infilling::load(&data.join(file));
+    let count = match env_or("QUALITY_TASKS", "100").as_str() {
+        "all" => all.len(),
+        n => n.parse().expect("QUALITY_TASKS is a number or `all`"),
+    };
+    let seed: u64 = env_or("QUALITY_SEED", "0").parse().expect("QUALITY_SEED");
+    let tasks = infilling::sample(all, count, seed);
+    let budgets: Vec<u64> = env_or("QUALITY_BUDGETS_MS", "1000,10000")
+        .split(',')
+        .map(|b| b.trim().parse().expect("QUALITY_BUDGETS_MS"))
+        .collect();
+    let arrivals: Vec<Arrival> = env_or("QUALITY_ARRIVALS", "revealed,silent")
+        .split(',')
+        .map(|a| match a.trim() {
+            "silent" => Arrival::Silent,
+            _ => Arrival::Revealed,
+        })
+        .collect();
+    let idle = Duration::from_millis(env_or("QUALITY_IDLE_MS", "2000").parse().expect("idle"));
+    let _hog = (env_or("QUALITY_HOG", "0") == "1").then(CpuHog::start);
+    println!(
+        "completion quality: {set}-line, {} tasks (seed {seed}), idle {} ms before each request{}",
+        tasks.len(),
+        idle.as_millis(),
+        if _hog.is_some() {
+            ", CPU hog on every core"
+        } else {
+            ""
+        }
+    );
+    println!(
+        "| budget ms | cursor | tasks | exact % | pass@1 % | empty % | p50 / p95 ms | empty reasons |"
+    );
+    println!("|---|---|---|---|---|---|---|---|");
+    for &budget in &budgets {
+        for &arrival in &arrivals {
+            let attempts = run(&tasks, budget, arrival, idle).await;
+            let score = infilling::score(&attempts);
+            let reasons: Vec<String> = score
+                .empty_reasons
+                .iter()
+                .map(|(r, n)| format!("{n}× {r}"))
+                .collect();
+            println!(
+                "| {budget} | {arrival:?} | {} | {:.1} | {:.1} | {:.1} | {} / {} | {} |",
+                score.tasks,
+                score.exact * 100.0,
+                score.pass_at_1 * 100.0,
+                score.empty * 100.0,
+                ms(score.p50),
+                ms(score.p95),
+                reasons.join("; ")
+            );
+            if let Ok(dir) = std::env::var("QUALITY_OUT") {
+                let path = PathBuf::from(dir).join(format!("{set}-{budget}-{arrival:?}.jsonl"));
+                let lines: Vec<String> = attempts
+                    .iter()
+                    .map(|a| {
+                        json!({"task_id": a.task_id, "completion": a.completion, "latency_ms": ms(a.latency), "empty_reason": a.empty_reason, "exact": a.exact, "passed": a.passed}).to_string()
+                    })
+                    .collect();
+                std::fs::write(&path, lines.join("\n")).expect("QUALITY_OUT is writable");
+            }
+        }
+    }
+}

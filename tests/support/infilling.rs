@@ -1,0 +1,241 @@
+//! HumanEval-Infilling through the language server, the way an editor drives
+//! it: open a file with the task's hole as an empty line, let the cursor land
+//! there (VS Code asks for the code actions of the cursor's range whenever it
+//! moves), stay idle a moment, then ask for an inline completion at the cursor.
+//! Scored by exact match and by running the task's tests with python3.
+//!
+//! The data (MIT, OpenAI) is read from a `.jsonl` or `.jsonl.gz` file with the
+//! fields `task_id`, `prompt`, `suffix`, `canonical_solution`, `test` and
+//! `entry_point`.
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tokio::io::AsyncWriteExt;
+
+use super::lsp_client::LspClient;
+
+#[derive(Clone, Debug, Deserialize)]
+pub struct Task {
+    pub task_id: String,
+    pub prompt: String,
+    pub suffix: String,
+    pub canonical_solution: String,
+    pub test: String,
+    pub entry_point: String,
+}
+
+impl Task {
+    /// The file the editor shows: the hole is an empty line between the
+    /// prompt and the suffix, where the user would type.
+    pub fn document(&self) -> String {
+        format!("{}\n{}", self.prompt, self.suffix)
+    }
+
+    /// The cursor: column 0 of the empty line (line index, UTF-16 column).
+    pub fn cursor(&self) -> (u32, u32) {
+        (self.prompt.matches('\n').count() as u32, 0)
+    }
+
+    /// The program the tests run: the document with the completion typed in.
+    pub fn program(&self, completion: &str) -> String {
+        format!(
+            "{}{}\n{}\n\n{}\ncheck({})\n",
+            self.prompt, completion, self.suffix, self.test, self.entry_point
+        )
+    }
+
+    /// The same text as the canonical solution, ignoring surrounding whitespace
+    /// (the model may or may not type the indentation the line needs).
+    pub fn exact(&self, completion: &str) -> bool {
+        let normal = |s: &str| s.lines().map(str::trim).collect::<Vec<_>>().join("\n");
+        normal(completion.trim()) == normal(self.canonical_solution.trim())
+    }
+}
+
+/// Reads every task of a `.jsonl` or gzip-compressed `.jsonl.gz` file.
+pub fn load(path: &Path) -> Vec<Task> {
+    let text = if path.extension().is_some_and(|e| e == "gz") {
+        let output = std::process::Command::new("gzip")
+            .arg("-dc")
+            .arg(path)
+            .output()
+            .unwrap_or_else(|e| panic!("gzip -dc {}: {e}", path.display()));
+        assert!(output.status.success(), "gzip -dc {}", path.display());
+        String::from_utf8(output.stdout).expect("UTF-8 tasks")
+    } else {
+        std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    };
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).expect("a task per line"))
+        .collect()
+}
+
+/// `n` tasks drawn without replacement, the same for the same seed.
+pub fn sample(mut tasks: Vec<Task>, n: usize, seed: u64) -> Vec<Task> {
+    let mut rng = fastrand::Rng::with_seed(seed);
+    rng.shuffle(&mut tasks);
+    tasks.truncate(n);
+    tasks
+}
+
+/// How one task went.
+#[derive(Clone, Debug)]
+pub struct Attempt {
+    pub task_id: String,
+    /// The inserted text (empty when nothing was shown).
+    pub completion: String,
+    pub latency: Duration,
+    /// Why nothing was shown, from the server's log.
+    pub empty_reason: Option<String>,
+    pub exact: bool,
+    pub passed: bool,
+}
+
+/// How the cursor reaches the task's place before the request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Arrival {
+    /// The editor reveals the cursor (VS Code's code-action request).
+    Revealed,
+    /// Nothing tells the server where the cursor is before the request.
+    Silent,
+}
+
+/// Runs one task: open, arrive, idle, ask, close, score.
+pub async fn attempt(
+    client: &mut LspClient,
+    task: &Task,
+    index: usize,
+    arrival: Arrival,
+    idle: Duration,
+) -> Attempt {
+    let uri = format!("file:///bench/task_{index}.py");
+    let doc = json!({"uri": uri, "languageId": "python", "version": 1, "text": task.document()});
+    client
+        .notify("textDocument/didOpen", json!({"textDocument": doc}))
+        .await;
+    let (line, character) = task.cursor();
+    let at = json!({"line": line, "character": character});
+    if arrival == Arrival::Revealed {
+        let params = json!({
+            "textDocument": {"uri": uri},
+            "range": {"start": at, "end": at},
+            "context": {"diagnostics": [], "triggerKind": 2}
+        });
+        client.request("textDocument/codeAction", params).await;
+    }
+    tokio::time::sleep(idle).await;
+    let log_before = client.log().len();
+    let started = Instant::now();
+    let response = client.inline_completion(&uri, line, character).await;
+    let latency = started.elapsed();
+    client
+        .notify(
+            "textDocument/didClose",
+            json!({"textDocument": {"uri": uri}}),
+        )
+        .await;
+    let completion = first_item(&response);
+    let empty_reason = completion.is_empty().then(|| {
+        let log = client.log();
+        log.get(log_before..)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.split_once("no completion: ").map(|(_, why)| why.trim()))
+            .last()
+            .unwrap_or("no reason logged")
+            .to_owned()
+    });
+    let passed = !completion.is_empty() && passes(task, &completion).await;
+    Attempt {
+        task_id: task.task_id.clone(),
+        exact: task.exact(&completion),
+        completion,
+        latency,
+        empty_reason,
+        passed,
+    }
+}
+
+fn first_item(response: &Value) -> String {
+    let item = &response["result"]["items"][0]["insertText"];
+    match item {
+        Value::String(text) => text.clone(),
+        // A snippet string.
+        Value::Object(snippet) => snippet
+            .get("value")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned(),
+        _ => String::new(),
+    }
+}
+
+/// Whether the task's tests pass with `completion` typed in (python3, 10 s).
+pub async fn passes(task: &Task, completion: &str) -> bool {
+    let mut child = tokio::process::Command::new("python3")
+        .arg("-")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("python3 runs the tests");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let program = task.program(completion);
+    if stdin.write_all(program.as_bytes()).await.is_err() {
+        return false;
+    }
+    drop(stdin);
+    match tokio::time::timeout(Duration::from_secs(10), child.wait()).await {
+        Ok(Ok(status)) => status.success(),
+        _ => false,
+    }
+}
+
+/// The figures of one configuration.
+#[derive(Debug)]
+pub struct Score {
+    pub tasks: usize,
+    pub exact: f64,
+    pub pass_at_1: f64,
+    pub empty: f64,
+    /// (reason, count), most frequent first.
+    pub empty_reasons: Vec<(String, usize)>,
+    pub p50: Duration,
+    pub p95: Duration,
+}
+
+pub fn score(attempts: &[Attempt]) -> Score {
+    let n = attempts.len().max(1) as f64;
+    let share = |f: &dyn Fn(&Attempt) -> bool| attempts.iter().filter(|a| f(a)).count() as f64 / n;
+    let mut latencies: Vec<Duration> = attempts.iter().map(|a| a.latency).collect();
+    latencies.sort();
+    let at = |p: f64| {
+        latencies
+            .get(((latencies.len() as f64 - 1.0) * p).round() as usize)
+            .copied()
+            .unwrap_or_default()
+    };
+    let mut reasons: Vec<(String, usize)> = Vec::new();
+    for reason in attempts.iter().filter_map(|a| a.empty_reason.as_ref()) {
+        match reasons.iter_mut().find(|(r, _)| r == reason) {
+            Some((_, count)) => *count += 1,
+            None => reasons.push((reason.clone(), 1)),
+        }
+    }
+    reasons.sort_by(|a, b| b.1.cmp(&a.1));
+    Score {
+        tasks: attempts.len(),
+        exact: share(&|a| a.exact),
+        pass_at_1: share(&|a| a.passed),
+        empty: share(&|a| a.completion.is_empty()),
+        empty_reasons: reasons,
+        p50: at(0.5),
+        p95: at(0.95),
+    }
+}
