@@ -13,6 +13,8 @@
 //! - `QUALITY_IDLE_MS=2000`: idle time between arriving and asking.
 //! - `QUALITY_HOG=1`: busy loops on every core while measuring (a build
 //!   running beside the editor).
+//! - `QUALITY_OUT`: a directory for each attempt (JSON lines) and each
+//!   server's log.
 //! - `QUALITY_DATA`: the directory of the `.jsonl.gz` files (default
 //!   `../shared/bench/humaneval-infilling` beside the repository).
 
@@ -79,6 +81,10 @@ async fn run(
     let mut attempts = Vec::new();
     for (i, task) in tasks.iter().enumerate() {
         attempts.push(infilling::attempt(&mut client, task, i, arrival, idle).await);
+    }
+    if let Ok(dir) = std::env::var("QUALITY_OUT") {
+        let path = PathBuf::from(dir).join(format!("server-{budget_ms}-{arrival:?}.log"));
+        std::fs::write(path, client.log()).expect("QUALITY_OUT is writable");
     }
     client.shutdown().await;
     attempts

@@ -4,13 +4,19 @@
 # Prints the model's path on stdout. Idempotent: a verified cached file is kept.
 set -euo pipefail
 
-name=qwen2.5-coder-0.5b-instruct-q8_0.gguf
+name=qwen2.5-coder-0.5b-instruct-q4_k_m.gguf
+# The same file's name before it was found to be Q4_K_M, not Q8_0.
+former=qwen2.5-coder-0.5b-instruct-q8_0.gguf
 sha256=1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32
 size=491400064
 dir=${SWITCHYARD_MODEL_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/switchyard/models}
 dest="$dir/$name"
 
 mkdir -p "$dir"
+if [ -f "$dir/$former" ] && [ ! -f "$dest" ]; then
+  mv "$dir/$former" "$dest"
+  if [ -f "$dir/$former.verified" ]; then mv "$dir/$former.verified" "$dest.verified"; fi
+fi
 if [ -f "$dest" ] && [ "$(stat -c %s "$dest")" = "$size" ]; then
   if [ -f "$dest.verified" ] && [ "$dest.verified" -nt "$dest" ]; then
     echo "$dest"; exit 0

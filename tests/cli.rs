@@ -107,6 +107,7 @@ fn models_list_shows_the_default_and_whether_it_is_downloaded() {
 #[test]
 fn models_verify_reports_a_corrupt_file() {
     let dir = tempfile::tempdir().unwrap();
+    // Under the file's former name: caches from before the rename are read.
     std::fs::write(
         dir.path().join("qwen2.5-coder-0.5b-instruct-q8_0.gguf"),
         b"GGUF truncated",

@@ -70,6 +70,10 @@ impl Situation {
             }
             let content = line.trim_end();
             let is_first = i == 0;
+            // An instruct model closes its code block in Markdown after the code.
+            if !is_first && content.trim_start().starts_with("```") {
+                return Some(offset);
+            }
             if !is_first && !content.trim().is_empty() {
                 if self
                     .next_line
@@ -109,6 +113,7 @@ impl Situation {
     /// `truncated` says generation was cut short (deadline or token limit), so a
     /// trailing partial line is dropped when complete lines precede it.
     pub fn finish(&self, text: &str, truncated: bool) -> Option<String> {
+        let line_ended = text.contains('\n');
         let mut text = match self.boundary(text) {
             Some(end) => &text[..end],
             None if truncated && !self.single_line => {
@@ -118,6 +123,11 @@ impl Situation {
         };
         if self.single_line {
             text = text.split('\n').next().unwrap_or("");
+            // A line cut by the deadline (`for i in range(2, int(l**0`) almost
+            // never works: show it only where it reads as complete.
+            if truncated && !line_ended && !reads_complete(text) {
+                return None;
+            }
             text = strip_suffix_overlap(text, self.line_after.trim_end());
         } else if let (Some(next), Some(last_start)) =
             (&self.next_line, text.trim_end().rfind('\n'))
@@ -130,6 +140,48 @@ impl Situation {
         let text = text.trim_end();
         (!text.trim().is_empty()).then(|| text.to_owned())
     }
+}
+
+/// Whether a line cut short still reads as a whole: its brackets and quotes
+/// are closed and it does not end in an operator, a separator or a dot.
+fn reads_complete(line: &str) -> bool {
+    let mut open = Vec::new();
+    let mut quote = None;
+    let mut escaped = false;
+    for c in line.chars() {
+        match quote {
+            Some(q) => {
+                if escaped {
+                    escaped = false;
+                } else if c == '\\' {
+                    escaped = true;
+                } else if c == q {
+                    quote = None;
+                }
+            }
+            None => match c {
+                '"' | '\'' | '`' => quote = Some(c),
+                '(' | '[' | '{' => open.push(c),
+                ')' | ']' | '}' => {
+                    let expected = match c {
+                        ')' => '(',
+                        ']' => '[',
+                        _ => '{',
+                    };
+                    if open.pop() != Some(expected) {
+                        return false;
+                    }
+                }
+                _ => {}
+            },
+        }
+    }
+    let ends_dangling = line
+        .trim_end()
+        .chars()
+        .last()
+        .is_none_or(|c| "+-*/%=<>!&|^~,.@\\".contains(c));
+    quote.is_none() && open.is_empty() && !ends_dangling
 }
 
 /// Removes the tail of `text` that the line already has after the cursor, so
@@ -203,6 +255,41 @@ mod tests {
         assert_eq!(
             s.finish("let a = 1;\n    let b = fo", true).as_deref(),
             Some("let a = 1;")
+        );
+    }
+
+    #[test]
+    fn a_single_line_cut_by_the_deadline_is_shown_only_where_it_reads_complete() {
+        let s = Situation::new("    ", "\n");
+        let s = Situation {
+            single_line: true,
+            ..s
+        };
+        assert_eq!(s.finish("for i in range(2, int(l**0", true), None);
+        assert_eq!(s.finish("return a +", true), None);
+        assert_eq!(s.finish("x = 'abc", true), None);
+        assert_eq!(
+            s.finish("return len(xs)", true).as_deref(),
+            Some("return len(xs)")
+        );
+        // Not cut: the line as the model ended it.
+        assert_eq!(
+            s.finish("for i in range(2, n", false).as_deref(),
+            Some("for i in range(2, n")
+        );
+        // Cut after the line ended: the line is whole.
+        assert_eq!(
+            s.finish("return a +\nb", true).as_deref(),
+            Some("return a +")
+        );
+    }
+
+    #[test]
+    fn a_markdown_fence_after_the_code_ends_it() {
+        let s = Situation::new("    ", "\n");
+        assert_eq!(
+            s.finish("return x\n```\n\nThis function", false).as_deref(),
+            Some("return x")
         );
     }
 

@@ -45,6 +45,10 @@ pub struct ModelEntry {
     /// Tried in order when `source` fails.
     #[serde(default)]
     pub alternatives: Vec<ModelSource>,
+    /// Names the same file had in earlier releases: a cache under one of
+    /// them is used as it is.
+    #[serde(default)]
+    pub former_files: Vec<String>,
 }
 
 /// Where a model's bytes come from.
@@ -141,9 +145,18 @@ impl Manifest {
 }
 
 impl ModelEntry {
-    /// Where this model lives inside a model directory.
+    /// Where this model lives inside a model directory: its file, or a file
+    /// under a former name when only that one is there.
     pub fn path_in(&self, dir: &Path) -> PathBuf {
-        dir.join(&self.file)
+        let path = dir.join(&self.file);
+        if path.exists() {
+            return path;
+        }
+        self.former_files
+            .iter()
+            .map(|former| dir.join(former))
+            .find(|former| former.exists())
+            .unwrap_or(path)
     }
 
     /// Checks what [`Manifest::parse`] checks, for entries built in code.
@@ -151,11 +164,13 @@ impl ModelEntry {
         if self.name.trim().is_empty() {
             return Err(invalid(self, "the name is empty".to_owned()));
         }
-        if !is_plain_file_name(&self.file) {
-            return Err(invalid(
-                self,
-                format!("file `{}` must be a plain file name, not a path", self.file),
-            ));
+        for file in std::iter::once(&self.file).chain(&self.former_files) {
+            if !is_plain_file_name(file) {
+                return Err(invalid(
+                    self,
+                    format!("file `{file}` must be a plain file name, not a path"),
+                ));
+            }
         }
         if let Some(digest) = &self.sha256
             && !is_sha256_hex(digest)
@@ -287,7 +302,11 @@ mod tests {
         let entry = Manifest::embedded()
             .get(CPU_DEFAULT_MODEL)
             .expect("the CPU default is in the manifest");
-        assert_eq!(entry.file, "qwen2.5-coder-0.5b-instruct-q8_0.gguf");
+        assert_eq!(entry.file, "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf");
+        assert_eq!(
+            entry.former_files,
+            ["qwen2.5-coder-0.5b-instruct-q8_0.gguf"]
+        );
         assert_eq!(entry.size, Some(491_400_064));
         assert_eq!(
             entry.sha256.as_deref(),

@@ -44,6 +44,7 @@ fn entry_for(source: ModelSource, content: &[u8]) -> ModelEntry {
         description: "test model".to_owned(),
         source,
         alternatives: Vec::new(),
+        former_files: Vec::new(),
     }
 }
 

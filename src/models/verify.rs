@@ -201,6 +201,7 @@ mod tests {
                 url: "https://example.invalid/tiny.gguf".to_owned(),
             },
             alternatives: Vec::new(),
+            former_files: Vec::new(),
         }
     }
 

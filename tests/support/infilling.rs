@@ -145,7 +145,10 @@ pub async fn attempt(
         log.get(log_before..)
             .unwrap_or_default()
             .lines()
-            .filter_map(|l| l.split_once("no completion: ").map(|(_, why)| why.trim()))
+            .filter_map(|l| {
+                l.split_once("no completion: ")
+                    .map(|(_, why)| reason_of(why))
+            })
             .last()
             .unwrap_or("no reason logged")
             .to_owned()
@@ -159,6 +162,13 @@ pub async fn attempt(
         empty_reason,
         passed,
     }
+}
+
+/// A logged reason without the event's fields (` elapsed_ms=…` and the like)
+/// and without the hint after a semicolon.
+fn reason_of(logged: &str) -> &str {
+    let reason = logged.split(" elapsed_ms=").next().unwrap_or(logged);
+    reason.split(';').next().unwrap_or(reason).trim()
 }
 
 fn first_item(response: &Value) -> String {
