@@ -207,10 +207,10 @@ impl Beacons {
             };
         };
         let now = Instant::now();
-        if let Some((summary, valid_until)) = &window.summary {
-            if now < *valid_until {
-                return summary.clone();
-            }
+        if let Some((summary, valid_until)) = &window.summary
+            && now < *valid_until
+        {
+            return summary.clone();
         }
         prune(&mut window.samples, now, span);
         let summary = summarize(&window.samples, min_samples);
@@ -355,5 +355,28 @@ mod tests {
         }
         tokio::time::advance(WINDOW + Duration::from_secs(1)).await;
         assert_eq!(beacons.summary(&a()).samples, 0);
+    }
+
+    /// The summary is kept between reads, never past a change it would miss.
+    #[tokio::test(start_paused = true)]
+    async fn a_kept_summary_follows_new_samples_and_aged_out_ones() {
+        let beacons = Beacons::default();
+        beacons.record(&a(), sample(100, Outcome::Ok));
+        tokio::time::advance(Duration::from_secs(30)).await;
+        beacons.record(&a(), sample(900, Outcome::Ok));
+        assert_eq!(beacons.summary(&a()).samples, 2);
+        beacons.record(&a(), sample(2_000, Outcome::Ok));
+        let summary = beacons.summary(&a());
+        assert_eq!(summary.samples, 3);
+        assert_eq!(summary.p95_first_token, Some(Duration::from_millis(2_000)));
+        // The first sample leaves the window; the other two stay.
+        tokio::time::advance(WINDOW - Duration::from_secs(29)).await;
+        assert_eq!(beacons.summary(&a()).samples, 2);
+        beacons.configure(Duration::from_secs(1), MIN_SAMPLES);
+        assert_eq!(
+            beacons.summary(&a()).samples,
+            0,
+            "a shorter window applies at once"
+        );
     }
 }

@@ -145,11 +145,11 @@ pub async fn attempt(
         log.get(log_before..)
             .unwrap_or_default()
             .lines()
-            .filter_map(|l| {
+            .rev()
+            .find_map(|l| {
                 l.split_once("no completion: ")
                     .map(|(_, why)| reason_of(why))
             })
-            .last()
             .unwrap_or("no reason logged")
             .to_owned()
     });
@@ -238,7 +238,7 @@ pub fn score(attempts: &[Attempt]) -> Score {
             None => reasons.push((reason.clone(), 1)),
         }
     }
-    reasons.sort_by(|a, b| b.1.cmp(&a.1));
+    reasons.sort_by_key(|(_, count)| std::cmp::Reverse(*count));
     Score {
         tasks: attempts.len(),
         exact: share(&|a| a.exact),
