@@ -69,18 +69,7 @@ async fn waits_for_the_refill_within_the_deadline() {
     g.admit("k", TaskKind::Explain, TPM, 50_000, 8_000, soon())
         .await
         .unwrap();
-    let started = Instant::now();
-    g.admit(
-        "k",
-        TaskKind::Explain,
-        TPM,
-        5_000,
-        1_000,
-        started + Duration::from_secs(30),
-    )
-    .await
-    .unwrap();
-    let waited = started.elapsed();
+    let waited = wait_for_admission(&g, TaskKind::Explain, 5_000, 1_000).await;
     assert!(
         waited >= Duration::from_secs(5) && waited < Duration::from_secs(10),
         "{waited:?}"
@@ -206,19 +195,8 @@ async fn before_any_header_a_configured_quota_starts_empty_and_earns_its_share()
             .await
             .is_err()
     );
-    let started = Instant::now();
-    g.admit(
-        "k",
-        TaskKind::Refactor,
-        TPM,
-        5_000,
-        4_000,
-        started + Duration::from_secs(30),
-    )
-    .await
-    .unwrap();
+    let waited = wait_for_admission(&g, TaskKind::Refactor, 5_000, 4_000).await;
     // 9,000 plus the refactor's 2,000 above the headroom, at 900 tokens/s.
-    let waited = started.elapsed();
     assert!(
         waited >= Duration::from_millis(12_200) && waited < Duration::from_secs(13),
         "{waited:?}"
@@ -281,4 +259,21 @@ async fn a_shared_pause_holds_every_process() {
     .await
     .unwrap();
     assert!(started.elapsed() >= Duration::from_secs(2));
+}
+
+/// How long `admit` waited on key "k" for `input` and `output` tokens (its
+/// deadline, 30 s away, never cuts the wait in these tests).
+async fn wait_for_admission(g: &Governor, kind: TaskKind, input: u64, output: u64) -> Duration {
+    let started = Instant::now();
+    g.admit(
+        "k",
+        kind,
+        TPM,
+        input,
+        output,
+        started + Duration::from_secs(30),
+    )
+    .await
+    .unwrap();
+    started.elapsed()
 }
