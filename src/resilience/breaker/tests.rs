@@ -27,13 +27,9 @@ async fn opens_after_consecutive_failures_and_says_why() {
     fail(&b, "k", 5).await;
     assert_eq!(b.admit("k", TTL).await, Admission::Closed);
     fail(&b, "k", 1).await;
-    match b.admit("k", TTL).await {
-        Admission::Open { reason, retry_in } => {
-            assert!(reason.contains("6 failures in a row"), "{reason}");
-            assert_eq!(retry_in, Duration::from_secs(300));
-        }
-        other => panic!("{other:?}"),
-    }
+    let (reason, retry_in) = refusal(b.admit("k", TTL).await);
+    assert!(reason.contains("6 failures in a row"), "{reason}");
+    assert_eq!(retry_in, Duration::from_secs(300));
 }
 
 #[tokio::test(start_paused = true)]
@@ -93,13 +89,9 @@ async fn a_failed_probe_reopens_for_another_cooldown_not_a_doubled_one() {
     let probe = b.admit("k", TTL).await;
     assert!(probe.is_probe());
     b.record("k", probe, false, "HTTP 503").await;
-    match b.admit("k", TTL).await {
-        Admission::Open { reason, retry_in } => {
-            assert!(reason.starts_with("probe failed"), "{reason}");
-            assert_eq!(retry_in, Duration::from_secs(300));
-        }
-        other => panic!("{other:?}"),
-    }
+    let (reason, retry_in) = refusal(b.admit("k", TTL).await);
+    assert!(reason.starts_with("probe failed"), "{reason}");
+    assert_eq!(retry_in, Duration::from_secs(300));
 }
 
 /// B read the breaker as half-open just before A's probe failed and freed
@@ -191,4 +183,12 @@ async fn views_show_every_breaker() {
     assert_eq!(views[0].key, "acct/anthropic/m");
     assert_eq!(views[0].phase, Phase::Open);
     assert_eq!(views[0].open_for_ms, 300_000);
+}
+
+/// The reason and the wait of an open breaker's refusal.
+fn refusal(admission: Admission) -> (String, Duration) {
+    match admission {
+        Admission::Open { reason, retry_in } => (reason, retry_in),
+        other => panic!("expected an open breaker, got {other:?}"),
+    }
 }
