@@ -148,7 +148,12 @@ fn reads_complete(line: &str) -> bool {
     let mut open = Vec::new();
     let mut quote = None;
     let mut escaped = false;
+    let mut previous = ' ';
     for c in line.chars() {
+        // An apostrophe in a word (`don't`) or a Rust lifetime (`&'a`, `<'a>`)
+        // opens no quote.
+        let apostrophe = c == '\'' && (previous.is_alphanumeric() || "&<".contains(previous));
+        previous = c;
         match quote {
             Some(q) => {
                 if escaped {
@@ -160,7 +165,7 @@ fn reads_complete(line: &str) -> bool {
                 }
             }
             None => match c {
-                '"' | '\'' | '`' => quote = Some(c),
+                '"' | '\'' | '`' if !apostrophe => quote = Some(c),
                 '(' | '[' | '{' => open.push(c),
                 ')' | ']' | '}' => {
                     let expected = match c {
@@ -268,6 +273,11 @@ mod tests {
         assert_eq!(s.finish("for i in range(2, int(l**0", true), None);
         assert_eq!(s.finish("return a +", true), None);
         assert_eq!(s.finish("x = 'abc", true), None);
+        assert_eq!(
+            s.finish("fn name<'a>(v: &'a str) -> &'a str", true)
+                .as_deref(),
+            Some("fn name<'a>(v: &'a str) -> &'a str")
+        );
         assert_eq!(
             s.finish("return len(xs)", true).as_deref(),
             Some("return len(xs)")
