@@ -44,11 +44,31 @@ pub struct Verdict {
 }
 
 impl Verdict {
+    /// A degraded or failing verdict (a slow one is [`Verdict::slow`]).
+    pub fn new(kind: VerdictKind, reason: String) -> Verdict {
+        Verdict {
+            kind,
+            reason,
+            first_token_ms: None,
+            ceiling_ms: None,
+        }
+    }
+
+    /// No first token within `ceiling`: it came (or was waited for) at `late`.
+    pub fn slow(reason: String, late: Duration, ceiling: Duration) -> Verdict {
+        Verdict {
+            kind: VerdictKind::Slow,
+            reason,
+            first_token_ms: Some(late.as_millis() as u64),
+            ceiling_ms: Some(ceiling.as_millis() as u64),
+        }
+    }
+
     /// Whether this verdict keeps the entry from a task with these limits.
     pub fn applies(&self, first_token_ceiling: Duration, interactive: bool) -> bool {
         match self.kind {
-            // A tenth of slack: an autocomplete's ceiling is what is left of
-            // its budget, a few ms more or less from one request to the next.
+            // A tenth of slack: a task whose ceiling is barely above what the
+            // entry took would most likely be breached too.
             VerdictKind::Slow => self
                 .first_token_ms
                 .is_some_and(|ms| Duration::from_millis(ms + ms / 10) >= first_token_ceiling),
@@ -155,12 +175,11 @@ mod tests {
     use crate::state::memory::MemoryState;
 
     fn slow(ms: u64) -> Verdict {
-        Verdict {
-            kind: VerdictKind::Slow,
-            reason: "no first token within 1.0 s".into(),
-            first_token_ms: Some(ms),
-            ceiling_ms: Some(1_000),
-        }
+        Verdict::slow(
+            "no first token within 1.0 s".into(),
+            Duration::from_millis(ms),
+            Duration::from_secs(1),
+        )
     }
 
     #[tokio::test(start_paused = true)]
@@ -185,12 +204,7 @@ mod tests {
         let verdict = slow(2_500);
         assert!(verdict.applies(Duration::from_secs(1), true));
         assert!(!verdict.applies(Duration::from_secs(20), false));
-        let overloaded = Verdict {
-            kind: VerdictKind::Failing,
-            reason: "HTTP 529".into(),
-            first_token_ms: None,
-            ceiling_ms: None,
-        };
+        let overloaded = Verdict::new(VerdictKind::Failing, "HTTP 529".into());
         assert!(overloaded.applies(Duration::from_secs(1), true));
         assert!(!overloaded.applies(Duration::from_secs(20), false));
     }

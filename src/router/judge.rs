@@ -52,28 +52,24 @@ impl Router {
             None => (seen.waited >= ceiling).then_some(seen.waited),
         };
         if let Some(late) = late {
-            return Some(Verdict {
-                kind: VerdictKind::Slow,
-                reason: format!(
-                    "slow: no first token within the {:.1} s ceiling (waited {:.1} s)",
-                    ceiling.as_secs_f64(),
-                    late.as_secs_f64()
-                ),
-                first_token_ms: Some(late.as_millis() as u64),
-                ceiling_ms: Some(ceiling.as_millis() as u64),
-            });
+            let reason = format!(
+                "slow: no first token within the {:.1} s ceiling (waited {:.1} s)",
+                ceiling.as_secs_f64(),
+                late.as_secs_f64()
+            );
+            return Some(Verdict::slow(reason, late, ceiling));
         }
         let failed = match seen.result {
             // An answer that came through garbage still counts against the entry.
             Ok(_) if seen.skipped > 0 => {
                 let strikes = self.beacons.strike(entry);
-                return (strikes >= STRIKES).then(|| Verdict {
-                    kind: VerdictKind::Degraded,
-                    reason: format!(
-                        "degraded: {STRIKES} answers in a row, last: malformed events skipped"
-                    ),
-                    first_token_ms: None,
-                    ceiling_ms: None,
+                return (strikes >= STRIKES).then(|| {
+                    Verdict::new(
+                        VerdictKind::Degraded,
+                        format!(
+                            "degraded: {STRIKES} answers in a row, last: malformed events skipped"
+                        ),
+                    )
                 });
             }
             Ok(_) => {
@@ -84,35 +80,29 @@ impl Router {
             Err(_) => return None,
         };
         if failed.class == Some(ErrorClass::Overloaded) {
-            return Some(Verdict {
-                kind: VerdictKind::Failing,
-                reason: format!("overloaded: {}", failed.reason),
-                first_token_ms: None,
-                ceiling_ms: None,
-            });
+            return Some(Verdict::new(
+                VerdictKind::Failing,
+                format!("overloaded: {}", failed.reason),
+            ));
         }
         // A stream cut mid-answer is judged at once: the next request must not
         // start on an entry that drops its connections.
         if failed.kind == Some(FailureKind::StreamCut) && !failed.partial.is_empty() {
-            return Some(Verdict {
-                kind: VerdictKind::Degraded,
-                reason: format!("degraded: an answer was cut: {}", failed.reason),
-                first_token_ms: None,
-                ceiling_ms: None,
-            });
+            return Some(Verdict::new(
+                VerdictKind::Degraded,
+                format!("degraded: an answer was cut: {}", failed.reason),
+            ));
         }
         let degraded = matches!(failed.outcome, Outcome::Degraded(_))
             || failed.kind == Some(FailureKind::Malformed);
         if degraded && self.beacons.strike(entry) >= STRIKES {
-            return Some(Verdict {
-                kind: VerdictKind::Degraded,
-                reason: format!(
+            return Some(Verdict::new(
+                VerdictKind::Degraded,
+                format!(
                     "degraded: {STRIKES} answers in a row, last: {}",
                     failed.reason
                 ),
-                first_token_ms: None,
-                ceiling_ms: None,
-            });
+            ));
         }
         None
     }
