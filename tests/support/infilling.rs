@@ -171,18 +171,12 @@ fn reason_of(logged: &str) -> &str {
     reason.split(';').next().unwrap_or(reason).trim()
 }
 
+/// The first item's text (the server sends plain text, never a snippet).
 fn first_item(response: &Value) -> String {
-    let item = &response["result"]["items"][0]["insertText"];
-    match item {
-        Value::String(text) => text.clone(),
-        // A snippet string.
-        Value::Object(snippet) => snippet
-            .get("value")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned(),
-        _ => String::new(),
-    }
+    response["result"]["items"][0]["insertText"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
 }
 
 /// Whether the task's tests pass with `completion` typed in (python3, 10 s).
