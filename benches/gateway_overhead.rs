@@ -7,6 +7,8 @@
 //! Run: `cargo bench --bench gateway_overhead`
 //! (`GATEWAY_RATES=100,500,1000`, `GATEWAY_SECONDS=5` per rate and path,
 //! `GATEWAY_STATE=memory` to leave out the shared-state files,
+//! `GATEWAY_UPSTREAM=close` for a fake that closes every connection after its
+//! reply instead of keeping it for the next request as the real APIs do,
 //! `GATEWAY_BASELINE_BIN=/path/to/other/switchyard` to measure a second gateway
 //! binary, "gw (baseline)", at each rate right after this one, with its own
 //! state directory, and print the ratio of the two added p99s).
@@ -164,6 +166,12 @@ async fn main() {
     let baseline_bin = std::env::var_os("GATEWAY_BASELINE_BIN");
 
     let fake = FakeProvider::start().await;
+    // Real providers keep connections open; the tests' fake closes each one
+    // unless told otherwise, which costs both paths a connect per request.
+    let upstream = std::env::var("GATEWAY_UPSTREAM").unwrap_or_else(|_| "keep-alive".into());
+    if upstream != "close" {
+        fake.keep_connections();
+    }
     let home = tempfile::tempdir().unwrap();
     // `GATEWAY_STATE=memory` isolates the gateway from its shared-state backend.
     let state = std::env::var("GATEWAY_STATE").unwrap_or_else(|_| "file".into());
@@ -196,7 +204,7 @@ async fn main() {
     }
     let pids: Vec<String> = gateways.iter().map(|g| g.pid.to_string()).collect();
     println!(
-        "gateway overhead ({seconds} s per rate and path, open loop, state {state}; gateway pid {})",
+        "gateway overhead ({seconds} s per rate and path, open loop, state {state}, upstream {upstream}; gateway pid {})",
         pids.join(", baseline pid ")
     );
     if let Some(bin) = &baseline_bin {

@@ -10,11 +10,14 @@
 //! chunked body. Responses are the real wire formats: SSE over chunked
 //! transfer encoding, error bodies as each API sends them, rate-limit headers
 //! in each API's names. Every response closes its connection, so a client
-//! never reuses one and each attempt is one connection. Dropping the
-//! [`FakeProvider`] stops the server and every connection it holds.
+//! never reuses one and each attempt is one connection, unless
+//! [`FakeProvider::keep_connections`] asks it to keep them open as the real APIs
+//! do (benchmarks). Dropping the [`FakeProvider`] stops the server and every
+//! connection it holds.
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -286,6 +289,7 @@ struct Shared {
     script: Mutex<Script>,
     requests: Mutex<Vec<RecordedRequest>>,
     quota: Mutex<Option<Quota>>,
+    keep_connections: AtomicBool,
 }
 
 /// A requests-per-minute quota the fake enforces like a provider: a token
@@ -353,6 +357,7 @@ impl FakeProvider {
             }),
             requests: Mutex::new(Vec::new()),
             quota: Mutex::new(None),
+            keep_connections: AtomicBool::new(false),
         });
         let server = tokio::spawn(accept(listener, shared.clone()));
         FakeProvider {
@@ -374,6 +379,13 @@ impl FakeProvider {
     /// The base URL for an OpenAI-compatible provider (it appends `/chat/completions`).
     pub fn openai_url(&self) -> String {
         format!("http://{}/v1", self.addr)
+    }
+
+    /// From now on a connection stays open after a reply whose body ended
+    /// cleanly, for the client's next request, as the real APIs' servers do.
+    pub fn keep_connections(&self) -> &Self {
+        self.shared.keep_connections.store(true, Ordering::Relaxed);
+        self
     }
 
     /// Queues `behaviour` for the next request not yet scripted.
@@ -461,6 +473,9 @@ async fn accept(listener: TcpListener, shared: Arc<Shared>) {
         tokio::select! {
             accepted = listener.accept() => {
                 if let Ok((socket, _)) = accepted {
+                    // Each event goes out as it is written, as servers that
+                    // stream do (Nagle would hold it for the client's ACK).
+                    let _ = socket.set_nodelay(true);
                     connections.spawn(serve(socket, shared.clone()));
                 }
             }
@@ -469,10 +484,26 @@ async fn accept(listener: TcpListener, shared: Arc<Shared>) {
     }
 }
 
+/// Answers the requests on one connection: one, or one after another while
+/// connections are kept and each reply ends cleanly.
 async fn serve(mut socket: TcpStream, shared: Arc<Shared>) {
-    let Some(request) = read_request(&mut socket).await else {
-        return;
-    };
+    let mut unread = Vec::new();
+    while let Some(request) = read_request(&mut socket, &mut unread).await {
+        let keep_open = shared.keep_connections.load(Ordering::Relaxed);
+        let answered = answer(&mut socket, &shared, request, keep_open).await;
+        if !(keep_open && answered) {
+            return;
+        }
+    }
+}
+
+/// Sends one request its reply; whether the connection can take another.
+async fn answer(
+    socket: &mut TcpStream,
+    shared: &Shared,
+    request: RecordedRequest,
+    keep_open: bool,
+) -> bool {
     // Canaries get the default behaviour and leave the script to the
     // requests it was written for.
     let mut behaviour = {
@@ -509,23 +540,29 @@ async fn serve(mut socket: TcpStream, shared: Arc<Shared>) {
         .to_owned();
     shared.requests.lock().unwrap().push(request);
     // Write errors mean the client hung up (a timeout fired): nothing to do.
-    let _ = match wire {
-        Some(wire) => reply::respond(&mut socket, wire, reply::plan(behaviour), &bearer).await,
-        None => {
-            reply::write_error(
-                &mut socket,
-                404,
-                "Not Found",
-                &[],
-                &json!({"error": {"message": "no such route"}}),
-            )
-            .await
+    match wire {
+        Some(wire) => {
+            let reply = reply::plan(behaviour);
+            let keep_open = keep_open && reply.ends_cleanly();
+            let sent = reply::respond(socket, wire, reply, &bearer, keep_open).await;
+            keep_open && sent.is_ok()
         }
-    };
+        None => reply::write_error(
+            socket,
+            404,
+            "Not Found",
+            &[],
+            &json!({"error": {"message": "no such route"}}),
+            keep_open,
+        )
+        .await
+        .is_ok_and(|()| keep_open),
+    }
 }
 
-async fn read_request(socket: &mut TcpStream) -> Option<RecordedRequest> {
-    let mut buffer = Vec::new();
+/// Reads the next request; `buffer` holds what was read past it (the start of
+/// the next request on a kept connection) and is carried to the next call.
+async fn read_request(socket: &mut TcpStream, buffer: &mut Vec<u8>) -> Option<RecordedRequest> {
     let mut chunk = [0u8; 8192];
     let head_end = loop {
         if let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
@@ -552,15 +589,15 @@ async fn read_request(socket: &mut TcpStream) -> Option<RecordedRequest> {
         .find(|(name, _)| name == "content-length")
         .and_then(|(_, value)| value.parse().ok())
         .unwrap_or(0);
-    let mut body = buffer[head_end + 4..].to_vec();
-    while body.len() < length {
+    while buffer.len() < head_end + 4 + length {
         let read = socket.read(&mut chunk).await.ok()?;
         if read == 0 {
             return None;
         }
-        body.extend_from_slice(&chunk[..read]);
+        buffer.extend_from_slice(&chunk[..read]);
     }
-    let body = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let request: Vec<u8> = buffer.drain(..head_end + 4 + length).collect();
+    let body = serde_json::from_slice(&request[head_end + 4..]).unwrap_or(Value::Null);
     Some(RecordedRequest {
         at,
         method,

@@ -222,6 +222,19 @@ impl LspClient {
             .await;
     }
 
+    /// Waits until the server's log contains `needle`.
+    pub async fn wait_for_log(&self, needle: &str) {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        while !self.log().contains(needle) {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the log never said {needle:?}:\n{}",
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     /// Waits until the local model is loaded (the loader logs it; with progress
     /// capability the end of the load progress also says it).
     pub async fn wait_for_model(&mut self) {

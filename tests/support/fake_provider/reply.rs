@@ -23,6 +23,18 @@ pub(super) struct Reply {
     body: ReplyBody,
 }
 
+impl Reply {
+    /// Whether the connection is fit for another request once this reply is
+    /// sent: its body ends where the framing says (faults cut or reset it).
+    pub(super) fn ends_cleanly(&self) -> bool {
+        match &self.body {
+            ReplyBody::Reset => false,
+            ReplyBody::Error(_) => true,
+            ReplyBody::Stream(answer) => answer.ending == Ending::Terminal,
+        }
+    }
+}
+
 enum ReplyBody {
     Reset,
     Error(Failure),
@@ -185,14 +197,15 @@ pub(super) fn split(text: &str, chunks: usize) -> Vec<String> {
 }
 
 /// Sends `reply` in `wire`'s format. `bearer` is the key the request carried
-/// (OpenAI's 401 quotes it back).
+/// (OpenAI's 401 quotes it back); `keep_open` leaves out `connection: close`.
 pub(super) async fn respond(
     socket: &mut TcpStream,
     wire: Wire,
     reply: Reply,
     bearer: &str,
+    keep_open: bool,
 ) -> std::io::Result<()> {
-    tokio::time::sleep(reply.head_delay).await;
+    pause(reply.head_delay).await;
     let mut headers = match (&reply.limits, wire) {
         (Some(limits), Wire::Anthropic) => anthropic::rate_limit_headers(limits),
         (Some(limits), Wire::OpenAi) => openai::rate_limit_headers(limits),
@@ -215,6 +228,7 @@ pub(super) async fn respond(
                 "text/plain",
                 Some(text.len()),
                 &headers,
+                keep_open,
             )
             .await?;
             socket.write_all(text.as_bytes()).await?;
@@ -228,7 +242,7 @@ pub(super) async fn respond(
                 Wire::Anthropic => anthropic::failure(failure),
                 Wire::OpenAi => openai::failure(failure, bearer),
             };
-            write_error(socket, status, reason, &headers, &body).await
+            write_error(socket, status, reason, &headers, &body, keep_open).await
         }
         ReplyBody::Stream(answer) => {
             write_head(
@@ -238,6 +252,7 @@ pub(super) async fn respond(
                 "text/event-stream; charset=utf-8",
                 None,
                 &headers,
+                keep_open,
             )
             .await?;
             match wire {
@@ -245,6 +260,14 @@ pub(super) async fn respond(
                 Wire::OpenAi => openai::stream(socket, answer).await,
             }
         }
+    }
+}
+
+/// Waits `delay`; no delay sends at once (a zero-length `sleep` would wait for
+/// the timer's next millisecond tick, on every event).
+async fn pause(delay: Duration) {
+    if !delay.is_zero() {
+        tokio::time::sleep(delay).await;
     }
 }
 
@@ -256,10 +279,12 @@ async fn write_head(
     content_type: &str,
     length: Option<usize>,
     headers: &[(String, String)],
+    keep_open: bool,
 ) -> std::io::Result<()> {
-    let mut head = format!(
-        "HTTP/1.1 {status} {reason}\r\ncontent-type: {content_type}\r\nconnection: close\r\n"
-    );
+    let mut head = format!("HTTP/1.1 {status} {reason}\r\ncontent-type: {content_type}\r\n");
+    if !keep_open {
+        head.push_str("connection: close\r\n");
+    }
     match length {
         Some(length) => head.push_str(&format!("content-length: {length}\r\n")),
         None => head.push_str("transfer-encoding: chunked\r\ncache-control: no-cache\r\n"),
@@ -278,6 +303,7 @@ pub(super) async fn write_error(
     reason: &str,
     headers: &[(String, String)],
     body: &Value,
+    keep_open: bool,
 ) -> std::io::Result<()> {
     let body = body.to_string();
     write_head(
@@ -287,6 +313,7 @@ pub(super) async fn write_error(
         "application/json",
         Some(body.len()),
         headers,
+        keep_open,
     )
     .await?;
     socket.write_all(body.as_bytes()).await?;
@@ -329,7 +356,7 @@ where
     D: Fn(&str) -> String,
     I: Fn(usize) -> String,
 {
-    tokio::time::sleep(answer.first_token_delay).await;
+    pause(answer.first_token_delay).await;
     for index in 0..=answer.deltas.len() {
         match answer.ending {
             // Dropping the socket mid-body: no final chunk, so the client sees a broken body.
@@ -350,13 +377,13 @@ where
         if let Some((n, stall)) = answer.stall
             && n == index
         {
-            tokio::time::sleep(stall).await;
+            pause(stall).await;
         }
         let Some(text) = answer.deltas.get(index) else {
             break;
         };
         if index > 0 {
-            tokio::time::sleep(answer.delay).await;
+            pause(answer.delay).await;
         }
         chunk(socket, &(events.delta)(text)).await?;
     }
