@@ -68,6 +68,50 @@ async fn inline_completion_on_the_real_model_returns_ghost_text_at_the_cursor() 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cursor_shown_while_the_model_loads_is_warm_once_the_model_is_ready() {
+    let mut client = LspClient::spawn(ServerOptions::default()).await;
+    // A budget long enough for a cold prompt: what is checked is that the first
+    // request finds its prompt already in the cache, not that it fits in time.
+    let options = json!({"local": {"auto_pull": false}, "autocomplete": {"input_tokens": 256, "budget_ms": 10000}});
+    client.initialize(vscode_like_capabilities(), options).await;
+    let (text, line, character) = sample_with_gap();
+    client.open(URI, &text).await;
+    // VS Code asks for the code actions at the cursor whenever it moves.
+    let cursor = json!({"line": line, "character": character});
+    client
+        .call(
+            "textDocument/codeAction",
+            json!({"textDocument": {"uri": URI}, "range": {"start": cursor, "end": cursor}, "context": {"diagnostics": []}}),
+        )
+        .await;
+    client
+        .wait_for_log("prewarm deferred until the model is ready")
+        .await;
+    client.wait_for_model().await;
+    client.wait_for_log("prewarm done").await;
+
+    let response = client.inline_completion(URI, line, character).await;
+
+    assert!(
+        response["result"]["items"]
+            .as_array()
+            .is_some_and(|items| !items.is_empty()),
+        "{response}"
+    );
+    let log = client.log();
+    let decoded: usize = log
+        .lines()
+        .find(|l| l.contains("decoded=") && l.contains("generated="))
+        .and_then(|l| l.split("decoded=").nth(1)?.split(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no completion line in the log:\n{log}"));
+    assert!(
+        decoded <= 2,
+        "the prompt should already be in the cache, but {decoded} tokens were decoded"
+    );
+    client.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn helix_style_completion_items_carry_the_text_edit() {
     let mut client = started(helix_like_capabilities()).await;
     let (text, line, character) = sample_with_gap();

@@ -9,7 +9,7 @@
 pub mod postprocess;
 pub mod typethrough;
 
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use dashmap::DashMap;
@@ -143,6 +143,15 @@ pub struct CompletionService {
     anchors: DashMap<String, usize>,
     /// The running request per document; a newer one cancels it.
     inflight: DashMap<String, CancelFlag>,
+    /// The latest prewarm asked for while the model was loading, run once it is
+    /// ready, so the first suggestion in a document opened meanwhile is warm.
+    deferred_prewarm: Mutex<Option<DeferredPrewarm>>,
+}
+
+struct DeferredPrewarm {
+    doc: String,
+    rope: Rope,
+    cursor: usize,
 }
 
 impl CompletionService {
@@ -154,6 +163,7 @@ impl CompletionService {
             type_through: TypeThrough::default(),
             anchors: DashMap::new(),
             inflight: DashMap::new(),
+            deferred_prewarm: Mutex::new(None),
         }
     }
 
@@ -203,10 +213,35 @@ impl CompletionService {
     }
 
     /// Fills the engine's cache for a likely next request (after an edit, debounced).
+    /// While the model loads, the latest such request waits for [`Self::model_ready`].
     pub fn prewarm(&self, doc: &str, rope: &Rope, cursor: usize) {
         let config = self.config();
-        if let (true, Ok((engine, info))) = (config.enabled, self.engine()) {
-            engine.prewarm(self.window(doc, rope, cursor, &info, &config));
+        if !config.enabled {
+            return;
+        }
+        match self.engine() {
+            Ok((engine, info)) => engine.prewarm(self.window(doc, rope, cursor, &info, &config)),
+            Err(_) => {
+                tracing::debug!("prewarm deferred until the model is ready");
+                *self.deferred_prewarm.lock().expect("deferred prewarm lock") =
+                    Some(DeferredPrewarm {
+                        doc: doc.to_owned(),
+                        rope: rope.clone(),
+                        cursor,
+                    });
+            }
+        }
+    }
+
+    /// Runs the prewarm deferred while the model was loading.
+    pub fn model_ready(&self) {
+        let deferred = self
+            .deferred_prewarm
+            .lock()
+            .expect("deferred prewarm lock")
+            .take();
+        if let Some(DeferredPrewarm { doc, rope, cursor }) = deferred {
+            self.prewarm(&doc, &rope, cursor);
         }
     }
 
@@ -236,6 +271,10 @@ impl CompletionService {
     /// Drops what is cached for a closed document.
     pub fn forget(&self, doc: &str) {
         self.anchors.remove(doc);
+        self.deferred_prewarm
+            .lock()
+            .expect("deferred prewarm lock")
+            .take_if(|deferred| deferred.doc == doc);
         self.type_through.forget(doc);
         if let Some((_, flag)) = self.inflight.remove(doc) {
             flag.cancel();

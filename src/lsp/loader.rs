@@ -61,7 +61,10 @@ pub async fn load(
         ongoing.finish_with_message(message.clone()).await;
     }
     match ready {
-        Ok(_) => tracing::info!("{message}"),
+        Ok(_) => {
+            tracing::info!("{message}");
+            service.model_ready();
+        }
         Err(e) => report_failure(&client, e.to_string()).await,
     }
 }

@@ -31,7 +31,8 @@ use super::{
 };
 use crate::cancel::CancelFlag;
 use load::{
-    backend, context_params, fim_tokens, load_model, measure_prompt_speed, sized_input_budget,
+    backend, context_params, fim_tokens, load_model, measure_prompt_speed, resized_input_budget,
+    sized_input_budget,
 };
 use prefill::SyncError;
 
@@ -62,9 +63,11 @@ pub(super) fn run(options: EngineOptions, rx: Receiver<Job>, status: watch::Send
         Err(reason) => return fail(&status, rx, reason),
     };
     let input_budget = sized_input_budget(options.budget.input, speed);
-    // Room for a completion or a chat answer (explain downshifted to local) after the prompt.
-    let context_tokens =
-        (input_budget + options.max_output_tokens.max(super::CHAT_OUTPUT_TOKENS) + CHUNK) as u32;
+    // Room for the configured input (the sized budget follows the measured speed
+    // up to it) and a completion or a chat answer (explain downshifted to local).
+    let context_tokens = (options.budget.input
+        + options.max_output_tokens.max(super::CHAT_OUTPUT_TOKENS)
+        + CHUNK) as u32;
     let params = context_params(context_tokens, threads);
     let ctx = match model.new_context(backend, params) {
         Ok(ctx) => ctx,
@@ -90,6 +93,7 @@ pub(super) fn run(options: EngineOptions, rx: Receiver<Job>, status: watch::Send
             input: input_budget,
             suffix: options.budget.suffix,
         },
+        configured_input: options.budget.input,
         reuse_cache: options.reuse_cache,
         cached: Vec::new(),
         cached_suffix: None,
@@ -99,8 +103,12 @@ pub(super) fn run(options: EngineOptions, rx: Receiver<Job>, status: watch::Send
         token_cost: Duration::from_secs_f64(4.0 / speed),
         rx,
         pending: VecDeque::new(),
+        info,
+        status,
     };
-    let _ = status.send(EngineStatus::Ready(info));
+    engine
+        .status
+        .send_replace(EngineStatus::Ready(engine.info.clone()));
     engine.serve();
 }
 
@@ -140,7 +148,9 @@ struct Engine<'m> {
     context_tokens: u32,
     threads: usize,
     fim: FimTokens,
+    /// The input budget follows the measured prompt speed, up to the configured one.
     budget: PromptBudget,
+    configured_input: usize,
     reuse_cache: bool,
     /// The token at each KV cache position, in order.
     cached: Vec<i32>,
@@ -148,11 +158,16 @@ struct Engine<'m> {
     batch: LlamaBatch<'static>,
     /// Batch index of the last decoded token, whose logits start generation.
     logits_index: i32,
-    /// Expected time to decode a full prompt chunk, and one generated token (a running average).
+    /// Expected time to decode a full prompt chunk, and one generated token
+    /// (moving averages over real decodes, so they follow the machine's load).
     chunk_cost: Duration,
     token_cost: Duration,
     rx: Receiver<Job>,
     pending: VecDeque<Job>,
+    /// What the completion service sizes its windows by; republished when the
+    /// speed moves the input budget.
+    info: ModelInfo,
+    status: watch::Sender<EngineStatus>,
 }
 
 impl Engine<'_> {
@@ -173,8 +188,13 @@ impl Engine<'_> {
                             deadline: None,
                             preemptible: true,
                         };
-                        if let Err(e) = self.sync_prompt(&prompt, &background) {
-                            tracing::debug!("prewarm stopped: {e}");
+                        match self.sync_prompt(&prompt, &background) {
+                            Ok(decoded) => tracing::debug!(
+                                decoded,
+                                prompt = prompt.tokens.len(),
+                                "prewarm done"
+                            ),
+                            Err(e) => tracing::debug!("prewarm stopped: {e}"),
                         }
                     }
                 }
@@ -215,6 +235,33 @@ impl Engine<'_> {
             Some(Stopped::Preempted)
         } else {
             None
+        }
+    }
+
+    /// Folds one prompt chunk's decode time into the chunk cost and, when the
+    /// speed it implies moves the input budget by more than a fifth, resizes the
+    /// budget and republishes it: a busy machine gets windows it can fill in
+    /// time, an idle one gets its context back.
+    fn note_prompt_chunk(&mut self, tokens: usize, took: Duration) {
+        // Short chunks are mostly fixed overhead; they would overstate the cost.
+        if tokens < CHUNK / 2 {
+            return;
+        }
+        let full_chunk = took.mul_f64(CHUNK as f64 / tokens as f64);
+        self.chunk_cost = (self.chunk_cost * 3 + full_chunk) / 4;
+        let speed = CHUNK as f64 / self.chunk_cost.as_secs_f64().max(1e-6);
+        if let Some(budget) = resized_input_budget(self.budget.input, self.configured_input, speed)
+        {
+            tracing::info!(
+                prompt_tokens_per_s = speed.round(),
+                input_budget = budget,
+                "prompt speed changed; input budget resized"
+            );
+            self.budget.input = budget;
+            self.info.prompt_tokens_per_s = speed;
+            self.info.input_budget = budget;
+            self.status
+                .send_replace(EngineStatus::Ready(self.info.clone()));
         }
     }
 

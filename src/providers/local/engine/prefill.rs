@@ -4,6 +4,8 @@
 //! (a RoPE shift through the parking sequence) and decodes the rest in chunks,
 //! checking the cancel flag, deadline and newer jobs between chunks.
 
+use std::time::Instant;
+
 use llama_cpp_2::token::LlamaToken;
 
 use super::load::context_params;
@@ -101,11 +103,13 @@ impl Engine<'_> {
                 // Capacity is CHUNK and the chunk never exceeds it.
                 let _ = self.batch.add(LlamaToken(token), pos as i32, &[MAIN], last);
             }
+            let started = Instant::now();
             if let Err(e) = self.ctx.decode(&mut self.batch) {
                 tracing::error!("llama.cpp decode failed: {e}; clearing the cache");
                 self.reset_cache();
                 return Err(Stopped::Cancelled);
             }
+            self.note_prompt_chunk(end - start, started.elapsed());
             self.logits_index = (end - start) as i32 - 1;
             self.cached.extend_from_slice(&target[start..end]);
             *decoded += end - start;
