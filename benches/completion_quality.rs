@@ -83,7 +83,9 @@ async fn run(
         attempts.push(infilling::attempt(&mut client, task, i, arrival, idle).await);
     }
     if let Ok(dir) = std::env::var("QUALITY_OUT") {
-        let path = PathBuf::from(dir).join(format!("server-{budget_ms}-{arrival:?}.log"));
+        let dir = PathBuf::from(dir);
+        std::fs::create_dir_all(&dir).expect("QUALITY_OUT can be created");
+        let path = dir.join(format!("server-{budget_ms}-{arrival:?}.log"));
         std::fs::write(path, client.log()).expect("QUALITY_OUT is writable");
     }
     client.shutdown().await;

@@ -239,7 +239,7 @@ impl Engine<'_> {
     }
 
     /// Folds one prompt chunk's decode time into the chunk cost and, when the
-    /// speed it implies moves the input budget by more than a fifth, resizes the
+    /// speed it implies moves the input budget by more than a third, resizes the
     /// budget and republishes it: a busy machine gets windows it can fill in
     /// time, an idle one gets its context back.
     fn note_prompt_chunk(&mut self, tokens: usize, took: Duration) {
@@ -248,7 +248,7 @@ impl Engine<'_> {
             return;
         }
         let full_chunk = took.mul_f64(CHUNK as f64 / tokens as f64);
-        self.chunk_cost = (self.chunk_cost * 3 + full_chunk) / 4;
+        self.chunk_cost = (self.chunk_cost * 7 + full_chunk) / 8;
         let speed = CHUNK as f64 / self.chunk_cost.as_secs_f64().max(1e-6);
         if let Some(budget) = resized_input_budget(self.budget.input, self.configured_input, speed)
         {

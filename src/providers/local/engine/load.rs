@@ -122,16 +122,17 @@ pub(super) fn sized_input_budget(configured: usize, tokens_per_s: f64) -> usize 
     configured.min(affordable.max(MIN_INPUT_BUDGET))
 }
 
-/// The input budget for `tokens_per_s`, when it is more than a fifth away from
+/// The input budget for `tokens_per_s`, when it is more than a third away from
 /// `current`: a resized budget moves the next window, which then starts cold, so
-/// small wobbles of the speed leave it alone.
+/// the wobble of an idle machine (±20 %, and later chunks of a long prompt are
+/// slower) leaves it alone while a busy machine (half the speed) does not.
 pub(super) fn resized_input_budget(
     current: usize,
     configured: usize,
     tokens_per_s: f64,
 ) -> Option<usize> {
     let budget = sized_input_budget(configured, tokens_per_s);
-    (budget.abs_diff(current) * 5 > current).then_some(budget)
+    (budget.abs_diff(current) * 3 > current).then_some(budget)
 }
 
 #[cfg(test)]
@@ -141,13 +142,13 @@ mod tests {
     #[test]
     fn the_budget_follows_large_speed_changes_only() {
         // 400 tokens at 100 tokens/s; the machine gets busy, then idle again.
-        assert_eq!(resized_input_budget(400, 2000, 90.0), None);
-        assert_eq!(resized_input_budget(400, 2000, 70.0), Some(280));
-        assert_eq!(resized_input_budget(280, 2000, 30.0), None, "at the floor");
+        assert_eq!(resized_input_budget(400, 2000, 70.0), None);
+        assert_eq!(resized_input_budget(400, 2000, 50.0), Some(256));
+        assert_eq!(resized_input_budget(256, 2000, 30.0), None, "at the floor");
         assert_eq!(resized_input_budget(256, 2000, 100.0), Some(400));
         assert_eq!(
-            resized_input_budget(400, 300, 100.0),
-            Some(300),
+            resized_input_budget(400, 200, 100.0),
+            Some(200),
             "never above the configured budget"
         );
     }
