@@ -82,7 +82,7 @@ enum ConfigAction {
 /// libgomp's default spins for a long time; when another process holds a core
 /// (a build, an indexer), the spinning thread burns its time slice waiting for
 /// a sibling that is not running: prompt speed under a CPU hog on every core
-/// fell to 11 tokens/s, against 40 with this bound, and idle latency is the
+/// fell to 11 tokens/s, against 40-48 with this bound, and idle latency is the
 /// same (BENCHMARKS.md, completion quality on a loaded machine).
 const OPENMP_SPIN_COUNT: &str = "10000";
 
