@@ -180,16 +180,21 @@ impl LspClient {
                 .await
                 .expect("timed out waiting for the server")
                 .expect("server closed stdout");
-            if message.get("method").is_some() {
-                self.seen.push(message.clone());
-                if message.get("id").is_some() {
-                    self.answer_server_request(&message).await;
-                }
-            }
+            self.take_in(&message).await;
             if matches(&message) {
                 return message;
             }
             self.backlog.push_back(message);
+        }
+    }
+
+    /// Notes a message from the server and answers it if it is a request.
+    async fn take_in(&mut self, message: &Value) {
+        if message.get("method").is_some() {
+            self.seen.push(message.clone());
+            if message.get("id").is_some() {
+                self.answer_server_request(message).await;
+            }
         }
     }
 
@@ -222,8 +227,9 @@ impl LspClient {
             .await;
     }
 
-    /// Waits until the server's log contains `needle`.
-    pub async fn wait_for_log(&self, needle: &str) {
+    /// Waits until the server's log contains `needle`, answering what the server
+    /// asks meanwhile (progress tokens, configuration) as an editor does.
+    pub async fn wait_for_log(&mut self, needle: &str) {
         let deadline = tokio::time::Instant::now() + WAIT;
         while !self.log().contains(needle) {
             assert!(
@@ -231,7 +237,11 @@ impl LspClient {
                 "the log never said {needle:?}:\n{}",
                 self.log()
             );
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            let next = tokio::time::timeout(Duration::from_millis(100), self.incoming.recv());
+            if let Ok(Some(message)) = next.await {
+                self.take_in(&message).await;
+                self.backlog.push_back(message);
+            }
         }
     }
 
