@@ -6,11 +6,18 @@
 //! Run: `cargo bench --bench completion_latency` (fetch the model first with
 //! `models/fetch-test-model.sh`). `NAIVE_EVERY=N` samples every Nth request for
 //! the naive engine (default 5), whose requests take seconds each.
+//!
+//! A request after switching to another file and back is timed with and
+//! without the recent prompts kept (`local.recent_prompts = 0`).
+//! The script also runs with speculative decoding off (`local.draft_tokens = 0`)
+//! and, unless `LATENCY_HOG=0`, again on a fresh engine while busy loops hold
+//! every core (a build beside the editor).
 
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use cpu_hog::CpuHog;
 use ropey::Rope;
 use switchyard::cancel::CancelFlag;
 use switchyard::completion::{CompletionRequest, CompletionService, NoSuggestion, Origin};
@@ -18,8 +25,13 @@ use switchyard::config::Config;
 use switchyard::local_setup;
 use switchyard::providers::local::{LocalEngine, ModelInfo};
 
+#[path = "../tests/support/cpu_hog.rs"]
+mod cpu_hog;
+
 const SAMPLE: &str = include_str!("../tests/support/sample.rs");
 const DOC: &str = "file:///bench/store.rs";
+/// Another file of the same project, for a switch away and back.
+const OTHER_FILE: &str = include_str!("../tests/support/infilling.rs");
 
 /// One step of the typing script.
 enum Step {
@@ -67,6 +79,8 @@ fn script() -> Vec<Step> {
 
 struct Sample {
     latency_ms: f64,
+    /// Draft tokens verified and accepted (speculative decoding).
+    drafts: Option<(usize, usize)>,
     decoded: Option<usize>,
     prompt: Option<usize>,
     shown: bool,
@@ -169,6 +183,7 @@ async fn run_script(service: &CompletionService, budget: Duration, every: usize)
                     }
                     samples.push(Sample {
                         latency_ms: outcome.elapsed.as_secs_f64() * 1e3,
+                        drafts: generation.as_ref().map(|g| (g.tokens_drafted, g.tokens_accepted)),
                         decoded: generation.as_ref().map(|g| g.tokens_decoded),
                         prompt: generation.as_ref().map(|g| g.prompt_tokens),
                         shown: outcome.result.is_ok(),
@@ -203,6 +218,8 @@ struct Summary {
     shown: usize,
     type_through: usize,
     missed: usize,
+    drafted: usize,
+    accepted: usize,
 }
 
 fn summarize(samples: &[&Sample]) -> Summary {
@@ -229,6 +246,8 @@ fn summarize(samples: &[&Sample]) -> Summary {
         shown: samples.iter().filter(|s| s.shown).count(),
         type_through: samples.iter().filter(|s| s.from_type_through).count(),
         missed: samples.iter().filter(|s| s.missed).count(),
+        drafted: samples.iter().filter_map(|s| s.drafts).map(|d| d.0).sum(),
+        accepted: samples.iter().filter_map(|s| s.drafts).map(|d| d.1).sum(),
     }
 }
 
@@ -271,6 +290,29 @@ async fn cold_first_completion(service: &CompletionService) -> f64 {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// A request back in a document after warming another one: what a file
+/// switch and a switch back cost. The budget is long, so a cold prompt shows
+/// its whole cost instead of an empty answer.
+async fn switch_back_ms(service: &CompletionService) -> f64 {
+    let here = Rope::from_str(SAMPLE);
+    let marker = "        let total = self.hits + self.misses;\n";
+    let cursor = here.byte_to_char(SAMPLE.find(marker).unwrap() + marker.len());
+    let there = Rope::from_str(OTHER_FILE);
+    service.warm(DOC, &here, cursor).await.ok();
+    service
+        .warm("file:///bench/other.rs", &there, there.len_chars() / 2)
+        .await
+        .ok();
+    let request = CompletionRequest {
+        doc: DOC.into(),
+        rope: here,
+        cursor,
+        deadline: tokio::time::Instant::now() + Duration::from_secs(30),
+        cancel: CancelFlag::default(),
+    };
+    service.complete(request).await.elapsed.as_secs_f64() * 1e3
 }
 
 /// RSS of `switchyard serve` after initialize, with no model to load.
@@ -316,7 +358,7 @@ fn model_calls(samples: &[Sample]) -> Vec<&Sample> {
 
 fn row(name: &str, s: &Summary) -> String {
     format!(
-        "| {name} | {} | {:.0} | {:.0} | {:.0}–{:.0} | {:.0} of {:.0} | {} ({} type-through) | {} |",
+        "| {name} | {} | {:.0} | {:.0} | {:.0}–{:.0} | {:.0} of {:.0} | {} ({} type-through) | {} | {} of {} |",
         s.n,
         s.p50,
         s.p95,
@@ -326,12 +368,24 @@ fn row(name: &str, s: &Summary) -> String {
         s.prompt_p50,
         s.shown,
         s.type_through,
-        s.missed
+        s.missed,
+        s.accepted,
+        s.drafted
     )
 }
 
-#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-async fn main() {
+fn main() {
+    // As the server does: the bound matters under the hog below.
+    switchyard::openmp::bound_spinning();
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+        .block_on(measure());
+}
+
+async fn measure() {
     let every: usize = std::env::var("NAIVE_EVERY")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -344,19 +398,50 @@ async fn main() {
     let ours_samples = run_script(&service, budget, 1).await;
     let ours_all = summarize(&ours_samples.iter().collect::<Vec<_>>());
     let ours = summarize(&model_calls(&ours_samples));
+    let switch_back = switch_back_ms(&service).await;
     drop(service);
 
+    // Switching back without the recent prompts kept in memory.
+    let mut forgetful_config = config.clone();
+    forgetful_config.local.recent_prompts = 0;
+    let (forgetful, _, _) = engine_service(&forgetful_config, true).await;
+    let cold_switch_back = switch_back_ms(&forgetful).await;
+    drop(forgetful);
+
+    // The same engine without speculative decoding, the same script and budget.
+    let mut plain_config = config.clone();
+    plain_config.local.draft_tokens = 0;
+    let (plain_service, _, _) = engine_service(&plain_config, true).await;
+    let plain = summarize(&model_calls(&run_script(&plain_service, budget, 1).await));
+    drop(plain_service);
+
+    // The script again while busy loops hold every core (a build beside the editor).
+    let hogged = if std::env::var("LATENCY_HOG").as_deref() != Ok("0") {
+        let _hog = CpuHog::start();
+        let (hog_service, _, _) = engine_service(&config, true).await;
+        let hogged = summarize(&model_calls(&run_script(&hog_service, budget, 1).await));
+        drop(hog_service);
+        Some(hogged)
+    } else {
+        None
+    };
+
+    if std::env::var_os("BENCH_ONLY_SWITCHYARD").is_some() {
+        println!(
+            "{}\n{}\n{}",
+            row("switchyard, every keystroke", &ours_all),
+            row("switchyard, model calls", &ours),
+            row("switchyard without drafting, model calls", &plain)
+        );
+        if let Some(hogged) = &hogged {
+            println!("{}", row("switchyard under a CPU hog, model calls", hogged));
+        }
+        return;
+    }
     // The naive engine gets all the time it needs: its latency, not the budget, is measured.
     let mut naive_config = config.clone();
     naive_config.autocomplete.precompute_next = false;
-    if std::env::var_os("BENCH_ONLY_SWITCHYARD").is_some() {
-        println!(
-            "{}\n{}",
-            row("switchyard, every keystroke", &ours_all),
-            row("switchyard, model calls", &ours)
-        );
-        return;
-    }
+    naive_config.local.draft_tokens = 0;
     let (naive_service, _, _) = engine_service(&naive_config, false).await;
     let naive_samples = run_script(&naive_service, Duration::from_secs(120), every).await;
     let naive = summarize(&model_calls(&naive_samples));
@@ -373,14 +458,17 @@ async fn main() {
     );
     println!("cold first completion (just-opened document, no prewarm): {cold_ms:.0} ms");
     println!(
+        "switch to another file and back: {switch_back:.0} ms with recent prompts kept, {cold_switch_back:.0} ms without"
+    );
+    println!(
         "idle RSS of `switchyard serve` without a model: {} KiB",
         rss.map_or("n/a".into(), |r| r.to_string())
     );
     println!();
     println!(
-        "| requests | count | p50 ms | p95 ms | min–max ms | tokens decoded p50 (of prompt) | suggestions | missed budget |"
+        "| requests | count | p50 ms | p95 ms | min–max ms | tokens decoded p50 (of prompt) | suggestions | missed budget | drafts accepted |"
     );
-    println!("|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|");
     println!(
         "{}",
         row(
@@ -392,6 +480,16 @@ async fn main() {
         "{}",
         row("switchyard, model calls only (KV reuse, 1 s budget)", &ours)
     );
+    println!("{}", row("the same without speculative decoding", &plain));
+    if let Some(hogged) = &hogged {
+        println!(
+            "{}",
+            row(
+                "switchyard under a CPU hog on every core, model calls",
+                hogged
+            )
+        );
+    }
     println!(
         "{}",
         row(
@@ -403,7 +501,16 @@ async fn main() {
     );
     println!();
     println!(
-        "model-call p50 ratio naive/switchyard: {:.1}x",
-        naive.p50 / ours.p50
+        "model-call p50 ratio naive/switchyard: {:.1}x; without/with drafting: {:.2}x",
+        naive.p50 / ours.p50,
+        plain.p50 / ours.p50
     );
+    if let Some(hogged) = &hogged {
+        println!(
+            "under the hog: {} of {} model calls answered within the budget ({:.0} %)",
+            hogged.n - hogged.missed,
+            hogged.n,
+            100.0 * (hogged.n - hogged.missed) as f64 / hogged.n.max(1) as f64
+        );
+    }
 }

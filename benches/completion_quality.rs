@@ -22,11 +22,10 @@
 mod support;
 
 use std::path::PathBuf;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use serde_json::json;
+use support::cpu_hog::CpuHog;
 use support::infilling::{self, Arrival, Attempt};
 use support::lsp_client::{LspClient, ServerOptions};
 
@@ -36,32 +35,6 @@ fn env_or(name: &str, default: &str) -> String {
 
 fn ms(d: Duration) -> u128 {
     d.as_millis()
-}
-
-/// Busy loops on every core until dropped.
-struct CpuHog(Arc<AtomicBool>);
-
-impl CpuHog {
-    fn start() -> CpuHog {
-        let stop = Arc::new(AtomicBool::new(false));
-        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
-        for _ in 0..cores {
-            let stop = stop.clone();
-            std::thread::spawn(move || {
-                let mut x = 0u64;
-                while !stop.load(Ordering::Relaxed) {
-                    x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
-                }
-            });
-        }
-        CpuHog(stop)
-    }
-}
-
-impl Drop for CpuHog {
-    fn drop(&mut self) {
-        self.0.store(true, Ordering::Relaxed);
-    }
 }
 
 async fn run(

@@ -11,6 +11,7 @@ pub mod local_setup;
 pub mod logging;
 pub mod lsp;
 pub mod models;
+pub mod openmp;
 pub mod paths;
 pub mod probe;
 pub mod prompts;

@@ -107,5 +107,7 @@ pub fn engine_options(model: &ResolvedModel, path: &Path, config: &Config) -> En
         },
         max_output_tokens: autocomplete.output_tokens,
         reuse_cache: true,
+        draft_tokens: config.local.draft_tokens,
+        recent_prompts: config.local.recent_prompts,
     }
 }

@@ -24,6 +24,8 @@ fn options() -> EngineOptions {
         },
         max_output_tokens: 200,
         reuse_cache: true,
+        draft_tokens: 8,
+        recent_prompts: 4,
     }
 }
 
@@ -179,12 +181,12 @@ async fn a_truncated_gguf_is_refused_without_crashing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_warm_cache_answers_like_a_fresh_context_while_typing() {
-    // A prompt below the smallest input budget any machine gets, so both engines
-    // see exactly the same tokens.
+    // A prompt below the smallest input budget any machine gets, and a suffix
+    // under a quarter of it, so both engines see exactly the same tokens.
     let small = EngineOptions {
         budget: PromptBudget {
             input: 2000,
-            suffix: 64,
+            suffix: 48,
         },
         ..options()
     };
@@ -222,4 +224,109 @@ async fn a_warm_cache_answers_like_a_fresh_context_while_typing() {
             "after typing {typed:?}"
         );
     }
+}
+
+/// Speculative decoding must not change a greedy answer: multi-line answers at
+/// several places in the sample, with n-gram drafting on and off, on the real
+/// model (a wrong logits index or a rejected draft left in the cache changes
+/// the text at once).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drafting_keeps_greedy_answers_identical() {
+    let places = [
+        "let total = ",
+        "        self.entries.retain(",
+        "    pub fn get(&mut self, key: &str) -> Option<&str> {\n",
+        "fn validate_key(",
+    ];
+    let texts: Vec<FimText> = places
+        .iter()
+        .map(|marker| {
+            let at = support::SAMPLE_RUST
+                .find(marker)
+                .unwrap_or_else(|| panic!("{marker:?} in the sample"))
+                + marker.len();
+            FimText {
+                // Under the smallest input budget (see `options`), so both
+                // engines see the same prompt however fast the machine is.
+                prefix: support::SAMPLE_RUST[at.saturating_sub(450)..at].to_owned(),
+                suffix: support::SAMPLE_RUST[at..(at + 150).min(support::SAMPLE_RUST.len())]
+                    .to_owned(),
+            }
+        })
+        .collect();
+    let answers = |draft_tokens: usize| {
+        let texts = texts.clone();
+        async move {
+            let engine = LocalEngine::spawn(EngineOptions {
+                draft_tokens,
+                ..options()
+            });
+            engine.wait_ready().await.unwrap();
+            let mut answers = Vec::new();
+            for text in texts {
+                let mut long = job(text, Duration::from_secs(120));
+                long.stop = Box::new(|_| false);
+                long.max_tokens = 48;
+                answers.push(engine.complete(long).await.unwrap());
+            }
+            engine.shutdown();
+            answers
+        }
+    };
+    let plain = answers(0).await;
+    let drafted = answers(8).await;
+    for ((place, plain), drafted) in places.iter().zip(&plain).zip(&drafted) {
+        assert_eq!(plain.tokens_drafted, 0);
+        // A choice won by a near tie may flip with the batch shape (the
+        // engine's NEAR_TIE); up to the first one the texts must be the same.
+        // On the development machine they are the same throughout.
+        let sure = plain.near_tie_at.unwrap_or(plain.text.len());
+        assert_eq!(
+            plain.text.get(..sure),
+            drafted.text.get(..sure),
+            "at {place:?}: {:?} against {:?}",
+            plain.text,
+            drafted.text
+        );
+    }
+    let accepted: usize = drafted.iter().map(|g| g.tokens_accepted).sum();
+    assert!(accepted > 0, "lookup drafts were accepted somewhere");
+}
+
+/// Switching to another document and back finds the first one's prompt in
+/// memory: only the last token is decoded again, where without kept prompts
+/// the whole prompt is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn switching_back_to_a_document_is_warm() {
+    let other = FimText {
+        prefix: "import json\n\n\ndef load_settings(path):\n    with open(path) as f:\n        data = json.load(f)\n    settings = {}\n    for key, value in data.items():\n        if key.startswith('_'):\n            continue\n        settings[key.lower()] = value\n    return ".into(),
+        suffix: "\n\n\ndef save_settings(path, settings):\n    with open(path, 'w') as f:\n        json.dump(settings, f)\n".into(),
+    };
+    let decoded_on_return = |recent_prompts: usize| {
+        let other = other.clone();
+        async move {
+            let engine = LocalEngine::spawn(EngineOptions {
+                recent_prompts,
+                ..options()
+            });
+            engine.wait_ready().await.unwrap();
+            let long = Duration::from_secs(120);
+            let first = engine.complete(job(sample_text(""), long)).await.unwrap();
+            engine.complete(job(other, long)).await.unwrap();
+            let back = engine.complete(job(sample_text(""), long)).await.unwrap();
+            engine.shutdown();
+            assert_eq!(first.text, back.text);
+            (back.tokens_decoded, back.prompt_tokens)
+        }
+    };
+    let (decoded, prompt) = decoded_on_return(4).await;
+    assert!(
+        decoded <= 2,
+        "decoded {decoded} of {prompt} after switching back"
+    );
+    let (decoded, prompt) = decoded_on_return(0).await;
+    assert!(
+        decoded > prompt / 2,
+        "without kept prompts: {decoded} of {prompt}"
+    );
 }

@@ -64,8 +64,6 @@ const ENGINE_MARGIN: Duration = Duration::from_millis(100);
 const LOCAL_SHARE: f64 = 0.4;
 /// Longest a warm-up may take.
 const WARM_LIMIT: Duration = Duration::from_secs(120);
-/// FIM special tokens and BOS, counted against the input budget.
-const SPECIAL_TOKENS: usize = 4;
 
 pub struct CompletionRequest {
     /// The document's identity (its URI) for per-document caches and superseding.
@@ -202,10 +200,7 @@ impl CompletionService {
         config: &AutocompleteConfig,
     ) -> FimText {
         let input = config.input_tokens.min(info.input_budget);
-        let budget = WindowBudget {
-            prefix_tokens: input.saturating_sub(config.suffix_tokens + SPECIAL_TOKENS),
-            suffix_tokens: config.suffix_tokens,
-        };
+        let budget = WindowBudget::for_input(input, config.suffix_tokens);
         let anchor = self.anchors.get(doc).map(|a| *a);
         let window = fim::window(rope, cursor, budget, anchor);
         self.anchors.insert(doc.to_owned(), window.anchor_line);
@@ -304,12 +299,7 @@ impl CompletionService {
             return None;
         }
         let remote = self.remote.read().expect("remote lock").clone()?;
-        let budget = WindowBudget {
-            prefix_tokens: config
-                .input_tokens
-                .saturating_sub(config.suffix_tokens + SPECIAL_TOKENS),
-            suffix_tokens: config.suffix_tokens,
-        };
+        let budget = WindowBudget::for_input(config.input_tokens, config.suffix_tokens);
         let text = fim::window(&request.rope, request.cursor, budget, None).text;
         let left = request.deadline.saturating_duration_since(Instant::now());
         let deadline = request.deadline - left.mul_f64(LOCAL_SHARE);

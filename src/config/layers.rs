@@ -245,6 +245,8 @@ impl Config {
             10_000,
         )?;
         check("local.threads", self.local.threads, 0, 256)?;
+        check("local.draft_tokens", self.local.draft_tokens, 0, 16)?;
+        check("local.recent_prompts", self.local.recent_prompts, 0, 16)?;
         if let Some(window) = &a.local_first {
             window
                 .start_minute()

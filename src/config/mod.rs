@@ -227,6 +227,13 @@ pub struct LocalConfig {
     pub model: String,
     /// Inference threads; 0 uses every available core.
     pub threads: usize,
+    /// Speculative decoding: most tokens drafted by n-gram lookup in the prompt
+    /// and verified in one batch per step; 0 turns it off. Output is unchanged.
+    pub draft_tokens: usize,
+    /// The KV caches of this many recently left prompts (other documents,
+    /// other places) are kept in memory, at most 128 MiB, so switching back is
+    /// warm; 0 keeps none.
+    pub recent_prompts: usize,
     /// Download a manifest model on first use instead of asking for `switchyard models pull`.
     pub auto_pull: bool,
 }
@@ -236,6 +243,8 @@ impl Default for LocalConfig {
         LocalConfig {
             model: String::new(),
             threads: 0,
+            draft_tokens: 8,
+            recent_prompts: 4,
             auto_pull: true,
         }
     }

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod actions;
+pub mod cpu_hog;
 pub mod fake_provider;
 pub mod gateway;
 pub mod infilling;

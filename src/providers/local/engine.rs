@@ -11,6 +11,7 @@
 
 mod load;
 mod prefill;
+mod recent;
 
 use std::collections::VecDeque;
 use std::sync::mpsc::{Receiver, TryRecvError};
@@ -21,8 +22,10 @@ use llama_cpp_2::llama_backend::LlamaBackend;
 use llama_cpp_2::llama_batch::LlamaBatch;
 use llama_cpp_2::model::{LlamaChatMessage, LlamaModel};
 use llama_cpp_2::sampling::LlamaSampler;
+use llama_cpp_2::token::LlamaToken;
 use tokio::sync::{oneshot, watch};
 
+use super::lookup;
 use super::prompt::{self, FimPrompt, FimTokens, PromptBudget};
 use super::reuse::SuffixSpan;
 use super::{
@@ -35,9 +38,14 @@ use load::{
     sized_input_budget,
 };
 use prefill::SyncError;
+use recent::RecentPrompts;
 
 /// Tokens per decode call: the cancel flag and deadline are checked between chunks.
 const CHUNK: usize = 32;
+/// A greedy choice won by less than this logit margin is a near tie: rounding
+/// differences between llama.cpp's kernels for different batch shapes (a draft
+/// verified in one batch, a token decoded alone) can flip it.
+const NEAR_TIE: f32 = 0.1;
 /// The KV sequence holding the prompt, and the one a shifted suffix waits in.
 const MAIN: i32 = 0;
 const PARKED: i32 = 1;
@@ -97,10 +105,14 @@ pub(super) fn run(options: EngineOptions, rx: Receiver<Job>, status: watch::Send
         reuse_cache: options.reuse_cache,
         cached: Vec::new(),
         cached_suffix: None,
+        recent: RecentPrompts::new(options.recent_prompts),
         batch: LlamaBatch::new(CHUNK, 1),
         logits_index: 0,
         chunk_cost: Duration::from_secs_f64(CHUNK as f64 / speed),
         token_cost: Duration::from_secs_f64(4.0 / speed),
+        draft_token_cost: Duration::from_secs_f64(1.0 / speed),
+        draft_tokens: options.draft_tokens.min(CHUNK - 1),
+        drafting: lookup::Acceptance::default(),
         rx,
         pending: VecDeque::new(),
         info,
@@ -155,6 +167,8 @@ struct Engine<'m> {
     /// The token at each KV cache position, in order.
     cached: Vec<i32>,
     cached_suffix: Option<SuffixSpan>,
+    /// Caches left for another prompt, to switch back to.
+    recent: RecentPrompts,
     batch: LlamaBatch<'static>,
     /// Batch index of the last decoded token, whose logits start generation.
     logits_index: i32,
@@ -162,6 +176,10 @@ struct Engine<'m> {
     /// (moving averages over real decodes, so they follow the machine's load).
     chunk_cost: Duration,
     token_cost: Duration,
+    /// What each draft token adds to a generation step's decode.
+    draft_token_cost: Duration,
+    draft_tokens: usize,
+    drafting: lookup::Acceptance,
     rx: Receiver<Job>,
     pending: VecDeque<Job>,
     /// What the completion service sizes its windows by; republished when the
@@ -400,12 +418,15 @@ impl Engine<'_> {
         )
     }
 
+    /// Greedy generation. With drafting on, each step decodes the sampled token
+    /// together with an n-gram lookup draft of what may follow; a draft token
+    /// stands only where greedy sampling picks it from the batch's logits, so the
+    /// text is the same as one token at a time, in fewer decode steps.
     fn generate(
         &mut self,
         job: &mut CompletionJob,
         answer: &mut Generation,
     ) -> Result<(), EngineError> {
-        let vocab = self.model.vocab();
         let mut sampler = LlamaSampler::greedy();
         let mut bytes = Vec::new();
         let room = (self.context_tokens as usize).saturating_sub(self.cached.len());
@@ -432,35 +453,139 @@ impl Engine<'_> {
                 None => {}
             }
             let token = sampler.sample(&self.ctx, self.logits_index);
-            if vocab.is_eog(token)
-                || vocab.is_control(token)
-                || [self.fim.prefix, self.fim.suffix, self.fim.middle].contains(&token.0)
-            {
-                answer.stop = StopReason::EndOfText;
+            let index = self.logits_index;
+            if let Some(stop) = self.emit(token, index, &mut job.stop, answer, &mut bytes) {
+                answer.stop = stop;
                 break;
             }
-            bytes.extend(vocab.token_to_piece(token, false, None));
-            answer.tokens_generated += 1;
-            answer.text = complete_utf8(&bytes);
-            if (job.stop)(&answer.text) {
-                answer.stop = StopReason::Rule;
-                break;
-            }
+            let position = self.cached.len();
+            self.cached.push(token.0);
+            let draft = self.draft(max_tokens - answer.tokens_generated, job.deadline);
             self.batch.clear();
-            let _ = self
-                .batch
-                .add(token, self.cached.len() as i32, &[MAIN], true);
+            for (offset, &t) in std::iter::once(&token.0).chain(&draft).enumerate() {
+                // Capacity is CHUNK and drafts are shorter.
+                let _ = self
+                    .batch
+                    .add(LlamaToken(t), (position + offset) as i32, &[MAIN], true);
+            }
             let decode_started = Instant::now();
             let decoded = self.ctx.decode(&mut self.batch);
-            self.token_cost = (self.token_cost + decode_started.elapsed()) / 2;
+            self.note_generation_step(draft.len(), decode_started.elapsed());
             if let Err(e) = decoded {
                 self.reset_cache();
                 return Err(EngineError::Failed(format!("llama.cpp decode failed: {e}")));
             }
-            self.cached.push(token.0);
-            self.logits_index = 0;
+            // The logits at batch index i predict the token after index i.
+            answer.tokens_drafted += draft.len();
+            let mut stop = None;
+            let mut accepted = 0;
+            for &drafted in &draft {
+                let predicted = sampler.sample(&self.ctx, accepted as i32);
+                if predicted.0 != drafted {
+                    break;
+                }
+                self.cached.push(drafted);
+                accepted += 1;
+                stop = self.emit(
+                    predicted,
+                    accepted as i32 - 1,
+                    &mut job.stop,
+                    answer,
+                    &mut bytes,
+                );
+                if stop.is_some() {
+                    break;
+                }
+            }
+            answer.tokens_accepted += accepted;
+            if !draft.is_empty() {
+                self.drafting.note(draft.len(), accepted);
+            }
+            if accepted < draft.len() {
+                let kept = self.cached.len() as u32;
+                if let Err(e) = self.ctx.kv_cache_seq_rm(MAIN, Some(kept), None) {
+                    self.reset_cache();
+                    return Err(EngineError::Failed(format!(
+                        "dropping a rejected draft from the cache: {e}"
+                    )));
+                }
+            }
+            self.logits_index = accepted as i32;
+            if let Some(stop) = stop {
+                answer.stop = stop;
+                break;
+            }
         }
         Ok(())
+    }
+
+    /// Adds a token sampled from the logits at batch `index` to the answer, or
+    /// says why generation ends here.
+    fn emit(
+        &self,
+        token: LlamaToken,
+        index: i32,
+        stop: &mut super::StopRule,
+        answer: &mut Generation,
+        bytes: &mut Vec<u8>,
+    ) -> Option<StopReason> {
+        let vocab = self.model.vocab();
+        if vocab.is_eog(token)
+            || vocab.is_control(token)
+            || [self.fim.prefix, self.fim.suffix, self.fim.middle].contains(&token.0)
+        {
+            return Some(StopReason::EndOfText);
+        }
+        if answer.near_tie_at.is_none() && self.margin(index, token) < NEAR_TIE {
+            answer.near_tie_at = Some(bytes.len());
+        }
+        bytes.extend(vocab.token_to_piece(token, false, None));
+        answer.tokens_generated += 1;
+        answer.text = complete_utf8(bytes);
+        stop(&answer.text).then_some(StopReason::Rule)
+    }
+
+    /// How far the chosen token's logit at batch `index` is ahead of the next best.
+    fn margin(&self, index: i32, chosen: LlamaToken) -> f32 {
+        let logits = self.ctx.get_logits_ith(index);
+        let best = logits[chosen.0 as usize];
+        let runner_up = logits
+            .iter()
+            .enumerate()
+            .filter(|&(t, _)| t != chosen.0 as usize)
+            .map(|(_, &l)| l)
+            .fold(f32::NEG_INFINITY, f32::max);
+        best - runner_up
+    }
+
+    /// What to verify after the last cached token: a lookup draft as long as
+    /// it pays, no longer than `left` tokens, cut to what the step can decode
+    /// before `deadline`.
+    fn draft(&mut self, left: usize, deadline: Instant) -> Vec<i32> {
+        let time_left = deadline.saturating_duration_since(Instant::now());
+        let affordable = time_left.saturating_sub(self.token_cost).as_secs_f64()
+            / self.draft_token_cost.as_secs_f64().max(1e-6);
+        let mut worth = self.drafting.worth(self.token_cost, self.draft_token_cost);
+        if worth == 0 && self.drafting.explore() {
+            worth = 1;
+        }
+        let max = self
+            .draft_tokens
+            .min(left)
+            .min(affordable as usize)
+            .min(worth);
+        lookup::draft(&self.cached, max).to_vec()
+    }
+
+    /// Folds a generation step's time into the cost of one token and of each
+    /// extra draft token in the same batch.
+    fn note_generation_step(&mut self, drafted: usize, took: Duration) {
+        if drafted == 0 {
+            self.token_cost = (self.token_cost + took) / 2;
+        } else {
+            let extra = took.saturating_sub(self.token_cost) / drafted as u32;
+            self.draft_token_cost = (self.draft_token_cost * 3 + extra) / 4;
+        }
     }
 }
 

@@ -5,6 +5,7 @@
 
 pub mod chat;
 mod engine;
+pub mod lookup;
 pub mod prompt;
 pub mod reuse;
 
@@ -30,6 +31,12 @@ pub struct EngineOptions {
     /// Keep the KV cache between requests. `false` builds a fresh context per
     /// request, the naive baseline the latency benchmark compares against.
     pub reuse_cache: bool,
+    /// Most tokens drafted by n-gram lookup and verified in one batch per
+    /// generation step; 0 turns speculative decoding off.
+    pub draft_tokens: usize,
+    /// Caches of this many recently left prompts are kept in memory, so a
+    /// switch back to their document is warm; 0 keeps none.
+    pub recent_prompts: usize,
 }
 
 /// What the engine is doing, published to the editor's status and `$/progress`.
@@ -91,6 +98,12 @@ pub struct Generation {
     pub text: String,
     pub stop: StopReason,
     pub tokens_generated: usize,
+    /// Draft tokens verified, and how many of them greedy sampling kept.
+    pub tokens_drafted: usize,
+    pub tokens_accepted: usize,
+    /// Byte offset in `text` of the first token greedy sampling chose by a
+    /// near tie (see the engine): from there, another batch shape may differ.
+    pub near_tie_at: Option<usize>,
     /// Prompt tokens decoded for this request (the rest came from the KV cache).
     pub tokens_decoded: usize,
     pub prompt_tokens: usize,
@@ -126,6 +139,9 @@ impl Generation {
             text: String::new(),
             stop: StopReason::Cancelled,
             tokens_generated: 0,
+            tokens_drafted: 0,
+            tokens_accepted: 0,
+            near_tie_at: None,
             tokens_decoded: 0,
             prompt_tokens: 0,
             prompt_ms: 0.0,

@@ -47,6 +47,14 @@ pub struct PromptBudget {
     pub suffix: usize,
 }
 
+/// Suffix tokens a prompt with `room` tokens for text gets: the configured
+/// ceiling, but at most a quarter of the room, so a small budget (a busy or slow
+/// machine) still leaves the prefix, which says most about what comes next,
+/// three quarters of it.
+pub fn suffix_room(room: usize, ceiling: usize) -> usize {
+    ceiling.min(room / 4)
+}
+
 /// An assembled prompt and where its suffix section is.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FimPrompt {
@@ -69,7 +77,7 @@ pub fn assemble(
 ) -> FimPrompt {
     let specials = 3 + usize::from(fim.bos.is_some());
     let room = budget.input.saturating_sub(specials);
-    let suffix_len = suffix.len().min(budget.suffix).min(room / 2);
+    let suffix_len = suffix.len().min(suffix_room(room, budget.suffix));
     let prefix_len = prefix.len().min(room - suffix_len);
     let prefix_kept = &prefix[prefix.len() - prefix_len..];
     let suffix_kept = &suffix[..suffix_len];

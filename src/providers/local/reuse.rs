@@ -51,12 +51,7 @@ pub fn plan(
     prompt: &[i32],
     prompt_suffix: Option<SuffixSpan>,
 ) -> ReusePlan {
-    let common = cached
-        .iter()
-        .zip(prompt)
-        .take_while(|(a, b)| a == b)
-        .count();
-    let keep = common.min(prompt.len().saturating_sub(1));
+    let keep = common_prefix(cached, prompt).min(prompt.len().saturating_sub(1));
     // Only the far part of the suffix is shifted. The cached part may have been
     // decoded only in part: it is reusable when it starts the new prompt's suffix.
     let far = |span: SuffixSpan| SuffixSpan {
@@ -81,6 +76,11 @@ pub fn plan(
         keep,
         shifted_suffix,
     }
+}
+
+/// How many leading tokens two token runs share.
+pub fn common_prefix(a: &[i32], b: &[i32]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }
 
 #[cfg(test)]

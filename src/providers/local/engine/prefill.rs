@@ -21,7 +21,9 @@ impl Engine<'_> {
         prompt: &FimPrompt,
         interrupt: &Interrupt,
     ) -> Result<usize, SyncError> {
-        if !self.reuse_cache {
+        if self.reuse_cache {
+            self.switch_recent(&prompt.tokens);
+        } else {
             self.fresh_context()?;
         }
         let plan = reuse::plan(

@@ -1,0 +1,122 @@
+//! Prompts the cache recently held, kept in memory (their KV state copied out
+//! of llama.cpp), so switching back to a document or a place does not pay a
+//! cold prompt again.
+//!
+//! When a prompt would throw away most of the cache, the cache is saved here
+//! first; when a saved prompt shares a longer start with the new one than the
+//! cache does, it is restored before the usual reuse plan runs.
+
+use std::collections::VecDeque;
+
+use llama_cpp_2::context::session::{LlamaStateSeqFlags, SeqState};
+
+use super::{CHUNK, Engine, MAIN};
+use crate::providers::local::reuse::{SuffixSpan, common_prefix};
+
+/// At most this much memory for saved states (the test model's KV is ~12 KiB
+/// a token; a 7B model's ~10 times that).
+const MAX_BYTES: usize = 128 << 20;
+
+struct Saved {
+    tokens: Vec<i32>,
+    suffix: Option<SuffixSpan>,
+    state: SeqState,
+}
+
+/// Most recently saved first.
+pub(super) struct RecentPrompts {
+    saved: VecDeque<Saved>,
+    capacity: usize,
+}
+
+impl RecentPrompts {
+    pub(super) fn new(capacity: usize) -> RecentPrompts {
+        RecentPrompts {
+            saved: VecDeque::new(),
+            capacity,
+        }
+    }
+
+    /// The saved prompt sharing the longest start with `prompt`, and how long.
+    fn best(&self, prompt: &[i32]) -> Option<(usize, usize)> {
+        self.saved
+            .iter()
+            .enumerate()
+            .map(|(i, saved)| (i, common_prefix(&saved.tokens, prompt)))
+            .max_by_key(|&(_, common)| common)
+    }
+
+    fn push(&mut self, saved: Saved) {
+        self.saved.push_front(saved);
+        self.saved.truncate(self.capacity);
+        while self.saved.iter().map(|s| s.state.byte_len()).sum::<usize>() > MAX_BYTES {
+            self.saved.pop_back();
+        }
+    }
+}
+
+impl Engine<'_> {
+    /// Before the cache is brought to `prompt`: saves the cache when the prompt
+    /// would throw most of it away, and restores a saved prompt that shares a
+    /// longer start with `prompt` than the cache does. Failures only cost reuse.
+    pub(super) fn switch_recent(&mut self, prompt: &[i32]) {
+        if self.recent.capacity == 0 {
+            return;
+        }
+        let current = common_prefix(&self.cached, prompt);
+        let leaving = self.cached.len() >= 2 * CHUNK && current < self.cached.len() / 2;
+        if !leaving {
+            return;
+        }
+        match self.ctx.state_seq_get(MAIN, LlamaStateSeqFlags::empty()) {
+            Ok(state) => {
+                let leaving = Saved {
+                    tokens: self.cached.clone(),
+                    suffix: self.cached_suffix,
+                    state,
+                };
+                self.restore_best(prompt, current);
+                self.recent.push(leaving);
+            }
+            Err(e) => {
+                tracing::debug!("saving the cache for a later switch back failed: {e}");
+                self.restore_best(prompt, current);
+            }
+        }
+    }
+
+    fn restore_best(&mut self, prompt: &[i32], current: usize) {
+        let Some((index, common)) = self.recent.best(prompt) else {
+            return;
+        };
+        // A restore replaces the whole cache: worth it for a chunk or more.
+        if common < current + CHUNK {
+            return;
+        }
+        let saved = self.recent.saved.remove(index).expect("index from best");
+        let restored = self
+            .ctx
+            .kv_cache_seq_rm(MAIN, None, None)
+            .map_err(|e| e.to_string())
+            .and_then(|_| {
+                self.ctx
+                    .state_seq_set(&saved.state, MAIN)
+                    .map_err(|e| e.to_string())
+            });
+        match restored {
+            Ok(()) => {
+                tracing::debug!(
+                    tokens = saved.tokens.len(),
+                    common,
+                    "restored a recent prompt"
+                );
+                self.cached = saved.tokens;
+                self.cached_suffix = saved.suffix;
+            }
+            Err(e) => {
+                tracing::debug!("restoring a recent prompt failed: {e}; clearing the cache");
+                self.reset_cache();
+            }
+        }
+    }
+}
