@@ -201,22 +201,23 @@ impl Engine<'_> {
                     // A newer job makes this prewarm moot.
                     if self.pending.is_empty() {
                         let prompt = self.build_prompt(&text);
-                        let background = Interrupt {
-                            cancel: None,
-                            deadline: None,
-                            preemptible: true,
-                        };
-                        match self.sync_prompt(&prompt, &background) {
-                            Ok(decoded) => tracing::debug!(
-                                decoded,
-                                prompt = prompt.tokens.len(),
-                                "prewarm done"
-                            ),
-                            Err(e) => tracing::debug!("prewarm stopped: {e}"),
-                        }
+                        self.fill_in_background(&prompt, "prewarm");
                     }
                 }
             }
+        }
+    }
+
+    /// Decodes `prompt` into the cache until done or a newer job arrives.
+    fn fill_in_background(&mut self, prompt: &FimPrompt, what: &str) {
+        let background = Interrupt {
+            cancel: None,
+            deadline: None,
+            preemptible: true,
+        };
+        match self.sync_prompt(prompt, &background) {
+            Ok(decoded) => tracing::debug!(decoded, prompt = prompt.tokens.len(), "{what} done"),
+            Err(e) => tracing::debug!("{what} stopped: {e}"),
         }
     }
 
@@ -377,12 +378,7 @@ impl Engine<'_> {
                 answer.stop = StopReason::PromptDeadline;
                 let _ = reply.send(Ok(answer));
                 // Keep filling so the next keystroke finds a warm cache.
-                let background = Interrupt {
-                    cancel: None,
-                    deadline: None,
-                    preemptible: true,
-                };
-                let _ = self.sync_prompt(prompt, &background);
+                self.fill_in_background(prompt, "fill after a missed deadline");
                 return;
             }
             Err(SyncError::Stopped(_, decoded)) => {

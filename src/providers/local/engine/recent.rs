@@ -65,34 +65,35 @@ impl Engine<'_> {
         }
         let current = common_prefix(&self.cached, prompt);
         let leaving = self.cached.len() >= 2 * CHUNK && current < self.cached.len() / 2;
-        if !leaving {
-            return;
-        }
-        match self.ctx.state_seq_get(MAIN, LlamaStateSeqFlags::empty()) {
-            Ok(state) => {
-                let leaving = Saved {
+        // A restore replaces the whole cache: worth it for a chunk or more.
+        let better = self
+            .recent
+            .best(prompt)
+            .filter(|&(_, common)| common >= current + CHUNK);
+        let saved = if leaving {
+            match self.ctx.state_seq_get(MAIN, LlamaStateSeqFlags::empty()) {
+                Ok(state) => Some(Saved {
                     tokens: self.cached.clone(),
                     suffix: self.cached_suffix,
                     state,
-                };
-                self.restore_best(prompt, current);
-                self.recent.push(leaving);
+                }),
+                Err(e) => {
+                    tracing::debug!("saving the cache for a later switch back failed: {e}");
+                    None
+                }
             }
-            Err(e) => {
-                tracing::debug!("saving the cache for a later switch back failed: {e}");
-                self.restore_best(prompt, current);
-            }
+        } else {
+            None
+        };
+        if let Some((index, common)) = better {
+            self.restore(index, common);
+        }
+        if let Some(saved) = saved {
+            self.recent.push(saved);
         }
     }
 
-    fn restore_best(&mut self, prompt: &[i32], current: usize) {
-        let Some((index, common)) = self.recent.best(prompt) else {
-            return;
-        };
-        // A restore replaces the whole cache: worth it for a chunk or more.
-        if common < current + CHUNK {
-            return;
-        }
+    fn restore(&mut self, index: usize, common: usize) {
         let saved = self.recent.saved.remove(index).expect("index from best");
         let restored = self
             .ctx
