@@ -471,41 +471,8 @@ impl Engine<'_> {
                 self.reset_cache();
                 return Err(EngineError::Failed(format!("llama.cpp decode failed: {e}")));
             }
-            // The logits at batch index i predict the token after index i.
-            answer.tokens_drafted += draft.len();
-            let mut stop = None;
-            let mut accepted = 0;
-            for &drafted in &draft {
-                let predicted = sampler.sample(&self.ctx, accepted as i32);
-                if predicted.0 != drafted {
-                    break;
-                }
-                self.cached.push(drafted);
-                accepted += 1;
-                stop = self.emit(
-                    predicted,
-                    accepted as i32 - 1,
-                    &mut job.stop,
-                    answer,
-                    &mut bytes,
-                );
-                if stop.is_some() {
-                    break;
-                }
-            }
-            answer.tokens_accepted += accepted;
-            if !draft.is_empty() {
-                self.drafting.note(draft.len(), accepted);
-            }
-            if accepted < draft.len() {
-                let kept = self.cached.len() as u32;
-                if let Err(e) = self.ctx.kv_cache_seq_rm(MAIN, Some(kept), None) {
-                    self.reset_cache();
-                    return Err(EngineError::Failed(format!(
-                        "dropping a rejected draft from the cache: {e}"
-                    )));
-                }
-            }
+            let (accepted, stop) =
+                self.verify(&draft, &mut sampler, &mut job.stop, answer, &mut bytes)?;
             self.logits_index = accepted as i32;
             if let Some(stop) = stop {
                 answer.stop = stop;
@@ -513,6 +480,49 @@ impl Engine<'_> {
             }
         }
         Ok(())
+    }
+
+    /// Keeps the draft tokens greedy sampling picks from the step's logits (the
+    /// logits at batch index i predict the token after index i), adds them to
+    /// the answer and drops the rest from the cache. Returns how many stood and
+    /// why generation ends, if it does.
+    fn verify(
+        &mut self,
+        draft: &[i32],
+        sampler: &mut LlamaSampler,
+        rule: &mut super::StopRule,
+        answer: &mut Generation,
+        bytes: &mut Vec<u8>,
+    ) -> Result<(usize, Option<StopReason>), EngineError> {
+        let mut stop = None;
+        let mut accepted = 0;
+        for &drafted in draft {
+            let predicted = sampler.sample(&self.ctx, accepted as i32);
+            if predicted.0 != drafted {
+                break;
+            }
+            self.cached.push(drafted);
+            accepted += 1;
+            stop = self.emit(predicted, accepted as i32 - 1, rule, answer, bytes);
+            if stop.is_some() {
+                break;
+            }
+        }
+        answer.tokens_drafted += draft.len();
+        answer.tokens_accepted += accepted;
+        if !draft.is_empty() {
+            self.drafting.note(draft.len(), accepted);
+        }
+        if accepted < draft.len() {
+            let kept = self.cached.len() as u32;
+            if let Err(e) = self.ctx.kv_cache_seq_rm(MAIN, Some(kept), None) {
+                self.reset_cache();
+                return Err(EngineError::Failed(format!(
+                    "dropping a rejected draft from the cache: {e}"
+                )));
+            }
+        }
+        Ok((accepted, stop))
     }
 
     /// Adds a token sampled from the logits at batch `index` to the answer, or
