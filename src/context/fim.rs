@@ -6,7 +6,7 @@
 //! Sizes here are in chars, chosen so the window fits the token budget; the engine
 //! then enforces the budget exactly with the model's tokenizer.
 
-use ropey::Rope;
+use ropey::{Rope, RopeSlice};
 
 use crate::providers::local::FimText;
 use crate::providers::local::prompt::suffix_room;
@@ -118,7 +118,7 @@ const HEADS_LOOKBACK_LINES: usize = 2_000;
 fn scope_heads(rope: &Rope, line: usize, max_chars: usize) -> String {
     let first_text = (line..rope.len_lines())
         .take(HEADS_LOOKBACK_LINES)
-        .find_map(|l| indentation(&rope.line(l).to_string()));
+        .find_map(|l| indentation(rope.line(l)));
     let Some(mut indent) = first_text else {
         return String::new();
     };
@@ -128,11 +128,15 @@ fn scope_heads(rope: &Rope, line: usize, max_chars: usize) -> String {
         if indent == 0 {
             break;
         }
-        let text = rope.line(above).to_string();
-        let Some(this) = indentation(&text) else {
+        // Most lines are skipped here, without copying them out of the rope.
+        let Some(this) = indentation(rope.line(above)) else {
             continue;
         };
-        if this >= indent || !opens_scope(text.trim_start()) {
+        if this >= indent {
+            continue;
+        }
+        let text = rope.line(above).to_string();
+        if !opens_scope(text.trim_start()) {
             continue;
         }
         indent = this;
@@ -147,9 +151,8 @@ fn scope_heads(rope: &Rope, line: usize, max_chars: usize) -> String {
 }
 
 /// Leading whitespace of a line with text on it; `None` for a blank line.
-fn indentation(line: &str) -> Option<usize> {
-    let text = line.trim_start();
-    (!text.trim_end().is_empty()).then(|| line.len() - text.len())
+fn indentation(line: RopeSlice) -> Option<usize> {
+    line.chars().position(|c| !c.is_whitespace())
 }
 
 fn opens_scope(text: &str) -> bool {
