@@ -104,6 +104,7 @@ pub fn engine_options(model: &ResolvedModel, path: &Path, config: &Config) -> En
         budget: PromptBudget {
             input: autocomplete.input_tokens,
             suffix: autocomplete.suffix_tokens,
+            repository: autocomplete.repository_tokens,
         },
         max_output_tokens: autocomplete.output_tokens,
         reuse_cache: true,

@@ -21,6 +21,7 @@ fn options() -> EngineOptions {
         budget: PromptBudget {
             input: 256,
             suffix: 64,
+            repository: 0,
         },
         max_output_tokens: 200,
         reuse_cache: true,
@@ -43,6 +44,7 @@ fn sample_text_with(typed: &str, prefix_bytes: usize) -> FimText {
     FimText {
         prefix: format!("{}{typed}", &support::SAMPLE_RUST[at - prefix_bytes..at]),
         suffix: support::SAMPLE_RUST[at..].to_owned(),
+        ..FimText::default()
     }
 }
 
@@ -187,6 +189,7 @@ async fn a_warm_cache_answers_like_a_fresh_context_while_typing() {
         budget: PromptBudget {
             input: 2000,
             suffix: 48,
+            repository: 0,
         },
         ..options()
     };
@@ -251,6 +254,7 @@ async fn drafting_keeps_greedy_answers_identical() {
                 prefix: support::SAMPLE_RUST[at.saturating_sub(450)..at].to_owned(),
                 suffix: support::SAMPLE_RUST[at..(at + 150).min(support::SAMPLE_RUST.len())]
                     .to_owned(),
+                ..FimText::default()
             }
         })
         .collect();
@@ -301,6 +305,7 @@ async fn switching_back_to_a_document_is_warm() {
     let other = FimText {
         prefix: "import json\n\n\ndef load_settings(path):\n    with open(path) as f:\n        data = json.load(f)\n    settings = {}\n    for key, value in data.items():\n        if key.startswith('_'):\n            continue\n        settings[key.lower()] = value\n    return ".into(),
         suffix: "\n\n\ndef save_settings(path, settings):\n    with open(path, 'w') as f:\n        json.dump(settings, f)\n".into(),
+        ..FimText::default()
     };
     let decoded_on_return = |recent_prompts: usize| {
         let other = other.clone();

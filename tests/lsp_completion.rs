@@ -369,3 +369,52 @@ async fn a_remote_first_autocomplete_chain_falls_back_to_local_within_the_budget
     );
     client.shutdown().await;
 }
+
+/// A helper in another file, under a name the model cannot guess.
+const GEOMETRY: &str = "def polygon_perimeter_from_vertices(vertices):\n    \"\"\"Length of the closed path through the vertices.\"\"\"\n    total = 0.0\n    for a, b in zip(vertices, vertices[1:] + vertices[:1]):\n        total += ((a[0] - b[0]) ** 2 + (a[1] - b[1]) ** 2) ** 0.5\n    return total\n";
+const SHAPES: &str = "from geometry import *\n\ntriangle = [(0, 0), (3, 0), (3, 4)]\n# the distance around the triangle\nperimeter = \n";
+
+/// The user reads the helper in geometry.py, then moves to shapes.py and
+/// types an assignment: the first suggestion there, with `repository_tokens`
+/// as configured.
+async fn suggestion_after_reading_another_file(repository_tokens: usize) -> String {
+    let mut client = LspClient::spawn(ServerOptions::default()).await;
+    let options = json!({"local": {"auto_pull": false}, "autocomplete": {"input_tokens": 256, "budget_ms": 10000, "repository_tokens": repository_tokens}});
+    client.initialize(vscode_like_capabilities(), options).await;
+    client.wait_for_model().await;
+    let reveal = |uri: &str, line: u32, character: u32| {
+        let at = json!({"line": line, "character": character});
+        json!({"textDocument": {"uri": uri}, "range": {"start": at, "end": at}, "context": {"diagnostics": []}})
+    };
+    let (geometry, shapes) = ("file:///work/geometry.py", "file:///work/shapes.py");
+    client.open(geometry, GEOMETRY).await;
+    client
+        .call("textDocument/codeAction", reveal(geometry, 0, 4))
+        .await;
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    client.open(shapes, SHAPES).await;
+    client
+        .call("textDocument/codeAction", reveal(shapes, 4, 12))
+        .await;
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let response = client.inline_completion(shapes, 4, 12).await;
+    client.shutdown().await;
+    response["result"]["items"][0]["insertText"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_helper_read_in_another_file_is_known_where_the_user_types_next() {
+    let with_context = suggestion_after_reading_another_file(1024).await;
+    let without = suggestion_after_reading_another_file(0).await;
+    assert!(
+        with_context.contains("polygon_perimeter_from_vertices(triangle"),
+        "with repository context: {with_context:?}"
+    );
+    assert!(
+        !without.contains("polygon_perimeter_from_vertices"),
+        "without it the model cannot know the name: {without:?}"
+    );
+}

@@ -19,7 +19,8 @@ use tokio::time::Instant;
 
 use crate::cancel::CancelFlag;
 use crate::config::AutocompleteConfig;
-use crate::context::fim::{self, WindowBudget};
+use crate::context::fim::{self, CHARS_PER_TOKEN, WindowBudget};
+use crate::context::repository::{self, OpenDocuments, RepositoryContext};
 use crate::entry::{ChainEntry, ModelRef};
 use crate::providers::local::{
     CompletionJob, EngineError, EngineStatus, FimText, Generation, LocalEngine, ModelInfo,
@@ -141,6 +142,10 @@ pub struct CompletionService {
     anchors: DashMap<String, usize>,
     /// The running request per document; a newer one cancels it.
     inflight: DashMap<String, CancelFlag>,
+    /// Snippets of other places in front of the window.
+    repository: RepositoryContext,
+    /// The editor's open documents, where definitions are looked up.
+    open_documents: RwLock<Option<Arc<dyn Fn() -> OpenDocuments + Send + Sync>>>,
     /// The latest prewarm asked for while the model was loading, run once it is
     /// ready, so the first suggestion in a document opened meanwhile is warm.
     deferred_prewarm: Mutex<Option<DeferredPrewarm>>,
@@ -161,6 +166,8 @@ impl CompletionService {
             type_through: TypeThrough::default(),
             anchors: DashMap::new(),
             inflight: DashMap::new(),
+            repository: RepositoryContext::default(),
+            open_documents: RwLock::new(None),
             deferred_prewarm: Mutex::new(None),
         }
     }
@@ -171,6 +178,11 @@ impl CompletionService {
 
     pub fn set_remote(&self, remote: Option<Arc<dyn RemoteFim>>) {
         *self.remote.write().expect("remote lock") = remote;
+    }
+
+    /// Where the repository context looks up definitions.
+    pub fn set_open_documents(&self, documents: Arc<dyn Fn() -> OpenDocuments + Send + Sync>) {
+        *self.open_documents.write().expect("documents lock") = Some(documents);
     }
 
     pub fn set_config(&self, config: AutocompleteConfig) {
@@ -204,7 +216,35 @@ impl CompletionService {
         let anchor = self.anchors.get(doc).map(|a| *a);
         let window = fim::window(rope, cursor, budget, anchor);
         self.anchors.insert(doc.to_owned(), window.anchor_line);
-        window.text
+        FimText {
+            context: self.repository.block(),
+            path: repository::display_path(doc),
+            ..window.text
+        }
+    }
+
+    /// The user is at `cursor`: at a new place, the repository context takes
+    /// in the place left and definitions from open documents. Its size follows
+    /// the machine's speed like the window's: at most twice the input budget.
+    fn arrive(
+        &self,
+        doc: &str,
+        rope: &Rope,
+        cursor: usize,
+        info: &ModelInfo,
+        config: &AutocompleteConfig,
+    ) {
+        let tokens = config.repository_tokens.min(2 * info.input_budget);
+        let open = self
+            .open_documents
+            .read()
+            .expect("documents lock")
+            .as_ref()
+            .map(|list| list())
+            .unwrap_or_default();
+        let line = rope.char_to_line(cursor.min(rope.len_chars()));
+        self.repository
+            .arrive(doc, rope, line, &open, tokens * CHARS_PER_TOKEN);
     }
 
     /// Fills the engine's cache for a likely next request (after an edit, debounced).
@@ -215,7 +255,10 @@ impl CompletionService {
             return;
         }
         match self.engine() {
-            Ok((engine, info)) => engine.prewarm(self.window(doc, rope, cursor, &info, &config)),
+            Ok((engine, info)) => {
+                self.arrive(doc, rope, cursor, &info, &config);
+                engine.prewarm(self.window(doc, rope, cursor, &info, &config));
+            }
             Err(_) => {
                 tracing::debug!("prewarm deferred until the model is ready");
                 *self.deferred_prewarm.lock().expect("deferred prewarm lock") =
@@ -266,6 +309,7 @@ impl CompletionService {
     /// Drops what is cached for a closed document.
     pub fn forget(&self, doc: &str) {
         self.anchors.remove(doc);
+        self.repository.forget(doc);
         self.deferred_prewarm
             .lock()
             .expect("deferred prewarm lock")
@@ -411,7 +455,7 @@ impl CompletionService {
         if config.precompute_next {
             engine.prewarm(FimText {
                 prefix: format!("{}{suggestion}", text.prefix),
-                suffix: text.suffix,
+                ..text
             });
         }
         (

@@ -239,6 +239,12 @@ impl Config {
             a.input_tokens / 2,
         )?;
         check(
+            "autocomplete.repository_tokens",
+            a.repository_tokens,
+            0,
+            16_384,
+        )?;
+        check(
             "autocomplete.prewarm_debounce_ms",
             a.prewarm_debounce_ms as usize,
             0,

@@ -260,6 +260,10 @@ pub struct AutocompleteConfig {
     pub output_tokens: usize,
     /// Of the input tokens, at most this many follow the cursor.
     pub suffix_tokens: usize,
+    /// Tokens of repository context (snippets of places visited and
+    /// definitions from other open documents) in front of the window, on top
+    /// of `input_tokens`; 0 turns repository context off.
+    pub repository_tokens: usize,
     /// Idle time after an edit before the cache is pre-warmed for the edit position.
     pub prewarm_debounce_ms: u64,
     /// After a suggestion is shown, fill the cache as if it were accepted.
@@ -280,6 +284,7 @@ impl Default for AutocompleteConfig {
             input_tokens: 2000,
             output_tokens: 200,
             suffix_tokens: 128,
+            repository_tokens: 1024,
             prewarm_debounce_ms: 150,
             precompute_next: true,
             chain: vec![ChainEntry::Local],

@@ -103,6 +103,7 @@ pub fn window(
         text: FimText {
             prefix: heads + &rope.slice(prefix_start..cursor).to_string(),
             suffix: rope.slice(cursor..suffix_end).to_string(),
+            ..FimText::default()
         },
         anchor_line,
     }

@@ -75,6 +75,15 @@ impl DocumentStore {
             .ok_or_else(|| DocumentError::Unknown(uri.as_str().to_owned()))
     }
 
+    /// Every open document suitable for completion: (URI, text), cheap copies.
+    pub fn texts(&self) -> Vec<(String, Rope)> {
+        self.docs
+            .iter()
+            .filter(|d| d.unsuitable_for_completion().is_none())
+            .map(|d| (d.key().as_str().to_owned(), d.rope.clone()))
+            .collect()
+    }
+
     /// Notes where the editor showed the cursor without an edit (VS Code asks
     /// for the code actions of the cursor's range whenever it moves); `true`
     /// when that is a new place, worth a prewarm.

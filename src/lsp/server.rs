@@ -126,6 +126,8 @@ impl Backend {
         };
         let completion = Arc::new(CompletionService::new(config.autocomplete.clone()));
         completion.set_remote(Some(core.clone()));
+        let open = documents.clone();
+        completion.set_open_documents(Arc::new(move || open.texts()));
         Backend {
             client,
             documents,
@@ -244,6 +246,7 @@ impl Backend {
         let engine_changed = previous.local != config.local
             || previous.autocomplete.input_tokens != config.autocomplete.input_tokens
             || previous.autocomplete.suffix_tokens != config.autocomplete.suffix_tokens
+            || previous.autocomplete.repository_tokens != config.autocomplete.repository_tokens
             || previous.autocomplete.output_tokens != config.autocomplete.output_tokens;
         if (
             &previous.providers,

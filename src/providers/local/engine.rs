@@ -74,6 +74,7 @@ pub(super) fn run(options: EngineOptions, rx: Receiver<Job>, status: watch::Send
     // Room for the configured input (the sized budget follows the measured speed
     // up to it) and a completion or a chat answer (explain downshifted to local).
     let context_tokens = (options.budget.input
+        + options.budget.repository
         + options.max_output_tokens.max(super::CHAT_OUTPUT_TOKENS)
         + CHUNK) as u32;
     let params = context_params(context_tokens, threads);
@@ -99,7 +100,7 @@ pub(super) fn run(options: EngineOptions, rx: Receiver<Job>, status: watch::Send
         fim,
         budget: PromptBudget {
             input: input_budget,
-            suffix: options.budget.suffix,
+            ..options.budget
         },
         configured_input: options.budget.input,
         reuse_cache: options.reuse_cache,
@@ -408,10 +409,46 @@ impl Engine<'_> {
         };
         prompt::assemble(
             &self.fim,
+            &self.repository_tokens(text, to_ids),
             &to_ids(&text.prefix),
             &to_ids(&text.suffix),
             self.budget,
         )
+    }
+
+    /// The repository context in the model's repository format: its name, then
+    /// each snippet under its path, then the document's own path; models
+    /// without those tokens get a plain-text header per snippet. The oldest
+    /// snippets go when the tokens exceed the budget (the service sizes the
+    /// context in chars, the tokenizer decides).
+    fn repository_tokens(&self, text: &FimText, to_ids: impl Fn(&str) -> Vec<i32>) -> Vec<i32> {
+        let header = |path: &str| match self.fim.file_sep {
+            Some(sep) => std::iter::once(sep)
+                .chain(to_ids(&format!("{path}\n")))
+                .collect(),
+            None => to_ids(&format!("--- {path} ---\n")),
+        };
+        let snippets: Vec<Vec<i32>> = text
+            .context
+            .iter()
+            .map(|s| [header(&s.path), to_ids(&s.text), to_ids("\n")].concat())
+            .collect();
+        let mut total: usize = snippets.iter().map(Vec::len).sum();
+        let mut first = 0;
+        while first < snippets.len() && total > self.budget.repository {
+            total -= snippets[first].len();
+            first += 1;
+        }
+        if first == snippets.len() {
+            return Vec::new();
+        }
+        let mut tokens: Vec<i32> = match self.fim.repo {
+            Some(repo) => std::iter::once(repo).chain(to_ids("workspace\n")).collect(),
+            None => Vec::new(),
+        };
+        tokens.extend(snippets[first..].concat());
+        tokens.extend(header(&text.path));
+        tokens
     }
 
     /// Greedy generation. With drafting on, each step decodes the sampled token

@@ -59,11 +59,25 @@ pub struct ModelInfo {
     pub context_tokens: u32,
 }
 
-/// Prefix and suffix text around the cursor; the engine tokenizes and trims them.
+/// Prefix and suffix text around the cursor, and the repository context in
+/// front of them; the engine tokenizes and trims them.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct FimText {
     pub prefix: String,
     pub suffix: String,
+    /// Snippets of other places, oldest first (see `context::repository`).
+    /// Empty: a plain FIM prompt.
+    pub context: Arc<[Snippet]>,
+    /// The document's path as the model sees it after the context.
+    pub path: String,
+}
+
+/// A piece of a file the user has been looking at, shown to the model with
+/// its path in front of the FIM prompt.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Snippet {
+    pub path: String,
+    pub text: String,
 }
 
 /// Decides, from the text generated so far, that the completion is finished

@@ -16,6 +16,10 @@ pub struct FimTokens {
     /// Tokens to put before the prompt (BOS for models that want one).
     pub bos: Option<i32>,
     pub order: FimOrder,
+    /// Repository-level tokens (Qwen2.5-Coder's `<|repo_name|>` and
+    /// `<|file_sep|>`): the repository's name, then each file's path and text.
+    pub repo: Option<i32>,
+    pub file_sep: Option<i32>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -45,6 +49,9 @@ pub struct PromptBudget {
     /// At most this many of them for the suffix; the suffix is kept short because
     /// in prefix-suffix-middle order it sits after the part that changes.
     pub suffix: usize,
+    /// Tokens for the repository context in front of the FIM prompt (not part
+    /// of `input`): snippets of other places, which stay cached while typing.
+    pub repository: usize,
 }
 
 /// Suffix tokens a prompt with `room` tokens for text gets: the configured
@@ -67,10 +74,13 @@ pub struct FimPrompt {
     pub suffix_trimmed: usize,
 }
 
-/// Assembles a prompt from tokenized prefix and suffix, keeping the prefix's end and
-/// the suffix's start (nearest the cursor) when the budget forces a cut.
+/// Assembles a prompt from tokenized repository context, prefix and suffix,
+/// keeping the prefix's end and the suffix's start (nearest the cursor) when
+/// the budget forces a cut. The context (already within its own budget) comes
+/// first, so it stays in the KV cache while the window changes.
 pub fn assemble(
     fim: &FimTokens,
+    context: &[i32],
     prefix: &[i32],
     suffix: &[i32],
     budget: PromptBudget,
@@ -82,8 +92,9 @@ pub fn assemble(
     let prefix_kept = &prefix[prefix.len() - prefix_len..];
     let suffix_kept = &suffix[..suffix_len];
 
-    let mut tokens = Vec::with_capacity(specials + prefix_len + suffix_len);
+    let mut tokens = Vec::with_capacity(specials + context.len() + prefix_len + suffix_len);
     tokens.extend(fim.bos);
+    tokens.extend_from_slice(context);
     let suffix_span = match fim.order {
         FimOrder::PrefixSuffixMiddle => {
             tokens.push(fim.prefix);
@@ -122,17 +133,21 @@ mod tests {
         middle: 102,
         bos: None,
         order: FimOrder::PrefixSuffixMiddle,
+        repo: None,
+        file_sep: None,
     };
 
     #[test]
     fn prefix_suffix_middle_layout() {
         let p = assemble(
             &QWEN,
+            &[],
             &[1, 2],
             &[3],
             PromptBudget {
                 input: 100,
                 suffix: 10,
+                repository: 0,
             },
         );
         assert_eq!(p.tokens, vec![100, 1, 2, 101, 3, 102]);
@@ -147,11 +162,13 @@ mod tests {
         };
         let p = assemble(
             &fim,
+            &[],
             &[1, 2],
             &[3],
             PromptBudget {
                 input: 100,
                 suffix: 10,
+                repository: 0,
             },
         );
         assert_eq!(p.tokens, vec![101, 3, 100, 1, 2, 102]);
@@ -164,11 +181,13 @@ mod tests {
         let suffix: Vec<i32> = (50..80).collect();
         let p = assemble(
             &QWEN,
+            &[],
             &prefix,
             &suffix,
             PromptBudget {
                 input: 23,
                 suffix: 5,
+                repository: 0,
             },
         );
         assert_eq!(p.tokens.len(), 23);
@@ -190,11 +209,13 @@ mod tests {
         let prefix: Vec<i32> = (0..50).collect();
         let p = assemble(
             &fim,
+            &[],
             &prefix,
             &[],
             PromptBudget {
                 input: 10,
                 suffix: 5,
+                repository: 0,
             },
         );
         assert_eq!(p.tokens.len(), 10);

@@ -408,6 +408,7 @@ async fn autocomplete_never_waits_to_retry() {
     let text = FimText {
         prefix: "fn a() {".into(),
         suffix: "}".into(),
+        ..FimText::default()
     };
     let deadline = Instant::now() + Duration::from_millis(600);
     let served = router
@@ -435,6 +436,7 @@ async fn the_local_first_window_keeps_completions_local() {
     let text = FimText {
         prefix: "fn a() {".into(),
         suffix: "}".into(),
+        ..FimText::default()
     };
     let deadline = Instant::now() + Duration::from_millis(600);
     let served = router

@@ -70,6 +70,8 @@ pub(super) fn fim_tokens(model: &LlamaModel) -> Result<FimTokens, String> {
         middle,
         bos: vocab.should_add_bos().then(|| vocab.bos().0),
         order: FimOrder::from_prefix_token_text(&prefix_text),
+        repo: Some(vocab.fim_rep().0).filter(|&t| t >= 0),
+        file_sep: Some(vocab.fim_sep().0).filter(|&t| t >= 0),
     })
 }
 
