@@ -1,16 +1,19 @@
-//! Smoke test of the completion-quality harness (`cargo bench --bench
-//! completion_quality`), so it cannot rot: three HumanEval-Infilling tasks
-//! (MIT, OpenAI; `tests/data/humaneval-infilling-LICENSE`) end to end through
-//! the language server and the real test model, and the scoring checked
-//! against the tasks' own solutions. Quality itself is a benchmark figure
-//! (BENCHMARKS.md), not asserted here.
+//! Smoke tests of the completion-quality harnesses (`cargo bench --bench
+//! completion_quality` and `--bench completion_crossfile`), so they cannot rot:
+//! three HumanEval-Infilling tasks (MIT, OpenAI;
+//! `tests/data/humaneval-infilling-LICENSE`) and a cross-file task from a pinned
+//! crate end to end through the language server and the real test model, and
+//! the scoring checked against the tasks' own solutions. Quality itself is a
+//! benchmark figure (BENCHMARKS.md), not asserted here.
 
 mod support;
 
+use std::collections::HashSet;
 use std::path::Path;
 use std::time::Duration;
 
 use serde_json::json;
+use support::crossfile;
 use support::infilling::{self, Arrival};
 use support::lsp_client::{LspClient, ServerOptions};
 
@@ -76,5 +79,64 @@ async fn tasks_run_end_to_end_through_the_server_with_every_empty_answer_explain
         attempts.iter().any(|a| !a.completion.is_empty()),
         "with a 10 s budget the model answers at least one task: {attempts:?}"
     );
+    client.shutdown().await;
+}
+
+fn ropey_tasks() -> Vec<crossfile::Task> {
+    let ropey = &crossfile::CRATES[2];
+    assert_eq!(ropey.name, "ropey");
+    let work = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench-crates");
+    crossfile::tasks(ropey.name, &ropey.sources(&work), 4, 0)
+}
+
+#[test]
+fn cross_file_tasks_mask_a_line_whose_name_only_the_other_file_defines() {
+    let tasks = ropey_tasks();
+    assert_eq!(tasks.len(), 4);
+    for task in &tasks {
+        assert_ne!(task.path, task.definition_path, "{}", task.id);
+        let masked_line = task.document.lines().nth(task.line as usize).unwrap();
+        assert_eq!(masked_line.len(), task.indent as usize, "{}", task.id);
+        let defined = task.definition_text.lines().nth(task.definition_line as usize).unwrap();
+        let words = |text: &str| -> HashSet<String> {
+            text.split(|c: char| !(c.is_alphanumeric() || c == '_'))
+                .map(str::to_owned)
+                .collect()
+        };
+        let (in_line, in_document) = (words(&task.expected), words(&task.document));
+        let name = words(defined)
+            .into_iter()
+            .find(|w| w.len() >= 5 && in_line.contains(w) && !in_document.contains(w));
+        assert!(name.is_some(), "{}: {defined:?} / {:?}", task.id, task.expected);
+        assert!(task.exact(&format!("{}\n", task.expected)));
+        assert!(!task.exact("let x = 1;"));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cross_file_task_runs_end_to_end_with_repository_context() {
+    let task = ropey_tasks().remove(0);
+    let mut client = LspClient::spawn(ServerOptions::default()).await;
+    client
+        .initialize(
+            json!({"textDocument": {"inlineCompletion": {}}}),
+            json!({"local": {"auto_pull": false}, "autocomplete": {"budget_ms": 10_000}}),
+        )
+        .await;
+    client.wait_for_model().await;
+    let attempt = crossfile::attempt(
+        &mut client,
+        &task,
+        "ropey",
+        Duration::from_millis(1_500),
+        Duration::from_millis(500),
+    )
+    .await;
+    eprintln!("{attempt:?}");
+    if attempt.completion.is_empty() {
+        let reason = attempt.empty_reason.as_deref().unwrap_or_default();
+        assert_ne!(reason, "no reason logged", "{}", client.log());
+    }
+    assert_eq!(attempt.exact, task.exact(&attempt.completion));
     client.shutdown().await;
 }

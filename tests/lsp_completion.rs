@@ -382,20 +382,13 @@ async fn suggestion_after_reading_another_file(repository_tokens: usize) -> Stri
     let options = json!({"local": {"auto_pull": false}, "autocomplete": {"input_tokens": 256, "budget_ms": 10000, "repository_tokens": repository_tokens}});
     client.initialize(vscode_like_capabilities(), options).await;
     client.wait_for_model().await;
-    let reveal = |uri: &str, line: u32, character: u32| {
-        let at = json!({"line": line, "character": character});
-        json!({"textDocument": {"uri": uri}, "range": {"start": at, "end": at}, "context": {"diagnostics": []}})
-    };
     let (geometry, shapes) = ("file:///work/geometry.py", "file:///work/shapes.py");
     client.open(geometry, GEOMETRY).await;
-    client
-        .call("textDocument/codeAction", reveal(geometry, 0, 4))
-        .await;
-    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    client.reveal_cursor(geometry, 0, 4).await;
+    // Reading: a long enough pause refreshes the repository context.
+    client.wait_for_log("repository context refresh").await;
     client.open(shapes, SHAPES).await;
-    client
-        .call("textDocument/codeAction", reveal(shapes, 4, 12))
-        .await;
+    client.reveal_cursor(shapes, 4, 12).await;
     tokio::time::sleep(std::time::Duration::from_millis(500)).await;
     let response = client.inline_completion(shapes, 4, 12).await;
     client.shutdown().await;

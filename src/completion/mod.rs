@@ -63,6 +63,9 @@ const ENGINE_MARGIN: Duration = Duration::from_millis(100);
 /// Of the budget, this share is kept for the local engine when a remote entry
 /// completes first (a warm local answer takes a few hundred ms on a laptop CPU).
 const LOCAL_SHARE: f64 = 0.4;
+/// The shortest pause after which the repository context may change
+/// (llama.vim refreshes its ring buffer after a second too).
+const MIN_CONTEXT_REFRESH_IDLE: Duration = Duration::from_secs(1);
 /// Longest a warm-up may take.
 const WARM_LIMIT: Duration = Duration::from_secs(120);
 
@@ -223,18 +226,36 @@ impl CompletionService {
         }
     }
 
-    /// The user is at `cursor`: at a new place, the repository context takes
-    /// in the place left and definitions from open documents. Its size follows
-    /// the machine's speed like the window's: at most twice the input budget.
-    fn arrive(
-        &self,
-        doc: &str,
-        rope: &Rope,
-        cursor: usize,
-        info: &ModelInfo,
-        config: &AutocompleteConfig,
-    ) {
-        let tokens = config.repository_tokens.min(2 * info.input_budget);
+    /// Repository context tokens: as configured, but at most twice the input
+    /// budget, so its size follows the machine's speed like the window's.
+    fn repository_budget(config: &AutocompleteConfig, info: &ModelInfo) -> usize {
+        config.repository_tokens.min(2 * info.input_budget)
+    }
+
+    /// How long the user must have been idle before the repository context
+    /// may change: a second, or as long as refilling what a change costs (the
+    /// snippets one pause may add, and the window after them) takes at the
+    /// measured prompt speed. A pause that long is reading, not typing, so
+    /// the refill is usually done before the next keystroke.
+    pub fn context_refresh_idle(&self) -> Duration {
+        let Ok((_, info)) = self.engine() else {
+            return MIN_CONTEXT_REFRESH_IDLE;
+        };
+        let refill = info.input_budget + Self::repository_budget(&self.config(), &info) / 2;
+        let speed = info.prompt_tokens_per_s.max(1.0);
+        MIN_CONTEXT_REFRESH_IDLE.max(Duration::from_secs_f64(refill as f64 / speed))
+    }
+
+    /// The user has paused at `cursor` (see [`Self::context_refresh_idle`]):
+    /// the repository context takes in the place and definitions from open
+    /// documents, and when that changed it, the cache is refilled for this
+    /// place in the background.
+    pub fn refresh_context(&self, doc: &str, rope: &Rope, cursor: usize) {
+        let config = self.config();
+        let Ok((_, info)) = self.engine() else {
+            return;
+        };
+        let tokens = Self::repository_budget(&config, &info);
         let open = self
             .open_documents
             .read()
@@ -243,8 +264,13 @@ impl CompletionService {
             .map(|list| list())
             .unwrap_or_default();
         let line = rope.char_to_line(cursor.min(rope.len_chars()));
-        self.repository
-            .arrive(doc, rope, line, &open, tokens * CHARS_PER_TOKEN);
+        let changed = self
+            .repository
+            .refresh(doc, rope, line, &open, tokens * CHARS_PER_TOKEN);
+        tracing::debug!(doc, line, changed, "repository context refresh");
+        if changed {
+            self.prewarm(doc, rope, cursor);
+        }
     }
 
     /// Fills the engine's cache for a likely next request (after an edit, debounced).
@@ -255,10 +281,7 @@ impl CompletionService {
             return;
         }
         match self.engine() {
-            Ok((engine, info)) => {
-                self.arrive(doc, rope, cursor, &info, &config);
-                engine.prewarm(self.window(doc, rope, cursor, &info, &config));
-            }
+            Ok((engine, info)) => engine.prewarm(self.window(doc, rope, cursor, &info, &config)),
             Err(_) => {
                 tracing::debug!("prewarm deferred until the model is ready");
                 *self.deferred_prewarm.lock().expect("deferred prewarm lock") =

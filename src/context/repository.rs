@@ -1,32 +1,36 @@
-//! Repository context: snippets of the places the user has been (other
-//! documents, far parts of this one) and the definitions, found in other open
+//! Repository context: snippets of the places the user has been (in other
+//! documents or far away in this one) and the definitions, found in other open
 //! documents, of identifiers around the cursor. They form one block in front of
 //! the FIM prompt.
 //!
-//! The block changes only when the user arrives at a new place, whose window is
-//! cold anyway; never while typing at one place, so every keystroke's prompt
-//! starts with the same tokens and the engine decodes only what changed in the
-//! window. Snippets are appended, oldest first, because growing the block keeps
-//! its cached start. When the block would outgrow its budget, its oldest half
-//! goes at once, so the costly re-decode of the whole block is rare.
+//! The block changes only while the user is idle (the way llama.vim's ring
+//! buffer does): a pause at a place adds that place and its definitions, for
+//! later, and the engine refills the block and the window in the background
+//! (the completion service decides how long a pause must be).
+//! Moving to a new place and typing there never changes the block, so every
+//! keystroke's prompt starts with the tokens already in the cache. Snippets are
+//! appended, oldest first, because growing the block keeps its cached start;
+//! when it would outgrow its budget, its oldest half goes at once, so the
+//! costly re-decode of the whole block is rare.
 
 use std::collections::HashSet;
+use std::ops::Range;
 use std::sync::{Arc, Mutex};
 
 use ropey::Rope;
 
 use crate::providers::local::Snippet;
 
-/// A place within this many lines of the last one is the same place: its
-/// window overlaps the last one's.
+/// A place within this many lines of a snippet's start is that snippet's
+/// place: it is not added again.
 const SAME_PLACE_LINES: usize = 40;
-/// Lines of a left place kept above and below where the cursor was.
-const PLACE_ABOVE: usize = 6;
-const PLACE_BELOW: usize = 18;
+/// Lines of a place kept above and below the cursor.
+const PLACE_ABOVE: usize = 2;
+const PLACE_BELOW: usize = 22;
 /// Lines around the cursor whose identifiers are looked up.
 const LOOKUP_ABOVE: usize = 10;
 const LOOKUP_BELOW: usize = 5;
-/// Most definitions added at one arrival, and most lines of each.
+/// Most definitions added at one refresh, and most lines of each.
 const MAX_DEFINITIONS: usize = 3;
 const DEFINITION_LINES: usize = 12;
 /// Doc comments, attributes and decorators above a definition kept with it.
@@ -44,22 +48,15 @@ pub struct RepositoryContext {
 struct State {
     /// Oldest first, the order the block is built in.
     entries: Vec<Entry>,
-    /// The block as requests see it; rebuilt when `entries` change.
+    /// The block as prompts see it; rebuilt when `entries` change.
     block: Arc<[Snippet]>,
-    here: Option<Place>,
 }
 
 struct Entry {
     doc: String,
-    /// The document line the snippet starts at, to recognise it again.
-    line: usize,
+    /// The document lines the snippet holds, to recognise its place.
+    lines: Range<usize>,
     snippet: Snippet,
-}
-
-struct Place {
-    doc: String,
-    rope: Rope,
-    line: usize,
 }
 
 impl RepositoryContext {
@@ -68,62 +65,53 @@ impl RepositoryContext {
         self.state.lock().expect("repository lock").block.clone()
     }
 
-    /// The user is at `line` of `doc`. At a new place (another document, or far
-    /// from the last place in this one), the place left and the definitions of
-    /// identifiers around `line` found in `open` documents join the block, at
-    /// most half of `budget_chars` at once; the block stays within
-    /// `budget_chars`.
-    pub fn arrive(
+    /// The user has paused at `line` of `doc`: the place (unless the block
+    /// has it already) and the definitions of identifiers around it found in
+    /// the other `open` documents join the block, at most half of
+    /// `budget_chars` at once; the block stays within `budget_chars`. `true`
+    /// when the block changed.
+    pub fn refresh(
         &self,
         doc: &str,
         rope: &Rope,
         line: usize,
         open: &OpenDocuments,
         budget_chars: usize,
-    ) {
-        let mut state = self.state.lock().expect("repository lock");
-        let same_place = state
-            .here
-            .as_ref()
-            .is_some_and(|here| here.doc == doc && here.line.abs_diff(line) <= SAME_PLACE_LINES);
-        let left = state.here.replace(Place {
-            doc: doc.to_owned(),
-            rope: rope.clone(),
-            line,
-        });
-        if same_place || budget_chars == 0 {
-            return;
+    ) -> bool {
+        if budget_chars == 0 {
+            return false;
         }
         let most = budget_chars / 4;
+        let line = line.min(rope.len_lines().saturating_sub(1));
+        let mut state = self.state.lock().expect("repository lock");
         let mut arriving: Vec<Entry> = Vec::new();
-        if let Some(left) = left {
-            let start = left.line.saturating_sub(PLACE_ABOVE);
-            let end = (left.line + PLACE_BELOW).min(left.rope.len_lines());
-            arriving.extend(entry(&left.doc, &left.rope, start..end, most));
+        let start = line.saturating_sub(PLACE_ABOVE);
+        let known = state
+            .entries
+            .iter()
+            .any(|e| e.doc == doc && e.lines.start.abs_diff(start) <= SAME_PLACE_LINES);
+        if !known {
+            let end = (line + PLACE_BELOW).min(rope.len_lines());
+            arriving.extend(entry(doc, rope, start..end, most));
         }
         let wanted = identifiers_near(rope, line);
-        let definitions = open
+        let mut found: Vec<(usize, Entry)> = open
             .iter()
             .filter(|(uri, _)| uri != doc)
-            .flat_map(|(uri, rope)| definitions(rope, &wanted).map(move |d| (uri, rope, d)));
-        let mut found: Vec<(usize, Entry)> = Vec::new();
-        for (uri, rope, (name, lines)) in definitions {
-            let rank = wanted.iter().position(|w| *w == name).unwrap_or(usize::MAX);
-            if let Some(entry) = entry(uri, rope, lines, most) {
-                found.push((rank, entry));
-            }
-        }
+            .flat_map(|(uri, rope)| {
+                definitions(rope, &wanted).filter_map(|(rank, lines)| {
+                    entry(uri, rope, lines, most).map(|e| (rank, e))
+                })
+            })
+            .collect();
         found.sort_by_key(|(rank, _)| *rank);
         arriving.extend(found.into_iter().take(MAX_DEFINITIONS).map(|(_, e)| e));
-        state.add(arriving, budget_chars);
+        state.add(arriving, budget_chars)
     }
 
-    /// Drops a closed document's snippets and place.
+    /// Drops a closed document's snippets.
     pub fn forget(&self, doc: &str) {
         let mut state = self.state.lock().expect("repository lock");
-        if state.here.as_ref().is_some_and(|here| here.doc == doc) {
-            state.here = None;
-        }
         let before = state.entries.len();
         state.entries.retain(|e| e.doc != doc);
         if state.entries.len() != before {
@@ -140,19 +128,23 @@ impl State {
     /// Appends what is not in the block yet (an edited snippet replaces its
     /// old text), up to half the budget; makes room by dropping the oldest
     /// entries down to half the budget.
-    fn add(&mut self, arriving: Vec<Entry>, budget_chars: usize) {
+    fn add(&mut self, arriving: Vec<Entry>, budget_chars: usize) -> bool {
         let mut changed = false;
         let mut added = 0;
         for new in arriving {
-            if self.entries.iter().any(|e| e.snippet == new.snippet) {
+            // A definition the user already paused at is in the block.
+            let covered = |e: &Entry| {
+                e.doc == new.doc
+                    && e.lines.start <= new.lines.start
+                    && new.lines.end <= e.lines.end
+            };
+            if self.entries.iter().any(covered) {
                 continue;
             }
             let size = new.snippet.text.len();
             if added + size > budget_chars / 2 {
                 continue;
             }
-            self.entries
-                .retain(|e| !(e.doc == new.doc && e.line == new.line));
             if self.chars() + size > budget_chars {
                 let mut total = self.chars();
                 let drop = self
@@ -173,6 +165,7 @@ impl State {
         if changed {
             self.publish();
         }
+        changed
     }
 
     fn publish(&mut self) {
@@ -185,20 +178,22 @@ impl State {
 fn entry(
     doc: &str,
     rope: &Rope,
-    lines: std::ops::Range<usize>,
+    lines: Range<usize>,
     most_chars: usize,
 ) -> Option<Entry> {
     let mut text = String::new();
+    let mut end = lines.start;
     for line in lines.clone() {
         let line_text = rope.line(line).to_string();
         if text.len() + line_text.len() > most_chars {
             break;
         }
         text.push_str(&line_text);
+        end = line + 1;
     }
     (!text.trim().is_empty()).then(|| Entry {
         doc: doc.to_owned(),
-        line: lines.start,
+        lines: lines.start..end,
         snippet: Snippet {
             path: display_path(doc),
             text,
@@ -217,7 +212,7 @@ pub fn display_path(uri: &str) -> String {
 /// Identifiers on the lines around `line`, nearest lines first, each once.
 fn identifiers_near(rope: &Rope, line: usize) -> Vec<String> {
     let last = rope.len_lines().saturating_sub(1);
-    let mut order: Vec<usize> = vec![line.min(last)];
+    let mut order: Vec<usize> = vec![line];
     for d in 1..=LOOKUP_ABOVE.max(LOOKUP_BELOW) {
         if d <= LOOKUP_ABOVE && line >= d {
             order.push(line - d);
@@ -267,18 +262,18 @@ const MODIFIERS: [&str; 8] = [
     "pub", "export", "async", "unsafe", "extern", "default", "abstract", "final",
 ];
 
-/// The definitions in `rope` of names in `wanted`: (name, lines).
+/// The definitions in `rope` of names in `wanted`: (the name's place in
+/// `wanted`, the definition's lines).
 fn definitions<'a>(
     rope: &'a Rope,
     wanted: &'a [String],
-) -> impl Iterator<Item = (String, std::ops::Range<usize>)> + 'a {
+) -> impl Iterator<Item = (usize, Range<usize>)> + 'a {
     (0..rope.len_lines()).filter_map(move |l| {
-        let line = rope.line(l);
         // Most lines are not definitions; look at their first words only.
-        let head: String = line.chars().take(120).collect();
+        let head: String = rope.line(l).chars().take(120).collect();
         let name = defined_name(&head)?;
-        let name = wanted.iter().find(|w| *w == name)?.clone();
-        Some((name, definition_lines(rope, l)))
+        let rank = wanted.iter().position(|w| w == name)?;
+        Some((rank, definition_lines(rope, l)))
     })
 }
 
@@ -303,7 +298,7 @@ fn defined_name(line: &str) -> Option<&str> {
 /// The lines of the definition starting at `line`: its doc comments and
 /// attributes above, then the item until its indentation closes, at most
 /// [`DEFINITION_LINES`].
-fn definition_lines(rope: &Rope, line: usize) -> std::ops::Range<usize> {
+fn definition_lines(rope: &Rope, line: usize) -> Range<usize> {
     let indent = |l: usize| {
         let text = rope.line(l);
         let width = text.chars().take_while(|c| c.is_whitespace()).count();
@@ -357,46 +352,40 @@ mod tests {
     }
 
     #[test]
-    fn definitions_of_names_near_the_cursor_come_from_other_documents() {
+    fn a_pause_adds_the_place_and_definitions_from_other_documents() {
         let context = RepositoryContext::default();
-        let main =
-            Rope::from_str("fn main() {\n    let cache = PageCache::new(PAGE_SIZE);\n    \n}\n");
-        let docs = open(&[
-            ("file:///p/src/cache.rs", LIB),
-            ("file:///p/src/main.rs", ""),
-        ]);
-        context.arrive("file:///p/src/main.rs", &main, 2, &docs, 3_000);
+        let main = Rope::from_str("fn main() {\n    let cache = PageCache::new(PAGE_SIZE);\n    \n}\n");
+        let docs = open(&[("file:///p/src/cache.rs", LIB), ("file:///p/src/main.rs", "")]);
+        assert!(context.refresh("file:///p/src/main.rs", &main, 2, &docs, 3_000));
         let block = context.block();
         let texts: Vec<&str> = block.iter().map(|s| s.text.as_str()).collect();
         assert_eq!(
             texts,
             [
+                main.to_string().as_str(),
                 "/// A cache of pages.\npub struct PageCache {\n    pages: Vec<u8>,\n}\n",
                 "/// Bytes in a page.\npub const PAGE_SIZE: usize = 4096;\n",
             ]
         );
-        assert_eq!(block[0].path, "src/cache.rs");
+        assert_eq!(block[1].path, "src/cache.rs");
     }
 
     #[test]
-    fn the_block_changes_only_at_a_new_place() {
+    fn the_block_grows_by_appending_and_only_at_new_places() {
         let context = RepositoryContext::default();
-        let docs = open(&[("file:///p/a.rs", LIB)]);
+        let docs = OpenDocuments::new();
         let a = Rope::from_str(LIB);
         let b = Rope::from_str(&"let x = 1;\n".repeat(200));
-        context.arrive("file:///p/a.rs", &a, 6, &docs, 3_000);
-        assert!(context.block().is_empty(), "nothing left behind yet");
-        context.arrive("file:///p/b.rs", &b, 100, &docs, 3_000);
+        assert!(context.refresh("file:///p/a.rs", &a, 6, &docs, 3_000));
         let block = context.block();
-        assert_eq!(block.len(), 1, "the place left in a.rs");
         assert!(block[0].text.contains("pub struct PageCache"));
-        // Typing at the same place: the very same block.
-        context.arrive("file:///p/b.rs", &b, 103, &docs, 3_000);
+        // Pausing again at the same place, edited or not: the very same block.
+        assert!(!context.refresh("file:///p/a.rs", &Rope::from_str("x\n"), 8, &docs, 3_000));
         assert!(Arc::ptr_eq(&block, &context.block()));
-        // Far away in the same document: the place left joins the block.
-        context.arrive("file:///p/b.rs", &b, 180, &docs, 3_000);
-        assert_eq!(context.block().len(), 2);
+        assert!(context.refresh("file:///p/b.rs", &b, 100, &docs, 3_000));
         assert!(context.block().starts_with(&block), "appended, not rebuilt");
+        assert!(context.refresh("file:///p/b.rs", &b, 180, &docs, 3_000));
+        assert_eq!(context.block().len(), 3);
     }
 
     #[test]
@@ -406,26 +395,24 @@ mod tests {
         let rope = Rope::from_str(&text);
         let docs = OpenDocuments::new();
         for place in 0..12 {
-            context.arrive("file:///p/a.rs", &rope, place * 100, &docs, 1_600);
+            context.refresh("file:///p/a.rs", &rope, place * 100, &docs, 1_600);
         }
         let block = context.block();
         let chars: usize = block.iter().map(|s| s.text.len()).sum();
         assert!(chars <= 1_600, "{chars}");
-        assert!(
-            block.last().unwrap().text.contains("v1000 "),
-            "the newest place left is kept"
-        );
+        assert!(block.last().unwrap().text.contains("v1100 "), "the newest place is kept");
     }
 
     #[test]
     fn a_closed_document_leaves_the_block() {
         let context = RepositoryContext::default();
-        let docs = open(&[("file:///p/a.rs", LIB)]);
-        context.arrive("file:///p/a.rs", &Rope::from_str(LIB), 6, &docs, 3_000);
-        context.arrive("file:///p/b.rs", &Rope::from_str("x\n"), 0, &docs, 3_000);
-        assert_eq!(context.block().len(), 1);
+        let docs = OpenDocuments::new();
+        context.refresh("file:///p/a.rs", &Rope::from_str(LIB), 6, &docs, 3_000);
+        context.refresh("file:///p/b.rs", &Rope::from_str("let b = 2;\n"), 0, &docs, 3_000);
+        assert_eq!(context.block().len(), 2);
         context.forget("file:///p/a.rs");
-        assert!(context.block().is_empty());
+        assert_eq!(context.block().len(), 1);
+        assert!(!context.refresh("file:///p/a.rs", &Rope::new(), 0, &docs, 3_000), "nothing to add");
     }
 
     #[test]

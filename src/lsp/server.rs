@@ -1,6 +1,7 @@
 //! The `LanguageServer` implementation: lifecycle, document sync, configuration.
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
@@ -37,8 +38,9 @@ pub struct Backend {
     config: RwLock<Config>,
     capabilities: RwLock<ClientCapabilities>,
     /// Edits and cursor moves per document, so a debounced prewarm can tell
-    /// whether it is stale.
+    /// whether it is stale, and in all documents, so an idle refresh can.
     activity: Arc<DashMap<Uri, u64>>,
+    any_activity: Arc<AtomicU64>,
     /// Where `switchyard.toggleLocalOnly` persists the mode.
     config_path: Option<PathBuf>,
     local_engine: EngineSlot,
@@ -137,6 +139,7 @@ impl Backend {
             config: RwLock::new(config),
             capabilities: RwLock::new(ClientCapabilities::default()),
             activity: Arc::new(DashMap::new()),
+            any_activity: Arc::new(AtomicU64::new(0)),
             config_path,
             local_engine,
             core,
@@ -327,14 +330,25 @@ impl Backend {
         let Ok(doc) = self.documents.get(&uri) else {
             return;
         };
-        let (counts, service) = (self.activity.clone(), self.completion.clone());
+        let any = self.any_activity.fetch_add(1, Ordering::Relaxed) + 1;
+        let (counts, all, service) = (
+            self.activity.clone(),
+            self.any_activity.clone(),
+            self.completion.clone(),
+        );
         tokio::spawn(async move {
             tokio::time::sleep(debounce).await;
-            if counts.get(&uri).is_some_and(|c| *c == count)
-                && doc.unsuitable_for_completion().is_none()
+            if !counts.get(&uri).is_some_and(|c| *c == count)
+                || doc.unsuitable_for_completion().is_some()
             {
-                let cursor = doc.cursor.unwrap_or_else(|| opening_cursor(&doc.rope));
-                service.prewarm(uri.as_str(), &doc.rope, cursor);
+                return;
+            }
+            let cursor = doc.cursor.unwrap_or_else(|| opening_cursor(&doc.rope));
+            service.prewarm(uri.as_str(), &doc.rope, cursor);
+            // Repository context changes only while the user is idle.
+            tokio::time::sleep(service.context_refresh_idle()).await;
+            if all.load(Ordering::Relaxed) == any {
+                service.refresh_context(uri.as_str(), &doc.rope, cursor);
             }
         });
     }
@@ -474,6 +488,9 @@ impl LanguageServer for Backend {
         let uri = params.text_document.uri;
         self.documents.close(&uri);
         self.activity.remove(&uri);
+        // Closing is activity: a pending repository refresh must not bring the
+        // closed document back.
+        self.any_activity.fetch_add(1, Ordering::Relaxed);
         self.completion.forget(uri.as_str());
     }
 

@@ -119,14 +119,8 @@ pub async fn attempt(
         .notify("textDocument/didOpen", json!({"textDocument": doc}))
         .await;
     let (line, character) = task.cursor();
-    let at = json!({"line": line, "character": character});
     if arrival == Arrival::Revealed {
-        let params = json!({
-            "textDocument": {"uri": uri},
-            "range": {"start": at, "end": at},
-            "context": {"diagnostics": [], "triggerKind": 2}
-        });
-        client.request("textDocument/codeAction", params).await;
+        client.reveal_cursor(&uri, line, character).await;
     }
     tokio::time::sleep(idle).await;
     let log_before = client.log().len();
@@ -140,19 +134,9 @@ pub async fn attempt(
         )
         .await;
     let completion = first_item(&response);
-    let empty_reason = completion.is_empty().then(|| {
-        let log = client.log();
-        log.get(log_before..)
-            .unwrap_or_default()
-            .lines()
-            .rev()
-            .find_map(|l| {
-                l.split_once("no completion: ")
-                    .map(|(_, why)| reason_of(why))
-            })
-            .unwrap_or("no reason logged")
-            .to_owned()
-    });
+    let empty_reason = completion
+        .is_empty()
+        .then(|| empty_reason(&client.log(), log_before));
     let passed = !completion.is_empty() && passes(task, &completion).await;
     Attempt {
         task_id: task.task_id.clone(),
@@ -164,6 +148,20 @@ pub async fn attempt(
     }
 }
 
+/// Why the server answered nothing, from its log since byte `log_before`.
+pub fn empty_reason(log: &str, log_before: usize) -> String {
+    log.get(log_before..)
+        .unwrap_or_default()
+        .lines()
+        .rev()
+        .find_map(|l| {
+            l.split_once("no completion: ")
+                .map(|(_, why)| reason_of(why))
+        })
+        .unwrap_or("no reason logged")
+        .to_owned()
+}
+
 /// A logged reason without the event's fields (` elapsed_ms=…` and the like)
 /// and without the hint after a semicolon.
 fn reason_of(logged: &str) -> &str {
@@ -172,7 +170,7 @@ fn reason_of(logged: &str) -> &str {
 }
 
 /// The first item's text (the server sends plain text, never a snippet).
-fn first_item(response: &Value) -> String {
+pub fn first_item(response: &Value) -> String {
     response["result"]["items"][0]["insertText"]
         .as_str()
         .unwrap_or_default()

@@ -227,6 +227,18 @@ impl LspClient {
             .await;
     }
 
+    /// Shows the server where the cursor is, as VS Code does whenever it moves:
+    /// a code-action request for the cursor's empty range.
+    pub async fn reveal_cursor(&mut self, uri: &str, line: u32, character: u32) {
+        let at = json!({"line": line, "character": character});
+        let params = json!({
+            "textDocument": {"uri": uri},
+            "range": {"start": at, "end": at},
+            "context": {"diagnostics": [], "triggerKind": 2}
+        });
+        self.request("textDocument/codeAction", params).await;
+    }
+
     /// Waits until the server's log contains `needle`, answering what the server
     /// asks meanwhile (progress tokens, configuration) as an editor does.
     pub async fn wait_for_log(&mut self, needle: &str) {

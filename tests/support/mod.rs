@@ -4,6 +4,7 @@
 
 pub mod actions;
 pub mod cpu_hog;
+pub mod crossfile;
 pub mod fake_provider;
 pub mod gateway;
 pub mod infilling;
