@@ -35,7 +35,11 @@ fn env_or(name: &str, default: &str) -> String {
 fn list(name: &str, default: &str) -> Vec<u64> {
     env_or(name, default)
         .split(',')
-        .map(|v| v.trim().parse().unwrap_or_else(|_| panic!("{name}: numbers")))
+        .map(|v| {
+            v.trim()
+                .parse()
+                .unwrap_or_else(|_| panic!("{name}: numbers"))
+        })
         .collect()
 }
 
@@ -74,8 +78,12 @@ async fn run(
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
-    let per_crate: usize = env_or("CROSSFILE_TASKS", "8").parse().expect("CROSSFILE_TASKS");
-    let seed: u64 = env_or("CROSSFILE_SEED", "0").parse().expect("CROSSFILE_SEED");
+    let per_crate: usize = env_or("CROSSFILE_TASKS", "8")
+        .parse()
+        .expect("CROSSFILE_TASKS");
+    let seed: u64 = env_or("CROSSFILE_SEED", "0")
+        .parse()
+        .expect("CROSSFILE_SEED");
     let work = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/bench-crates");
     let mut tasks = Vec::new();
     for krate in &CRATES {
@@ -95,7 +103,10 @@ async fn main() {
     }
     let reading = Duration::from_millis(list("CROSSFILE_READING_MS", "15000")[0]);
     let idle = Duration::from_millis(list("CROSSFILE_IDLE_MS", "2000")[0]);
-    let crates: Vec<String> = CRATES.iter().map(|c| format!("{} {}", c.name, c.version)).collect();
+    let crates: Vec<String> = CRATES
+        .iter()
+        .map(|c| format!("{} {}", c.name, c.version))
+        .collect();
     println!(
         "cross-file completion: {} tasks ({per_crate} per crate, seed {seed}) from {}; {} ms reading the definition, {} ms idle before each request",
         tasks.len(),
@@ -103,7 +114,9 @@ async fn main() {
         reading.as_millis(),
         idle.as_millis()
     );
-    println!("| budget ms | repository tokens | tasks | exact % | names it % | empty % | p50 / p95 ms | empty reasons |");
+    println!(
+        "| budget ms | repository tokens | tasks | exact % | names it % | empty % | p50 / p95 ms | empty reasons |"
+    );
     println!("|---|---|---|---|---|---|---|---|");
     for budget in list("CROSSFILE_BUDGETS_MS", "1000,10000") {
         for repository in list("CROSSFILE_REPOSITORY", "1024,0") {

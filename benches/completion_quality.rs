@@ -17,6 +17,9 @@
 //!   server's log.
 //! - `QUALITY_DATA`: the directory of the `.jsonl.gz` files (default
 //!   `../shared/bench/humaneval-infilling` beside the repository).
+//! - `QUALITY_CEILING=1`: no model; pass every task's canonical answer through
+//!   the post-processing rules, as if the model had written it, and count the
+//!   answers the rules keep whole: the most the rules let pass.
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -65,6 +68,29 @@ async fn run(
     attempts
 }
 
+/// How many canonical answers survive the rules whole, with a few that do not.
+fn ceiling(set: &str, tasks: &[infilling::Task]) {
+    let cut: Vec<(&infilling::Task, Option<String>)> = tasks
+        .iter()
+        .filter_map(|task| {
+            let shown = task.rules_keep(&task.canonical_solution);
+            (!shown.as_deref().is_some_and(|s| task.exact(s))).then_some((task, shown))
+        })
+        .collect();
+    let kept = tasks.len() - cut.len();
+    println!(
+        "{set}-line: the rules keep {kept} of {} canonical answers whole ({:.1} %)",
+        tasks.len(),
+        kept as f64 * 100.0 / tasks.len().max(1) as f64
+    );
+    for (task, shown) in cut.iter().take(5) {
+        println!(
+            "- {}: canonical {:?}\n  shown     {:?}",
+            task.task_id, task.canonical_solution, shown
+        );
+    }
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let set = env_or("QUALITY_SET", "single");
@@ -77,6 +103,9 @@ async fn main() {
         PathBuf::from,
     );
     let all = infilling::load(&data.join(file));
+    if env_or("QUALITY_CEILING", "0") == "1" {
+        return ceiling(&set, &all);
+    }
     let count = match env_or("QUALITY_TASKS", "100").as_str() {
         "all" => all.len(),
         n => n.parse().expect("QUALITY_TASKS is a number or `all`"),

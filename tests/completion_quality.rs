@@ -97,7 +97,11 @@ fn cross_file_tasks_mask_a_line_whose_name_only_the_other_file_defines() {
         assert_ne!(task.path, task.definition_path, "{}", task.id);
         let masked_line = task.document.lines().nth(task.line as usize).unwrap();
         assert_eq!(masked_line.len(), task.indent as usize, "{}", task.id);
-        let defined = task.definition_text.lines().nth(task.definition_line as usize).unwrap();
+        let defined = task
+            .definition_text
+            .lines()
+            .nth(task.definition_line as usize)
+            .unwrap();
         let words = |text: &str| -> HashSet<String> {
             text.split(|c: char| !(c.is_alphanumeric() || c == '_'))
                 .map(str::to_owned)
@@ -107,7 +111,12 @@ fn cross_file_tasks_mask_a_line_whose_name_only_the_other_file_defines() {
         let name = words(defined)
             .into_iter()
             .find(|w| w.len() >= 5 && in_line.contains(w) && !in_document.contains(w));
-        assert!(name.is_some(), "{}: {defined:?} / {:?}", task.id, task.expected);
+        assert!(
+            name.is_some(),
+            "{}: {defined:?} / {:?}",
+            task.id,
+            task.expected
+        );
         assert!(task.exact(&format!("{}\n", task.expected)));
         assert!(!task.exact("let x = 1;"));
     }

@@ -56,13 +56,20 @@ impl Situation {
 
     /// Byte index where the completion ends, once the generated text shows it:
     /// end of line in single-line situations; in multi-line ones the line that
-    /// leaves the indentation scope (a closing bracket line is kept), a line the
-    /// document already has next, or the line limit.
+    /// dedents below the code after the cursor (a closing bracket line is
+    /// kept), a line the document already has next, or the line limit.
     pub fn boundary(&self, text: &str) -> Option<usize> {
         if self.single_line {
             return text.find('\n');
         }
         let base_indent = self.scope_indent(text)?;
+        // The completion may close the scopes it opens or sits in down to the
+        // indentation of the code after it (the hole spans them), but never
+        // reach the top level, where a model runs on into new definitions.
+        let floor = match &self.next_line {
+            Some(next) => base_indent.min(indent_width(next).max(1)),
+            None => base_indent.min(1),
+        };
         let mut offset = 0;
         for (i, line) in text.split_inclusive('\n').enumerate() {
             if !line.ends_with('\n') {
@@ -82,7 +89,7 @@ impl Situation {
                 {
                     return Some(offset);
                 }
-                if indent_width(content) < base_indent {
+                if indent_width(content) < floor {
                     let closes = content.trim().chars().all(|c| "}])>;,".contains(c));
                     return Some(if closes { offset + line.len() } else { offset });
                 }
@@ -117,7 +124,7 @@ impl Situation {
         let mut text = match self.boundary(text) {
             Some(end) => &text[..end],
             None if truncated && !self.single_line => {
-                text.rfind('\n').map_or(text, |end| &text[..end])
+                without_dangling_openers(text.rfind('\n').map_or(text, |end| &text[..end]))
             }
             None => text,
         };
@@ -140,6 +147,20 @@ impl Situation {
         let text = text.trim_end();
         (!text.trim().is_empty()).then(|| text.to_owned())
     }
+}
+
+/// A cut multi-line answer without its last lines that open a block (`if x:`,
+/// `fn f() {`): their body never came. The first line stays, since a hole
+/// may be just such a line.
+fn without_dangling_openers(text: &str) -> &str {
+    let mut text = text;
+    while let Some(last_start) = text.trim_end().rfind('\n') {
+        if !text.trim_end().ends_with(OPENERS) {
+            break;
+        }
+        text = &text[..last_start];
+    }
+    text
 }
 
 /// Whether a line cut short still reads as a whole: its brackets and quotes
@@ -248,10 +269,44 @@ mod tests {
     }
 
     #[test]
+    fn multi_line_may_close_inner_scopes_down_to_the_code_after_it() {
+        // A hole inside a loop, before the function's last line.
+        let s = Situation::new("", "\n    return total\n");
+        let text = "        total += x\n    total *= 2\n    return total\n";
+        assert_eq!(
+            s.finish(text, false).as_deref(),
+            Some("        total += x\n    total *= 2")
+        );
+        // With no code after it, the top level still ends it.
+        let s = Situation::new("", "\n");
+        let text = "        total += x\n    return total\n\ndef other():\n";
+        assert_eq!(
+            s.finish(text, false).as_deref(),
+            Some("        total += x\n    return total")
+        );
+    }
+
+    #[test]
     fn multi_line_drops_a_closing_line_the_document_already_has() {
         let s = Situation::new("fn main() {", "\n}\n");
         let text = "\n    run();\n}\n";
         assert_eq!(s.finish(text, false).as_deref(), Some("\n    run();"));
+    }
+
+    #[test]
+    fn a_cut_multi_line_answer_does_not_end_by_opening_a_block() {
+        let s = Situation::new("", "\n    return True\n");
+        assert_eq!(
+            s.finish("        return False\n    if n == 2:\n        ret", true)
+                .as_deref(),
+            Some("        return False")
+        );
+        assert_eq!(
+            s.finish("        if n < 2:\n            ret", true)
+                .as_deref(),
+            Some("        if n < 2:"),
+            "a hole may be just the opening line"
+        );
     }
 
     #[test]

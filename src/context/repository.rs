@@ -99,9 +99,8 @@ impl RepositoryContext {
             .iter()
             .filter(|(uri, _)| uri != doc)
             .flat_map(|(uri, rope)| {
-                definitions(rope, &wanted).filter_map(|(rank, lines)| {
-                    entry(uri, rope, lines, most).map(|e| (rank, e))
-                })
+                definitions(rope, &wanted)
+                    .filter_map(|(rank, lines)| entry(uri, rope, lines, most).map(|e| (rank, e)))
             })
             .collect();
         found.sort_by_key(|(rank, _)| *rank);
@@ -125,18 +124,16 @@ impl State {
         self.entries.iter().map(|e| e.snippet.text.len()).sum()
     }
 
-    /// Appends what is not in the block yet (an edited snippet replaces its
-    /// old text), up to half the budget; makes room by dropping the oldest
-    /// entries down to half the budget.
+    /// Appends what the block does not hold yet, up to half the budget at
+    /// once. When the budget is exceeded, the oldest entries go down to half
+    /// the budget at once: rebuilding the whole block is costly, so rare.
     fn add(&mut self, arriving: Vec<Entry>, budget_chars: usize) -> bool {
         let mut changed = false;
         let mut added = 0;
         for new in arriving {
             // A definition the user already paused at is in the block.
             let covered = |e: &Entry| {
-                e.doc == new.doc
-                    && e.lines.start <= new.lines.start
-                    && new.lines.end <= e.lines.end
+                e.doc == new.doc && e.lines.start <= new.lines.start && new.lines.end <= e.lines.end
             };
             if self.entries.iter().any(covered) {
                 continue;
@@ -145,17 +142,13 @@ impl State {
             if added + size > budget_chars / 2 {
                 continue;
             }
-            if self.chars() + size > budget_chars {
-                let mut total = self.chars();
-                let drop = self
-                    .entries
-                    .iter()
-                    .take_while(|e| {
-                        let over = total + size > budget_chars / 2;
-                        total -= e.snippet.text.len() * usize::from(over);
-                        over
-                    })
-                    .count();
+            let mut total = self.chars() + size;
+            if total > budget_chars {
+                let mut drop = 0;
+                while drop < self.entries.len() && total > budget_chars / 2 {
+                    total -= self.entries[drop].snippet.text.len();
+                    drop += 1;
+                }
                 self.entries.drain(..drop);
             }
             added += size;
@@ -175,12 +168,7 @@ impl State {
 
 /// A snippet of `lines` of a document, cut to `most_chars` at a line end;
 /// `None` when it holds no text.
-fn entry(
-    doc: &str,
-    rope: &Rope,
-    lines: Range<usize>,
-    most_chars: usize,
-) -> Option<Entry> {
+fn entry(doc: &str, rope: &Rope, lines: Range<usize>, most_chars: usize) -> Option<Entry> {
     let mut text = String::new();
     let mut end = lines.start;
     for line in lines.clone() {
@@ -354,8 +342,12 @@ mod tests {
     #[test]
     fn a_pause_adds_the_place_and_definitions_from_other_documents() {
         let context = RepositoryContext::default();
-        let main = Rope::from_str("fn main() {\n    let cache = PageCache::new(PAGE_SIZE);\n    \n}\n");
-        let docs = open(&[("file:///p/src/cache.rs", LIB), ("file:///p/src/main.rs", "")]);
+        let main =
+            Rope::from_str("fn main() {\n    let cache = PageCache::new(PAGE_SIZE);\n    \n}\n");
+        let docs = open(&[
+            ("file:///p/src/cache.rs", LIB),
+            ("file:///p/src/main.rs", ""),
+        ]);
         assert!(context.refresh("file:///p/src/main.rs", &main, 2, &docs, 3_000));
         let block = context.block();
         let texts: Vec<&str> = block.iter().map(|s| s.text.as_str()).collect();
@@ -400,7 +392,10 @@ mod tests {
         let block = context.block();
         let chars: usize = block.iter().map(|s| s.text.len()).sum();
         assert!(chars <= 1_600, "{chars}");
-        assert!(block.last().unwrap().text.contains("v1100 "), "the newest place is kept");
+        assert!(
+            block.last().unwrap().text.contains("v1100 "),
+            "the newest place is kept"
+        );
     }
 
     #[test]
@@ -408,11 +403,20 @@ mod tests {
         let context = RepositoryContext::default();
         let docs = OpenDocuments::new();
         context.refresh("file:///p/a.rs", &Rope::from_str(LIB), 6, &docs, 3_000);
-        context.refresh("file:///p/b.rs", &Rope::from_str("let b = 2;\n"), 0, &docs, 3_000);
+        context.refresh(
+            "file:///p/b.rs",
+            &Rope::from_str("let b = 2;\n"),
+            0,
+            &docs,
+            3_000,
+        );
         assert_eq!(context.block().len(), 2);
         context.forget("file:///p/a.rs");
         assert_eq!(context.block().len(), 1);
-        assert!(!context.refresh("file:///p/a.rs", &Rope::new(), 0, &docs, 3_000), "nothing to add");
+        assert!(
+            !context.refresh("file:///p/a.rs", &Rope::new(), 0, &docs, 3_000),
+            "nothing to add"
+        );
     }
 
     #[test]

@@ -73,7 +73,10 @@ impl Crate {
                 self.name,
                 self.id()
             );
-            run(Command::new("curl").args(["-sSfL", "-o"]).arg(&target).arg(&url));
+            run(Command::new("curl")
+                .args(["-sSfL", "-o"])
+                .arg(&target)
+                .arg(&url));
             target
         });
         let digest = run(Command::new("sha256sum").arg(&archive));
@@ -83,7 +86,11 @@ impl Crate {
             archive.display(),
             self.sha256
         );
-        run(Command::new("tar").arg("-xzf").arg(&archive).arg("-C").arg(work));
+        run(Command::new("tar")
+            .arg("-xzf")
+            .arg(&archive)
+            .arg("-C")
+            .arg(work));
         unpacked
     }
 }
@@ -178,10 +185,26 @@ fn words(text: &str) -> impl Iterator<Item = &str> {
 /// `static`, `macro_rules!`), after visibility and qualifiers.
 fn defined(line: &str) -> Option<&str> {
     let mut rest = line.trim_start();
-    for prefix in ["pub(crate) ", "pub(super) ", "pub ", "const ", "unsafe ", "async "] {
+    for prefix in [
+        "pub(crate) ",
+        "pub(super) ",
+        "pub ",
+        "const ",
+        "unsafe ",
+        "async ",
+    ] {
         rest = rest.strip_prefix(prefix).unwrap_or(rest);
     }
-    let kinds = ["fn ", "struct ", "enum ", "trait ", "type ", "const ", "static ", "macro_rules! "];
+    let kinds = [
+        "fn ",
+        "struct ",
+        "enum ",
+        "trait ",
+        "type ",
+        "const ",
+        "static ",
+        "macro_rules! ",
+    ];
     let after = kinds.iter().find_map(|k| rest.strip_prefix(k))?;
     words(after).next().filter(|name| after.starts_with(name))
 }
@@ -307,7 +330,10 @@ pub async fn attempt(
     let latency = started.elapsed();
     for uri in [&definition, &masked] {
         client
-            .notify("textDocument/didClose", json!({"textDocument": {"uri": uri}}))
+            .notify(
+                "textDocument/didClose",
+                json!({"textDocument": {"uri": uri}}),
+            )
             .await;
     }
     let completion = infilling::first_item(&response);

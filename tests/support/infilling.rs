@@ -17,6 +17,7 @@ use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt;
 
 use super::lsp_client::LspClient;
+use switchyard::completion::postprocess::Situation;
 
 #[derive(Clone, Debug, Deserialize)]
 pub struct Task {
@@ -46,6 +47,13 @@ impl Task {
             "{}{}\n{}\n\n{}\ncheck({})\n",
             self.prompt, completion, self.suffix, self.test, self.entry_point
         )
+    }
+
+    /// What the server's post-processing would show if the model wrote
+    /// `answer` at the cursor and stopped.
+    pub fn rules_keep(&self, answer: &str) -> Option<String> {
+        let document = self.document();
+        Situation::new("", &document[self.prompt.len()..]).finish(answer, false)
     }
 
     /// The same text as the canonical solution, ignoring surrounding whitespace
