@@ -338,7 +338,7 @@ impl Backend {
         );
         tokio::spawn(async move {
             tokio::time::sleep(debounce).await;
-            if !counts.get(&uri).is_some_and(|c| *c == count)
+            if counts.get(&uri).is_none_or(|c| *c != count)
                 || doc.unsuitable_for_completion().is_some()
             {
                 return;
