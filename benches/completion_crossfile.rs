@@ -26,7 +26,6 @@ use std::time::Duration;
 use serde_json::json;
 use support::crossfile::{self, CRATES};
 use support::infilling::{self, Attempt};
-use support::lsp_client::{LspClient, ServerOptions};
 
 fn env_or(name: &str, default: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| default.to_owned())
@@ -50,12 +49,8 @@ async fn run(
     reading: Duration,
     idle: Duration,
 ) -> Vec<Attempt> {
-    let mut client = LspClient::spawn(ServerOptions::default()).await;
-    let options = json!({"local": {"auto_pull": false}, "autocomplete": {"budget_ms": budget_ms, "repository_tokens": repository_tokens}});
-    client
-        .initialize(json!({"textDocument": {"inlineCompletion": {}}}), options)
-        .await;
-    client.wait_for_model().await;
+    let autocomplete = json!({"budget_ms": budget_ms, "repository_tokens": repository_tokens});
+    let mut client = infilling::server(autocomplete).await;
     let mut attempts = Vec::new();
     for (name, task) in tasks {
         attempts.push(crossfile::attempt(&mut client, task, name, reading, idle).await);

@@ -30,7 +30,6 @@ use std::time::Duration;
 use serde_json::json;
 use support::cpu_hog::CpuHog;
 use support::infilling::{self, Arrival, Attempt};
-use support::lsp_client::{LspClient, ServerOptions};
 
 fn env_or(name: &str, default: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| default.to_owned())
@@ -46,14 +45,7 @@ async fn run(
     arrival: Arrival,
     idle: Duration,
 ) -> Vec<Attempt> {
-    let mut client = LspClient::spawn(ServerOptions::default()).await;
-    client
-        .initialize(
-            json!({"textDocument": {"inlineCompletion": {}}}),
-            json!({"local": {"auto_pull": false}, "autocomplete": {"budget_ms": budget_ms}}),
-        )
-        .await;
-    client.wait_for_model().await;
+    let mut client = infilling::server(json!({"budget_ms": budget_ms})).await;
     let mut attempts = Vec::new();
     for (i, task) in tasks.iter().enumerate() {
         attempts.push(infilling::attempt(&mut client, task, i, arrival, idle).await);

@@ -14,8 +14,19 @@ use std::time::Duration;
 
 use serde_json::json;
 use support::crossfile;
-use support::infilling::{self, Arrival};
-use support::lsp_client::{LspClient, ServerOptions};
+use support::infilling::{self, Arrival, Attempt};
+use support::lsp_client::LspClient;
+
+/// Every empty answer has its reason from the log, and exact match is scored
+/// as the task scores the answer.
+fn assert_scored(client: &LspClient, attempt: &Attempt, exact: bool) {
+    eprintln!("{attempt:?}");
+    if attempt.completion.is_empty() {
+        let reason = attempt.empty_reason.as_deref().unwrap_or_default();
+        assert_ne!(reason, "no reason logged", "{}", client.log());
+    }
+    assert_eq!(attempt.exact, exact);
+}
 
 fn tasks() -> Vec<infilling::Task> {
     infilling::load(
@@ -47,14 +58,7 @@ async fn the_scoring_accepts_each_canonical_solution_and_rejects_a_wrong_one() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tasks_run_end_to_end_through_the_server_with_every_empty_answer_explained() {
     let tasks = tasks();
-    let mut client = LspClient::spawn(ServerOptions::default()).await;
-    client
-        .initialize(
-            json!({"textDocument": {"inlineCompletion": {}}}),
-            json!({"local": {"auto_pull": false}, "autocomplete": {"budget_ms": 10_000}}),
-        )
-        .await;
-    client.wait_for_model().await;
+    let mut client = infilling::server(json!({"budget_ms": 10_000})).await;
     let mut attempts = Vec::new();
     for (i, task) in tasks.iter().enumerate() {
         let attempt = infilling::attempt(
@@ -65,12 +69,7 @@ async fn tasks_run_end_to_end_through_the_server_with_every_empty_answer_explain
             Duration::from_millis(500),
         )
         .await;
-        eprintln!("{attempt:?}");
-        if attempt.completion.is_empty() {
-            let reason = attempt.empty_reason.as_deref().unwrap_or_default();
-            assert_ne!(reason, "no reason logged", "{}", client.log());
-        }
-        assert_eq!(attempt.exact, task.exact(&attempt.completion));
+        assert_scored(&client, &attempt, task.exact(&attempt.completion));
         attempts.push(attempt);
     }
     let score = infilling::score(&attempts);
@@ -125,14 +124,7 @@ fn cross_file_tasks_mask_a_line_whose_name_only_the_other_file_defines() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cross_file_task_runs_end_to_end_with_repository_context() {
     let task = ropey_tasks().remove(0);
-    let mut client = LspClient::spawn(ServerOptions::default()).await;
-    client
-        .initialize(
-            json!({"textDocument": {"inlineCompletion": {}}}),
-            json!({"local": {"auto_pull": false}, "autocomplete": {"budget_ms": 10_000}}),
-        )
-        .await;
-    client.wait_for_model().await;
+    let mut client = infilling::server(json!({"budget_ms": 10_000})).await;
     let attempt = crossfile::attempt(
         &mut client,
         &task,
@@ -141,11 +133,6 @@ async fn a_cross_file_task_runs_end_to_end_with_repository_context() {
         Duration::from_millis(500),
     )
     .await;
-    eprintln!("{attempt:?}");
-    if attempt.completion.is_empty() {
-        let reason = attempt.empty_reason.as_deref().unwrap_or_default();
-        assert_ne!(reason, "no reason logged", "{}", client.log());
-    }
-    assert_eq!(attempt.exact, task.exact(&attempt.completion));
+    assert_scored(&client, &attempt, task.exact(&attempt.completion));
     client.shutdown().await;
 }

@@ -16,7 +16,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt;
 
-use super::lsp_client::LspClient;
+use super::lsp_client::{LspClient, ServerOptions};
 use switchyard::completion::postprocess::Situation;
 
 #[derive(Clone, Debug, Deserialize)]
@@ -89,6 +89,20 @@ pub fn sample(mut tasks: Vec<Task>, n: usize, seed: u64) -> Vec<Task> {
     rng.shuffle(&mut tasks);
     tasks.truncate(n);
     tasks
+}
+
+/// A server with the model loaded, as the harnesses drive it: an editor with
+/// inline completion, the cached test model, `autocomplete` settings as given.
+pub async fn server(autocomplete: Value) -> LspClient {
+    let mut client = LspClient::spawn(ServerOptions::default()).await;
+    client
+        .initialize(
+            json!({"textDocument": {"inlineCompletion": {}}}),
+            json!({"local": {"auto_pull": false}, "autocomplete": autocomplete}),
+        )
+        .await;
+    client.wait_for_model().await;
+    client
 }
 
 /// How one task went.
