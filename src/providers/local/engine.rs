@@ -14,6 +14,7 @@ mod prefill;
 mod recent;
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 use std::sync::mpsc::{Receiver, TryRecvError};
 use std::time::{Duration, Instant};
 
@@ -30,7 +31,7 @@ use super::prompt::{self, FimPrompt, FimTokens, PromptBudget};
 use super::reuse::SuffixSpan;
 use super::{
     ChatJob, CompletionJob, EngineError, EngineOptions, EngineStatus, FimText, Generation, Job,
-    ModelInfo, StopReason,
+    ModelInfo, Snippet, StopReason,
 };
 use crate::cancel::CancelFlag;
 use load::{
@@ -107,6 +108,7 @@ pub(super) fn run(options: EngineOptions, rx: Receiver<Job>, status: watch::Send
         cached: Vec::new(),
         cached_suffix: None,
         recent: RecentPrompts::new(options.recent_prompts),
+        repository: None,
         batch: LlamaBatch::new(CHUNK, 1),
         logits_index: 0,
         chunk_cost: Duration::from_secs_f64(CHUNK as f64 / speed),
@@ -170,6 +172,8 @@ struct Engine<'m> {
     cached_suffix: Option<SuffixSpan>,
     /// Caches left for another prompt, to switch back to.
     recent: RecentPrompts,
+    /// The last repository context block, its document path and its tokens.
+    repository: Option<(Arc<[Snippet]>, String, Vec<i32>)>,
     batch: LlamaBatch<'static>,
     /// Batch index of the last decoded token, whose logits start generation.
     logits_index: i32,
@@ -398,7 +402,7 @@ impl Engine<'_> {
         let _ = reply.send(result.map(|()| answer));
     }
 
-    fn build_prompt(&self, text: &FimText) -> FimPrompt {
+    fn build_prompt(&mut self, text: &FimText) -> FimPrompt {
         let vocab = self.model.vocab();
         let to_ids = |s: &str| -> Vec<i32> {
             vocab
@@ -407,9 +411,22 @@ impl Engine<'_> {
                 .map(|t| t.0)
                 .collect()
         };
+        // The block stays the same while the user types: tokenize it once.
+        let cached = self
+            .repository
+            .as_ref()
+            .filter(|(context, path, _)| Arc::ptr_eq(context, &text.context) && *path == text.path);
+        let context = match cached {
+            Some((_, _, tokens)) => tokens.clone(),
+            None => {
+                let tokens = self.repository_tokens(text, to_ids);
+                self.repository = Some((text.context.clone(), text.path.clone(), tokens.clone()));
+                tokens
+            }
+        };
         prompt::assemble(
             &self.fim,
-            &self.repository_tokens(text, to_ids),
+            &context,
             &to_ids(&text.prefix),
             &to_ids(&text.suffix),
             self.budget,
