@@ -152,7 +152,7 @@ fn scope_heads(rope: &Rope, line: usize, max_chars: usize) -> String {
 }
 
 /// Leading whitespace of a line with text on it; `None` for a blank line.
-fn indentation(line: RopeSlice) -> Option<usize> {
+pub(crate) fn indentation(line: RopeSlice) -> Option<usize> {
     line.chars().position(|c| !c.is_whitespace())
 }
 

@@ -19,6 +19,7 @@ use std::sync::{Arc, Mutex};
 
 use ropey::Rope;
 
+use super::fim::indentation;
 use crate::providers::local::Snippet;
 
 /// A place within this many lines of a snippet's start is that snippet's
@@ -287,11 +288,7 @@ fn defined_name(line: &str) -> Option<&str> {
 /// attributes above, then the item until its indentation closes, at most
 /// [`DEFINITION_LINES`].
 fn definition_lines(rope: &Rope, line: usize) -> Range<usize> {
-    let indent = |l: usize| {
-        let text = rope.line(l);
-        let width = text.chars().take_while(|c| c.is_whitespace()).count();
-        (width < text.len_chars()).then_some(width)
-    };
+    let indent = |l: usize| indentation(rope.line(l));
     let mut start = line;
     while start > 0 && line - start < LEADING_LINES {
         let above = rope.line(start - 1).to_string();
