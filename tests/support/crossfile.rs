@@ -65,9 +65,17 @@ impl Crate {
         if unpacked.join("Cargo.toml").exists() {
             return unpacked;
         }
-        std::fs::create_dir_all(work).expect("the crates directory can be created");
+        // Tests in one binary run at once: each unpacks into its own
+        // directory and the first rename wins, so none sees a half-written tree.
+        let staging = work.join(format!(
+            ".{}-{}-{:?}",
+            self.id(),
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        std::fs::create_dir_all(&staging).expect("the crates directory can be created");
         let archive = cached_archive(&self.id()).unwrap_or_else(|| {
-            let target = work.join(format!("{}.crate", self.id()));
+            let target = staging.join(format!("{}.crate", self.id()));
             let url = format!(
                 "https://static.crates.io/crates/{}/{}.crate",
                 self.name,
@@ -90,7 +98,15 @@ impl Crate {
             .arg("-xzf")
             .arg(&archive)
             .arg("-C")
-            .arg(work));
+            .arg(&staging));
+        if std::fs::rename(staging.join(self.id()), &unpacked).is_err() {
+            assert!(
+                unpacked.join("Cargo.toml").exists(),
+                "{} could not be put in place",
+                unpacked.display()
+            );
+        }
+        let _ = std::fs::remove_dir_all(&staging);
         unpacked
     }
 }
