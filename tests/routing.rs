@@ -24,6 +24,11 @@ struct Setup {
 /// primary alone, `medium` is primary then secondary. Ceilings are scaled down
 /// (first token 400 ms) so the suite stays quick.
 async fn setup(capabilities: Value, status_notifications: bool) -> Setup {
+    setup_with(capabilities, status_notifications, 10_000).await
+}
+
+/// `setup` with canaries every `canary_interval_ms`.
+async fn setup_with(capabilities: Value, status_notifications: bool, canary_interval_ms: u64) -> Setup {
     let primary = FakeProvider::start().await;
     let secondary = FakeProvider::start().await;
     let empty_models = tempfile::tempdir().unwrap().keep();
@@ -49,7 +54,10 @@ async fn setup(capabilities: Value, status_notifications: bool) -> Setup {
             "refactor": {"first_token_ms": 400, "total_ms": 10000, "wait_ms": 2000}
         },
         // The fast profile: backoff scaled down with the ceilings.
-        "resilience": {"backoff": {"rate_limit_ms": 100, "overloaded_ms": 200, "transient_ms": 50, "cap_ms": 1000}}
+        "resilience": {
+            "backoff": {"rate_limit_ms": 100, "overloaded_ms": 200, "transient_ms": 50, "cap_ms": 1000},
+            "canary_interval_ms": canary_interval_ms
+        }
     });
     client.initialize(capabilities, init).await;
     client.open(URI, DOC).await;
@@ -154,6 +162,46 @@ async fn a_tier_with_nothing_healthy_downshifts_and_the_editor_is_told_why() {
         status["params"]["reason"].as_str().unwrap().contains("529"),
         "{status}"
     );
+    client.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_downshift_indicator_clears_once_the_tier_it_left_recovers() {
+    let Setup {
+        mut client,
+        primary,
+        secondary,
+    } = setup_with(editor_capabilities(), true, 200).await;
+    primary.set_default(Behaviour::Overloaded);
+    secondary.set_default(Behaviour::ok("```rust\nfn count() {}\n```"));
+    let response = command(
+        &mut client,
+        "switchyard.refactor",
+        json!([URI, whole_function(), "Simplify this code."]),
+    )
+    .await;
+    assert_eq!(response["result"]["tier"], "medium", "{response}");
+    client
+        .notification("switchyard/status", |p| p["downshiftedFrom"] == "large")
+        .await;
+
+    // No further task runs: the canaries find the primary healthy again, and
+    // the status alone takes the indicator away.
+    primary.set_default(Behaviour::ok("fine"));
+    let recovered = client
+        .notification("switchyard/status", |p| {
+            p["downshiftedFrom"].is_null() && p["tier"] == "large"
+        })
+        .await;
+    assert_eq!(recovered["params"]["provider"], "primary", "{recovered}");
+    let refactor = recovered["params"]["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["kind"] == "refactor")
+        .cloned()
+        .unwrap_or_default();
+    assert!(refactor["downshiftedFrom"].is_null(), "{recovered}");
     client.shutdown().await;
 }
 

@@ -42,7 +42,7 @@ use crate::resilience::breaker::BreakerView;
 use crate::resilience::governor::MeterView;
 use crate::task::{TaskKind, TaskProfile};
 use beacon::Beacons;
-use status::{ParkedStatus, Route, StatusReport};
+use status::{ParkedStatus, Route, Served, StatusReport};
 
 pub use request::{Answer, Attempt, OnProgress, Pin, Progress, RouteError, TaskRequest};
 
@@ -56,7 +56,7 @@ pub struct Router {
     beacons: Arc<Beacons>,
     local_only: Arc<AtomicBool>,
     local: EngineSlot,
-    active: Mutex<HashMap<TaskKind, Route>>,
+    active: Mutex<HashMap<TaskKind, Served>>,
     last: Mutex<Option<Route>>,
     status: watch::Sender<StatusReport>,
     resilience: Arc<Resilience>,
@@ -156,10 +156,14 @@ impl Router {
 
     /// Records a served task as its kind's route and tells the status.
     fn served(&self, kind: TaskKind, route: Route) {
-        self.active
-            .lock()
-            .expect("active lock")
-            .insert(kind, route.clone());
+        let at_ms = crate::resilience::park::now_ms();
+        self.active.lock().expect("active lock").insert(
+            kind,
+            Served {
+                route: route.clone(),
+                at_ms,
+            },
+        );
         *self.last.lock().expect("last lock") = Some(route);
         self.publish();
     }
@@ -212,7 +216,7 @@ impl Router {
         &self.missing_keys
     }
 
-    pub(crate) fn active_routes(&self) -> HashMap<TaskKind, Route> {
+    pub(crate) fn active_routes(&self) -> HashMap<TaskKind, Served> {
         self.active.lock().expect("active lock").clone()
     }
 

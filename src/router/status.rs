@@ -19,6 +19,13 @@ pub struct Route {
     pub reason: Option<String>,
 }
 
+/// A task kind's route and when it was served (ms since the epoch).
+#[derive(Clone, Debug)]
+pub(crate) struct Served {
+    pub route: Route,
+    pub at_ms: u64,
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub struct TaskStatus {
     pub kind: TaskKind,
@@ -168,7 +175,7 @@ pub(super) fn report(router: &Router) -> StatusReport {
         .into_iter()
         .map(|kind| TaskStatus {
             kind,
-            route: active.get(&kind).cloned(),
+            route: active.get(&kind).map(|served| current(router, kind, served)),
         })
         .collect();
     // Health is judged against explain, the task every chain entry can serve.
@@ -213,7 +220,13 @@ pub(super) fn report(router: &Router) -> StatusReport {
             });
         }
     }
-    let latest = router.last_route();
+    // The latest task's route, past its downshift too once its tier recovered.
+    let latest = router.last_route().map(|latest| {
+        active
+            .iter()
+            .find(|(_, served)| served.route == latest)
+            .map_or(latest.clone(), |(kind, served)| current(router, *kind, served))
+    });
     let shared = router.shared_views();
     StatusReport {
         provider: latest.as_ref().map(|r| r.provider.clone()),
@@ -228,5 +241,36 @@ pub(super) fn report(router: &Router) -> StatusReport {
         quota: shared.quota,
         parked: router.parked(),
         canaries: router.canaries(),
+    }
+}
+
+/// A served route as the editor should see it now. A downshift lasts until a
+/// canary finds the entry the plan would try first in the tier it left
+/// healthy again; then the route is that entry's, and the downshift indicator
+/// clears without waiting for the next task.
+fn current(router: &Router, kind: TaskKind, served: &Served) -> Route {
+    let route = &served.route;
+    let Some(from) = route.downshifted_from else {
+        return route.clone();
+    };
+    let Some(now) = router.candidates(kind, None).now().cloned() else {
+        return route.clone();
+    };
+    let latest_canary = router
+        .canaries()
+        .into_iter()
+        .rev()
+        .find(|c| c.provider == now.entry.provider && c.model == now.entry.model);
+    let healthy_since = latest_canary.is_some_and(|c| c.ok && c.at_ms >= served.at_ms);
+    if now.usable() && now.tier == from && healthy_since {
+        Route {
+            provider: now.entry.provider,
+            model: now.entry.model,
+            tier: from,
+            downshifted_from: None,
+            reason: None,
+        }
+    } else {
+        route.clone()
     }
 }
