@@ -4,44 +4,24 @@
 //! render, chart real data, and show the breaker trip through its live polling.
 //! A screenshot is left at `target/dashboard-screenshot.png`.
 //!
-//! Needs Debian's `chromium` and `chromium-driver` (`scripts/setup` installs them).
+//! Needs Debian's `chromium` and `chromium-driver` (`scripts/test-setup` installs them).
 
 mod support;
 
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use serde_json::{Value, json};
+use support::browser::{Browser, require_chromium, target_dir};
 use support::fake_provider::{Behaviour, FakeProvider, FakeRateLimits};
 use support::gateway::GatewayProcess as Gateway;
 use switchyard::router::canary::TOKEN;
 
-use tokio::time::Instant;
-
-const CHROMIUM: &str = "/usr/bin/chromium";
-const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
 const KEY: &str = "sk-test-dashboard-0123456789abcdef";
-/// Generous: two cores share Chromium, the gateway and the compiler's leftovers.
-const PATIENCE: Duration = Duration::from_secs(120);
 
-fn require_chromium() {
-    for binary in [CHROMIUM, CHROMEDRIVER] {
-        assert!(
-            Path::new(binary).exists(),
-            "{binary} is missing: run scripts/setup (installs Debian's chromium and chromium-driver)"
-        );
-    }
-}
-
-/// `target/`, wherever the build puts it.
-fn target_dir() -> PathBuf {
-    Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .parent()
-        .expect("CARGO_TARGET_TMPDIR is target/tmp")
-        .to_path_buf()
+/// Waits until the page's state (`PAGE_STATE`) satisfies `done`.
+async fn wait_for(browser: &Browser, what: &str, done: impl Fn(&Value) -> bool) -> Value {
+    let failed = target_dir().join("dashboard-screenshot-failed.png");
+    browser.wait_until(what, PAGE_STATE, &failed, done).await
 }
 
 // ---- The gateway under test.
@@ -111,184 +91,6 @@ async fn ask(gateway: &Gateway, model: &str, task: &str) -> (u16, String) {
     (status, response.text().await.unwrap())
 }
 
-// ---- A minimal W3C WebDriver client over chromedriver.
-
-/// Chromedriver and its session; dropping it ends both, even when a test panics.
-struct Driver {
-    child: Child,
-    port: u16,
-    session: Option<String>,
-    profile: tempfile::TempDir,
-}
-
-impl Drop for Driver {
-    fn drop(&mut self) {
-        // Deleting the session is what makes chromedriver close Chromium; a blocking
-        // request, because Drop cannot await.
-        if let Some(session) = &self.session
-            && let Ok(mut stream) = TcpStream::connect(("127.0.0.1", self.port))
-        {
-            let _ = stream.set_read_timeout(Some(Duration::from_secs(20)));
-            let request = format!(
-                "DELETE /session/{session} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
-            );
-            if stream.write_all(request.as_bytes()).is_ok() {
-                let _ = stream.read_to_end(&mut Vec::new());
-            }
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-struct Browser {
-    http: reqwest::Client,
-    base: String,
-    driver: Driver,
-}
-
-impl Browser {
-    async fn start() -> Browser {
-        require_chromium();
-        // A free port for chromedriver (it has no "pick one and tell me").
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let child = Command::new(CHROMEDRIVER)
-            .arg(format!("--port={port}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start chromedriver");
-        let profile = tempfile::tempdir().unwrap();
-        let mut browser = Browser {
-            http: reqwest::Client::builder()
-                .timeout(Duration::from_secs(90))
-                .build()
-                .unwrap(),
-            base: format!("http://127.0.0.1:{port}"),
-            driver: Driver {
-                child,
-                port,
-                session: None,
-                profile,
-            },
-        };
-        let deadline = Instant::now() + PATIENCE;
-        loop {
-            let ready = browser.http.get(format!("{}/status", browser.base)).send();
-            if let Ok(response) = ready.await
-                && let Ok(status) = response.json::<Value>().await
-                && status["value"]["ready"] == true
-            {
-                break;
-            }
-            assert!(Instant::now() < deadline, "chromedriver did not start");
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-        let user_data = format!(
-            "--user-data-dir={}",
-            browser.driver.profile.path().display()
-        );
-        let args = [
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-quic",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--disable-dev-shm-usage",
-            "--window-size=1280,900",
-            user_data.as_str(),
-        ];
-        let capabilities = json!({"capabilities": {"alwaysMatch": {
-            "browserName": "chrome",
-            "goog:chromeOptions": {"binary": CHROMIUM, "args": args},
-        }}});
-        let created = browser.command("POST", "/session", capabilities).await;
-        let session = created["sessionId"]
-            .as_str()
-            .unwrap_or_else(|| panic!("no session: {created}"))
-            .to_owned();
-        browser.driver.session = Some(session);
-        browser
-    }
-
-    /// One WebDriver command; its `value`.
-    async fn command(&self, method: &str, path: &str, body: Value) -> Value {
-        let session = self.driver.session.as_deref().unwrap_or("");
-        let path = path.replace("{session}", session);
-        let url = format!("{}{path}", self.base);
-        let request = match method {
-            "GET" => self.http.get(url),
-            "DELETE" => self.http.delete(url),
-            _ => self.http.post(url).json(&body),
-        };
-        let response = request.send().await.expect("chromedriver answers");
-        let status = response.status();
-        let reply: Value = response.json().await.expect("chromedriver answers JSON");
-        assert!(status.is_success(), "{method} {path}: {status} {reply}");
-        reply["value"].clone()
-    }
-
-    async fn goto(&self, url: &str) {
-        self.command("POST", "/session/{session}/url", json!({"url": url}))
-            .await;
-    }
-
-    async fn eval(&self, script: &str) -> Value {
-        let body = json!({"script": script, "args": []});
-        self.command("POST", "/session/{session}/execute/sync", body)
-            .await
-    }
-
-    /// A full-page PNG: the window is grown until the page fits in it.
-    async fn screenshot(&self, path: &Path) {
-        for _ in 0..3 {
-            let sizes = self
-                .eval("return [document.documentElement.scrollHeight, window.innerHeight, window.outerHeight];")
-                .await;
-            let size = |i: usize| sizes[i].as_u64().unwrap_or(900);
-            let (page, inner, outer) = (size(0), size(1), size(2));
-            if page <= inner {
-                break;
-            }
-            // The window's height includes whatever chrome it has around the page.
-            let height = (page + outer.saturating_sub(inner)).min(6000);
-            let rect = json!({"width": 1280, "height": height});
-            self.command("POST", "/session/{session}/window/rect", rect)
-                .await;
-        }
-        let png = self
-            .command("GET", "/session/{session}/screenshot", Value::Null)
-            .await;
-        std::fs::write(path, base64_decode(png.as_str().expect("base64 PNG"))).unwrap();
-        println!("dashboard screenshot: {}", path.display());
-    }
-
-    /// Polls the page's state until `done` holds; on timeout keeps a screenshot
-    /// of what the page showed and fails with its state.
-    async fn wait_until(&self, what: &str, done: impl Fn(&Value) -> bool) -> Value {
-        let deadline = Instant::now() + PATIENCE;
-        loop {
-            let state = self.eval(PAGE_STATE).await;
-            if done(&state) {
-                return state;
-            }
-            if Instant::now() > deadline {
-                let shot = target_dir().join("dashboard-screenshot-failed.png");
-                self.screenshot(&shot).await;
-                panic!("timed out waiting for {what}; the page showed: {state:#}");
-            }
-            tokio::time::sleep(Duration::from_millis(300)).await;
-        }
-    }
-}
-
 /// What the page shows, read from its data attributes.
 const PAGE_STATE: &str = r##"
 const q = (s) => document.querySelector(s);
@@ -323,31 +125,6 @@ return {
   resources: performance.getEntriesByType("resource").map((r) => r.name),
 };
 "##;
-
-fn base64_decode(text: &str) -> Vec<u8> {
-    let value = |c: u8| match c {
-        b'A'..=b'Z' => c - b'A',
-        b'a'..=b'z' => c - b'a' + 26,
-        b'0'..=b'9' => c - b'0' + 52,
-        b'+' => 62,
-        b'/' => 63,
-        _ => panic!("not base64: {c}"),
-    };
-    let digits: Vec<u8> = text
-        .bytes()
-        .filter(|c| !c.is_ascii_whitespace() && *c != b'=')
-        .map(value)
-        .collect();
-    let mut out = Vec::with_capacity(digits.len() * 3 / 4);
-    for chunk in digits.chunks(4) {
-        let n = chunk
-            .iter()
-            .enumerate()
-            .fold(0u32, |n, (i, d)| n | (u32::from(*d) << (18 - 6 * i)));
-        out.extend_from_slice(&n.to_be_bytes()[1..chunk.len()]);
-    }
-    out
-}
 
 fn entry<'a>(state: &'a Value, id: &str) -> &'a Value {
     &state["entries"][id]
@@ -385,12 +162,11 @@ async fn the_dashboard_charts_live_health_and_shows_a_breaker_trip() {
     }
     let browser = Browser::start().await;
     browser.goto(&format!("{}/dashboard", gateway.url)).await;
-    let healthy = browser
-        .wait_until("charts with data for primary/mid", |s| {
-            entry(s, "primary/mid")["ttft"].as_u64() > Some(0)
-                && entry(s, "primary/mid")["total"].as_u64() > Some(0)
-        })
-        .await;
+    let healthy = wait_for(&browser, "charts with data for primary/mid", |s| {
+        entry(s, "primary/mid")["ttft"].as_u64() > Some(0)
+            && entry(s, "primary/mid")["total"].as_u64() > Some(0)
+    })
+    .await;
     assert_eq!(healthy["heading"], "switchyard gateway", "{healthy:#}");
     assert_eq!(entry(&healthy, "primary/mid")["state"], "healthy");
     assert_eq!(entry(&healthy, "primary/mid")["phase"], "closed");
@@ -411,15 +187,14 @@ async fn the_dashboard_charts_live_health_and_shows_a_breaker_trip() {
     );
 
     // The page was loaded before the trip: only its polling can show it.
-    let tripped = browser
-        .wait_until("the breaker trip on secondary/big", |s| {
-            entry(s, "secondary/big")["phase"] == "open"
-                && entry(s, "secondary/big")["band"]
-                    .as_str()
-                    .is_some_and(|b| b.contains("open"))
-                && s["canaries"].as_u64() > Some(0)
-        })
-        .await;
+    let tripped = wait_for(&browser, "the breaker trip on secondary/big", |s| {
+        entry(s, "secondary/big")["phase"] == "open"
+            && entry(s, "secondary/big")["band"]
+                .as_str()
+                .is_some_and(|b| b.contains("open"))
+            && s["canaries"].as_u64() > Some(0)
+    })
+    .await;
     assert!(tripped["updates"].as_u64().unwrap() > before, "{tripped:#}");
     assert_eq!(tripped["verdict"], "down", "{tripped:#}");
     assert!(
@@ -463,11 +238,10 @@ async fn behind_a_bearer_token_the_page_reads_it_from_the_fragment() {
 
     let browser = Browser::start().await;
     browser.goto(&format!("{}/dashboard", gateway.url)).await;
-    browser
-        .wait_until("the page to ask for a token", |s| {
-            s["verdict"] == "unauthorised"
-        })
-        .await;
+    wait_for(&browser, "the page to ask for a token", |s| {
+        s["verdict"] == "unauthorised"
+    })
+    .await;
     browser
         .goto(&format!(
             "{}/dashboard#token=dashboard-test-token",
@@ -475,11 +249,10 @@ async fn behind_a_bearer_token_the_page_reads_it_from_the_fragment() {
         ))
         .await;
     // A fragment change does not reload the page; the next poll uses the token.
-    let state = browser
-        .wait_until("data with the token", |s| {
-            s["updates"].as_u64() > Some(0) && s["entries"]["primary/mid"].is_object()
-        })
-        .await;
+    let state = wait_for(&browser, "data with the token", |s| {
+        s["updates"].as_u64() > Some(0) && s["entries"]["primary/mid"].is_object()
+    })
+    .await;
     assert_ne!(state["verdict"], "unauthorised", "{state:#}");
 }
 

@@ -28,7 +28,11 @@ async fn setup(capabilities: Value, status_notifications: bool) -> Setup {
 }
 
 /// `setup` with canaries every `canary_interval_ms`.
-async fn setup_with(capabilities: Value, status_notifications: bool, canary_interval_ms: u64) -> Setup {
+async fn setup_with(
+    capabilities: Value,
+    status_notifications: bool,
+    canary_interval_ms: u64,
+) -> Setup {
     let primary = FakeProvider::start().await;
     let secondary = FakeProvider::start().await;
     let empty_models = tempfile::tempdir().unwrap().keep();

@@ -46,6 +46,6 @@ cat > "$launcher.partial" <<LAUNCH
 exec "$node" "$home/app/node_modules/code-server/out/node/entry.js" "\$@"
 LAUNCH
 chmod +x "$launcher.partial"
-"$launcher.partial" --version >&2
+XDG_CONFIG_HOME="$home/config" "$launcher.partial" --version >&2
 mv "$launcher.partial" "$launcher"
 echo "$launcher"

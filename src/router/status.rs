@@ -175,7 +175,9 @@ pub(super) fn report(router: &Router) -> StatusReport {
         .into_iter()
         .map(|kind| TaskStatus {
             kind,
-            route: active.get(&kind).map(|served| current(router, kind, served)),
+            route: active
+                .get(&kind)
+                .map(|served| current(router, kind, served)),
         })
         .collect();
     // Health is judged against explain, the task every chain entry can serve.
@@ -225,7 +227,9 @@ pub(super) fn report(router: &Router) -> StatusReport {
         active
             .iter()
             .find(|(_, served)| served.route == latest)
-            .map_or(latest.clone(), |(kind, served)| current(router, *kind, served))
+            .map_or(latest.clone(), |(kind, served)| {
+                current(router, *kind, served)
+            })
     });
     let shared = router.shared_views();
     StatusReport {

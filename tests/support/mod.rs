@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod actions;
+pub mod browser;
 pub mod cpu_hog;
 pub mod crossfile;
 pub mod fake_provider;

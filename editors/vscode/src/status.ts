@@ -93,6 +93,13 @@ export function statusLines(r: StatusReport): string[] {
   return lines;
 }
 
+/** How much of a downshift's reason fits in the status bar. */
+const REASON_CHARS = 40;
+
+function shorten(text: string, chars: number): string {
+  return text.length <= chars ? text : `${text.slice(0, chars - 1)}…`;
+}
+
 /** What the status bar item shows for a report (`undefined`: none received yet). */
 export function formatStatus(r: StatusReport | undefined): StatusView {
   if (!r) {
@@ -105,8 +112,12 @@ export function formatStatus(r: StatusReport | undefined): StatusView {
     return { text: `$(lock) switchyard: local-only${suffix}`, tooltip, warning: false };
   }
   if (r.provider && r.downshiftedFrom) {
+    // Why is the first thing a user asks; the tooltip has it whole. The
+    // server's "<tier> tier unavailable: " repeats what the arrow says.
+    const cause = (r.reason ?? "no healthy entry").replace(`${r.downshiftedFrom} tier unavailable: `, "");
+    const reason = shorten(cause, REASON_CHARS);
     return {
-      text: `$(warning) switchyard: ${route(r.provider, r.model)} (${r.tier} ↓ from ${r.downshiftedFrom})${suffix}`,
+      text: `$(warning) switchyard: ${route(r.provider, r.model)} (${r.tier} ↓ from ${r.downshiftedFrom}: ${reason})${suffix}`,
       tooltip,
       warning: true,
     };

@@ -28,7 +28,7 @@ const downshifted: StatusReport = {
   model: "gpt-5-mini",
   tier: "medium",
   downshiftedFrom: "large",
-  reason: "anthropic/claude-sonnet-4-5: HTTP 529 overloaded",
+  reason: "large tier unavailable: anthropic/claude-sonnet-4-5: HTTP 529 overloaded",
   tasks: [{ kind: "refactor", provider: "openai", model: "gpt-5-mini", tier: "medium", downshiftedFrom: "large" }],
 };
 
@@ -56,8 +56,11 @@ test("a served task shows its provider, model and tier", () => {
 test("a downshift looks different and the tooltip says from which tier and why", () => {
   const view = formatStatus(downshifted);
   assert.equal(view.warning, true);
-  assert.equal(view.text, "$(warning) switchyard: openai/gpt-5-mini (medium ↓ from large)");
-  assert.match(view.tooltip, /Downshifted from large to medium: anthropic\/claude-sonnet-4-5: HTTP 529 overloaded/);
+  assert.equal(
+    view.text,
+    "$(warning) switchyard: openai/gpt-5-mini (medium ↓ from large: anthropic/claude-sonnet-4-5: HTTP 529 o…)",
+  );
+  assert.match(view.tooltip, /Downshifted from large to medium: large tier unavailable: anthropic\/claude-sonnet-4-5: HTTP 529 overloaded/);
   assert.match(view.tooltip, /refactor: openai\/gpt-5-mini \(medium, downshifted from large\)/);
 });
 

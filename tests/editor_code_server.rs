@@ -1,0 +1,553 @@
+//! VS Code for real: code-server (VS Code 1.139 in the browser) with the
+//! packaged extension installed, its workbench driven in headless Chromium
+//! through chromedriver. The server settings are User settings, as a user of
+//! a remote window (code-server, Remote-SSH, WSL) sets them. Screenshots of
+//! each step are kept under `target/editor-code-server/`.
+//!
+//! Needs code-server (`editors/vscode/code-server.sh` installs it on first use,
+//! about 4 minutes), Debian's chromium and chromium-driver, and the extension's
+//! npm packages (`scripts/test-setup`).
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use support::browser::{Browser, free_port, key, target_dir};
+use support::fake_provider::{Behaviour, FakeProvider};
+use tokio::process::{Child, Command};
+use tokio::sync::Mutex;
+use tokio::time::Instant;
+
+const KEY: &str = "sk-test-code-server-0123456789abcdef";
+const ANSWER: &str = "The function adds its two arguments and returns the sum.";
+
+/// One workbench at a time: two code-servers, two Chromiums and the model do
+/// not fit on two cores.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::const_new(());
+
+fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn shots() -> PathBuf {
+    target_dir().join("editor-code-server")
+}
+
+/// Runs a setup script once per test binary; its last stdout line is a path.
+fn script_output(script: &str) -> PathBuf {
+    let output = std::process::Command::new(repo().join(script))
+        .stderr(Stdio::inherit())
+        .output()
+        .unwrap_or_else(|e| panic!("{script}: {e}"));
+    assert!(output.status.success(), "{script} failed");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    PathBuf::from(stdout.lines().last().expect("a path").trim())
+}
+
+fn code_server() -> &'static Path {
+    static PATH: OnceLock<PathBuf> = OnceLock::new();
+    PATH.get_or_init(|| script_output("editors/vscode/code-server.sh"))
+}
+
+/// The extension packaged as users install it (`vsce package`).
+fn vsix() -> &'static Path {
+    static PATH: OnceLock<PathBuf> = OnceLock::new();
+    PATH.get_or_init(|| {
+        let dir = repo().join("editors/vscode");
+        assert!(
+            dir.join("node_modules/.bin/vsce").exists(),
+            "the extension's npm packages are missing: run scripts/test-setup"
+        );
+        let out = shots().join("switchyard.vsix");
+        std::fs::create_dir_all(shots()).unwrap();
+        let status = std::process::Command::new("npx")
+            .args(["--no-install", "vsce", "package", "--out"])
+            .arg(&out)
+            .current_dir(&dir)
+            .stdout(Stdio::null())
+            .status()
+            .expect("npx runs");
+        assert!(status.success(), "vsce package failed");
+        out
+    })
+}
+
+/// A running code-server with the extension, a workspace and a browser on it.
+struct Workbench {
+    _server: Child,
+    browser: Browser,
+    work: tempfile::TempDir,
+    step: std::cell::Cell<u32>,
+}
+
+struct Setup<'a> {
+    /// config.toml for the switchyard server.
+    config: String,
+    /// Files in the workspace.
+    files: &'a [(&'a str, &'a str)],
+    /// The test model's directory, or none (no local model loads).
+    models: bool,
+}
+
+impl Workbench {
+    async fn start(name: &str, setup: Setup<'_>) -> Workbench {
+        let work = tempfile::tempdir().unwrap();
+        let root = work.path();
+        let workspace = root.join("workspace");
+        std::fs::create_dir_all(&workspace).unwrap();
+        for (path, text) in setup.files {
+            std::fs::write(workspace.join(path), text).unwrap();
+        }
+        std::fs::write(root.join("config.toml"), &setup.config).unwrap();
+        // Only User settings: VS Code ignores machine-scoped User values in a
+        // remote window, which code-server's workbench is.
+        let settings = json!({
+            "switchyard.path": env!("CARGO_BIN_EXE_switchyard"),
+            "switchyard.configFile": root.join("config.toml"),
+            "switchyard.logFile": root.join("switchyard.log"),
+            "security.workspace.trust.enabled": false,
+            "workbench.startupEditor": "none",
+            "workbench.tips.enabled": false,
+            "workbench.enableExperiments": false,
+            "chat.disableAIFeatures": true,
+            "telemetry.telemetryLevel": "off",
+            "extensions.autoCheckUpdates": false,
+            "extensions.autoUpdate": false,
+            "files.autoSave": "afterDelay",
+            "files.autoSaveDelay": 100,
+            "editor.inlineSuggest.enabled": true,
+            "editor.quickSuggestions": {"other": false, "comments": false, "strings": false},
+            "editor.suggestOnTriggerCharacters": false,
+        });
+        let user = root.join("user-data/User");
+        std::fs::create_dir_all(&user).unwrap();
+        std::fs::write(user.join("settings.json"), settings.to_string()).unwrap();
+
+        let common = |command: &mut Command| {
+            command
+                .arg("--user-data-dir")
+                .arg(root.join("user-data"))
+                .arg("--extensions-dir")
+                .arg(root.join("extensions"))
+                .env("XDG_CONFIG_HOME", root.join("xdg-config"))
+                .env("XDG_DATA_HOME", root.join("xdg-data"))
+                .env("SWITCHYARD_STATE_DIR", root.join("state"))
+                .env("SY_FAKE_KEY", KEY)
+                .env("SWITCHYARD_LOG", "debug")
+                .env(
+                    "SWITCHYARD_MODEL_DIR",
+                    if setup.models {
+                        support::model_dir()
+                    } else {
+                        root.join("no-models")
+                    },
+                )
+                .kill_on_drop(true);
+        };
+        let mut install = Command::new(code_server());
+        common(&mut install);
+        let installed = install
+            .arg("--install-extension")
+            .arg(vsix())
+            .output()
+            .await
+            .expect("code-server runs");
+        assert!(
+            installed.status.success(),
+            "installing the extension failed: {}",
+            String::from_utf8_lossy(&installed.stderr)
+        );
+
+        let port = free_port();
+        let mut command = Command::new(code_server());
+        common(&mut command);
+        command
+            .args(["--auth", "none", "--bind-addr"])
+            .arg(format!("127.0.0.1:{port}"))
+            // Without it an extension host, and its switchyard, outlives the tab for hours.
+            .args(["--reconnection-grace-time", "5"])
+            .args(["--disable-telemetry", "--disable-update-check"])
+            .args([
+                "--disable-workspace-trust",
+                "--disable-getting-started-override",
+            ])
+            .arg(&workspace)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(root.join("code-server.log")).unwrap());
+        let server = command.spawn().expect("code-server starts");
+        let url = format!("http://127.0.0.1:{port}/?folder={}", workspace.display());
+        let deadline = Instant::now() + support::browser::PATIENCE;
+        while reqwest::get(format!("http://127.0.0.1:{port}/healthz"))
+            .await
+            .is_err()
+        {
+            assert!(Instant::now() < deadline, "code-server did not start");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let browser = Browser::start().await;
+        browser.goto(&url).await;
+        let bench = Workbench {
+            _server: server,
+            browser,
+            work,
+            step: std::cell::Cell::new(0),
+        };
+        bench
+            .wait(&format!("{name}: the workbench"), WORKBENCH, |s| {
+                s["ready"] == true
+            })
+            .await;
+        bench
+    }
+
+    fn root(&self) -> &Path {
+        self.work.path()
+    }
+
+    fn workspace_file(&self, path: &str) -> PathBuf {
+        self.root().join("workspace").join(path)
+    }
+
+    /// Waits until `done` holds of `script`'s value; on timeout fails with the
+    /// page's state, the server log and a screenshot.
+    async fn wait(&self, what: &str, script: &str, done: impl Fn(&Value) -> bool) -> Value {
+        let failed = shots().join(format!("failed-{}.png", what.replace([' ', ':', '/'], "-")));
+        let deadline = Instant::now() + support::browser::PATIENCE;
+        loop {
+            let state = self.browser.eval(script).await;
+            if done(&state) {
+                return state;
+            }
+            if Instant::now() > deadline {
+                self.browser.screenshot(&failed).await;
+                panic!(
+                    "timed out waiting for {what}; the page showed: {state:#}\n{}",
+                    self.log_tail()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    }
+
+    /// The end of the server's log, newest line first.
+    fn log_tail(&self) -> String {
+        let log = std::fs::read_to_string(self.root().join("switchyard.log")).unwrap_or_default();
+        let tail: Vec<&str> = log.lines().rev().take(40).collect();
+        format!("server log (newest first):\n{}", tail.join("\n"))
+    }
+
+    async fn shot(&self, name: &str) {
+        let step = self.step.get() + 1;
+        self.step.set(step);
+        self.browser
+            .screenshot(&shots().join(format!("{name}-{step:02}.png")))
+            .await;
+    }
+
+    /// The switchyard status bar item's text and accessible label.
+    async fn status_item(&self, what: &str, done: impl Fn(&str) -> bool) -> String {
+        let state = self
+            .wait(what, STATUS_ITEM, |s| s["text"].as_str().is_some_and(&done))
+            .await;
+        state["text"].as_str().unwrap().to_owned()
+    }
+
+    /// Runs a command from the command palette by its title, as a user does.
+    async fn palette(&self, title: &str) {
+        self.browser.keys(&[], key::F1).await;
+        self.wait("the command palette", QUICK_INPUT, |s| s["visible"] == true)
+            .await;
+        self.browser.keys(&[], title).await;
+        self.wait(&format!("'{title}' in the palette"), QUICK_INPUT, |s| {
+            s["first"].as_str().is_some_and(|f| f.contains(title))
+        })
+        .await;
+        self.browser.keys(&[], key::ENTER).await;
+    }
+
+    /// Opens a workspace file through Quick Open and puts the cursor on `line`
+    /// (1-based), at its end.
+    async fn open_at(&self, path: &str, line: u32) {
+        self.palette("Go to File").await;
+        self.browser.keys(&[], path).await;
+        self.wait(&format!("{path} in Quick Open"), QUICK_INPUT, |s| {
+            s["first"].as_str().is_some_and(|f| f.contains(path))
+        })
+        .await;
+        self.browser.keys(&[], key::ENTER).await;
+        self.wait(&format!("{path} open"), EDITOR, |s| {
+            s["tab"].as_str() == Some(path) && s["focused"] == true
+        })
+        .await;
+        self.palette("Go to Line/Column").await;
+        self.browser
+            .keys(&[], &format!("{line}{}", key::ENTER))
+            .await;
+        self.browser.keys(&[], key::END).await;
+    }
+}
+
+/// Whether the workbench is up with the switchyard item in its status bar.
+const WORKBENCH: &str = r#"
+const item = [...document.querySelectorAll(".statusbar-item")].find((e) => (e.textContent || "").includes("switchyard"));
+return { ready: !!document.querySelector(".monaco-workbench") && !!item, title: document.title };
+"#;
+
+const STATUS_ITEM: &str = r#"
+const item = [...document.querySelectorAll(".statusbar-item")].find((e) => (e.textContent || "").includes("switchyard"));
+return { text: item ? item.textContent.trim() : null, label: item ? item.getAttribute("aria-label") : null };
+"#;
+
+const QUICK_INPUT: &str = r#"
+const widget = document.querySelector(".quick-input-widget");
+const visible = !!widget && widget.style.display !== "none" && widget.offsetParent !== null;
+const row = widget && widget.querySelector(".monaco-list-row");
+return { visible, first: row ? (row.getAttribute("aria-label") || row.textContent) : null };
+"#;
+
+const EDITOR: &str = r#"
+const tab = document.querySelector(".tabs-container .tab.active");
+const editor = document.querySelector(".editor-instance .monaco-editor");
+const lines = editor ? [...editor.querySelectorAll(".view-line")].map((l) => l.textContent.replace(/\u00a0/g, " ")) : [];
+const ghost = [...document.querySelectorAll(".ghost-text-decoration, .ghost-text-decoration-preview, .ghost-text")]
+  .map((g) => g.textContent.replace(/\u00a0/g, " ")).join("\n");
+return {
+  tab: tab ? tab.getAttribute("data-resource-name") || tab.textContent.trim() : null,
+  focused: !!(editor && editor.classList.contains("focused")),
+  lines,
+  ghost,
+};
+"#;
+
+/// tests/support/sample.rs with an empty indented line opened inside a
+/// function body, and that line's number (1-based).
+fn sample_with_hole() -> (String, u32) {
+    let sample = support::SAMPLE_RUST;
+    let anchor = "        let before = self.entries.len();\n";
+    let at = sample.find(anchor).expect("anchor line in sample.rs") + anchor.len();
+    let text = format!("{}        \n{}", &sample[..at], &sample[at..]);
+    let line = sample[..at].lines().count() as u32 + 1;
+    (text, line)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ghost_text_from_the_local_model_appears_and_tab_accepts_it() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let (text, line) = sample_with_hole();
+    let config = "[local]\nauto_pull = false\n\n[autocomplete]\ninput_tokens = 256\n";
+    let bench = Workbench::start(
+        "ghost",
+        Setup {
+            config: config.into(),
+            files: &[("store.rs", &text)],
+            models: true,
+        },
+    )
+    .await;
+    bench
+        .wait("the local model", "return null;", |_| {
+            std::fs::read_to_string(bench.root().join("switchyard.log"))
+                .is_ok_and(|log| log.contains("local model ready"))
+        })
+        .await;
+    bench.open_at("store.rs", line).await;
+    // An empty answer is on time while the model's cache is cold: type as a
+    // user would, and ask again until ghost text shows.
+    let mut shown = None;
+    for attempt in 0..20 {
+        if attempt > 0 {
+            bench.palette("Trigger Inline Suggestion").await;
+        } else {
+            bench.browser.keys(&[], "s").await;
+        }
+        let deadline = Instant::now() + Duration::from_secs(8);
+        while Instant::now() < deadline {
+            let state = bench.browser.eval(EDITOR).await;
+            if state["ghost"]
+                .as_str()
+                .is_some_and(|g| !g.trim().is_empty())
+            {
+                shown = Some(state);
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        if shown.is_some() {
+            break;
+        }
+    }
+    bench.shot("ghost-text").await;
+    let shown = shown.unwrap_or_else(|| panic!("no ghost text in 20 tries\n{}", bench.log_tail()));
+    let ghost = shown["ghost"].as_str().unwrap().to_owned();
+    let first = ghost.lines().next().unwrap().trim().to_owned();
+
+    bench.browser.keys(&[], key::TAB).await;
+    let path = bench.workspace_file("store.rs");
+    let deadline = Instant::now() + support::browser::PATIENCE;
+    let saved = loop {
+        let saved = std::fs::read_to_string(&path).unwrap();
+        let typed = saved
+            .lines()
+            .nth(line as usize - 1)
+            .unwrap_or("")
+            .to_owned();
+        if typed.trim_start().starts_with('s') && typed.contains(&first) {
+            break typed;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "Tab did not put the ghost text {ghost:?} in the file; line {line} is {typed:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
+    bench.shot("ghost-text-accepted").await;
+    assert!(saved.starts_with("        s"), "{saved:?}");
+}
+
+/// explain served by `primary/mid` (medium); with it down, by `secondary/small`.
+fn remote_config(primary: &FakeProvider, secondary: &FakeProvider) -> String {
+    format!(
+        r#"
+[local]
+auto_pull = false
+
+[providers.primary]
+kind = "anthropic"
+base_url = "{}"
+api_key_env = "SY_FAKE_KEY"
+
+[providers.secondary]
+kind = "openai"
+base_url = "{}"
+api_key_env = "SY_FAKE_KEY"
+
+[tiers]
+large = []
+medium = ["primary/mid"]
+small = ["secondary/small"]
+
+[tasks.explain]
+wait_ms = 0
+
+[resilience]
+canary_interval_ms = 300
+"#,
+        primary.anthropic_url(),
+        secondary.openai_url(),
+    )
+}
+
+const ADD: &str = "fn add(a: i32, b: i32) -> i32 {\n    a + b\n}\n";
+
+/// Selects lines `from..=to` (1-based) and runs the Explain code action from
+/// the Source Action menu.
+async fn explain(bench: &Workbench) {
+    bench.open_at("add.rs", 1).await;
+    bench.browser.keys(&[key::SHIFT], "\u{E015}\u{E015}").await; // Shift+Down twice
+    bench.palette("Source Action").await;
+    bench
+        .wait("the switchyard: Explain action", ACTION_MENU, |s| {
+            s["explain"] == true
+        })
+        .await;
+    bench
+        .browser
+        .click(
+            "switchyard: Explain",
+            r#"return [...document.querySelectorAll(".action-widget .monaco-list-row")].find((r) => r.textContent.includes("switchyard: Explain"));"#,
+        )
+        .await;
+}
+
+const ACTION_MENU: &str = r#"
+const rows = [...document.querySelectorAll(".action-widget .monaco-list-row")].map((r) => r.textContent);
+return { rows, explain: rows.some((r) => r.includes("switchyard: Explain")) };
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_bar_local_only_explain_and_the_downshift_indicator() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let primary = FakeProvider::with_default(Behaviour::ok(ANSWER)).await;
+    let secondary = FakeProvider::with_default(Behaviour::ok(ANSWER)).await;
+    let bench = Workbench::start(
+        "remote",
+        Setup {
+            config: remote_config(&primary, &secondary),
+            files: &[("add.rs", ADD)],
+            models: false,
+        },
+    )
+    .await;
+
+    // The item is there, and the server behind it answers.
+    bench
+        .status_item("the status item", |t| {
+            t.contains("switchyard") && !t.contains("starting")
+        })
+        .await;
+    bench.shot("status-item").await;
+
+    // Local-only from the command palette: the item says so and the config
+    // file keeps it.
+    bench.palette("switchyard: Toggle Local-Only Mode").await;
+    bench
+        .status_item("the local-only item", |t| t.contains("local-only"))
+        .await;
+    bench.shot("local-only-on").await;
+    let config = std::fs::read_to_string(bench.root().join("config.toml")).unwrap();
+    assert!(config.contains("local_only = true"), "{config}");
+    bench.palette("switchyard: Toggle Local-Only Mode").await;
+    bench
+        .status_item("local-only off", |t| !t.contains("local-only"))
+        .await;
+    let config = std::fs::read_to_string(bench.root().join("config.toml")).unwrap();
+    assert!(config.contains("local_only = false"), "{config}");
+
+    // Explain opens the markdown answer from the fake provider.
+    explain(&bench).await;
+    let opened = bench
+        .wait("the explanation", EDITOR, |s| {
+            s["tab"]
+                .as_str()
+                .is_some_and(|t| t.starts_with("explain-") && t.ends_with(".md"))
+                && s["lines"].as_array().is_some_and(|l| {
+                    l.iter()
+                        .any(|l| l.as_str().is_some_and(|l| l.contains(ANSWER)))
+                })
+        })
+        .await;
+    bench.shot("explain").await;
+    assert!(
+        opened["lines"]
+            .to_string()
+            .contains("primary/mid (medium tier)"),
+        "{opened:#}"
+    );
+    bench
+        .status_item("the served route", |t| t.contains("primary/mid (medium)"))
+        .await;
+
+    // The primary goes down: the next explain downshifts, and the item shows
+    // the tier it fell to and why.
+    primary.set_default(Behaviour::Overloaded);
+    explain(&bench).await;
+    let item = bench
+        .status_item("the downshift indicator", |t| t.contains("↓ from medium"))
+        .await;
+    bench.shot("downshifted").await;
+    assert!(item.contains("secondary/small (small"), "{item}");
+    assert!(item.contains("529") || item.contains("overload"), "{item}");
+
+    // It recovers: the canaries see it, and the indicator clears with no
+    // further action from the user.
+    primary.set_default(Behaviour::ok(ANSWER));
+    let item = bench
+        .status_item("the indicator to clear", |t| !t.contains('↓'))
+        .await;
+    bench.shot("recovered").await;
+    assert!(item.contains("primary/mid (medium)"), "{item}");
+}
