@@ -166,7 +166,9 @@ impl Backend {
             .map_err(|e| invalid(e.to_string()))?;
         let mut end = position::to_char(&doc.rope, range.end, encoding)
             .map_err(|e| invalid(e.to_string()))?;
-        if start == end {
+        // No selection: an empty range, or the one character a Helix or
+        // Kakoune cursor always selects. The task takes the enclosing item.
+        if end <= start + 1 {
             let (first, last) = edits::enclosing_item(&doc.rope, doc.rope.char_to_line(start));
             start = doc.rope.line_to_char(first);
             end = doc.rope.line_to_char((last + 1).min(doc.rope.len_lines()));

@@ -127,7 +127,10 @@ impl Backend {
         let label: String = first_line.chars().take(LABEL_CHARS).collect();
         let item = CompletionItem {
             label,
-            kind: Some(CompletionItemKind::SNIPPET),
+            // Not SNIPPET: Helix parses snippet-kind items as snippet syntax
+            // whatever their format says, re-indenting every further line
+            // and eating `$` and `\`.
+            kind: Some(CompletionItemKind::TEXT),
             detail: Some(match &suggestion.origin {
                 Origin::Remote { provider, model } => format!("switchyard ({provider}/{model})"),
                 Origin::Model(_) | Origin::TypeThrough => "switchyard (local model)".into(),

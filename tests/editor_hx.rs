@@ -1,0 +1,378 @@
+//! Helix for real: `hx` built from source (`editors/helix/build.sh`, cached
+//! outside the repository by the source's digest, built on first use), with
+//! the documented `editors/helix/languages.toml` as its languages.toml and
+//! `switchyard` on PATH, driven in tmux (send-keys, capture-pane) as a user
+//! types. tests/editor_helix.rs covers the same ground at the protocol level.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use support::fake_provider::{Behaviour, FakeProvider};
+use tokio::sync::Mutex;
+use tokio::time::Instant;
+
+const KEY: &str = "sk-test-helix-0123456789abcdef";
+const PATIENCE: Duration = Duration::from_secs(120);
+
+/// One editor at a time: the model's test and two more servers do not fit on
+/// two cores.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::const_new(());
+
+fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The cached `hx`, built now when the cache is missing.
+fn hx() -> &'static Path {
+    static PATH: OnceLock<PathBuf> = OnceLock::new();
+    PATH.get_or_init(|| {
+        let output = Command::new(repo().join("editors/helix/build.sh"))
+            .stderr(std::process::Stdio::inherit())
+            .output()
+            .expect("editors/helix/build.sh runs");
+        assert!(output.status.success(), "Helix did not build");
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        PathBuf::from(stdout.lines().last().expect("the path of hx").trim())
+    })
+}
+
+/// `hx` in a tmux session of its own; dropping it ends both.
+struct Helix {
+    socket: String,
+    work: tempfile::TempDir,
+}
+
+impl Drop for Helix {
+    fn drop(&mut self) {
+        let _ = self.tmux(&["kill-server"]);
+    }
+}
+
+struct Setup<'a> {
+    /// The switchyard config file's text.
+    config: &'a str,
+    files: &'a [(&'a str, &'a str)],
+    /// Whether the test model is there to load.
+    models: bool,
+    /// What `hx` opens, `path[:line[:column]]`.
+    open: &'a str,
+}
+
+impl Helix {
+    fn start(setup: Setup<'_>) -> Helix {
+        let work = tempfile::tempdir().unwrap();
+        let root = work.path().to_path_buf();
+        let root = root.as_path();
+        let workspace = root.join("workspace");
+        std::fs::create_dir_all(&workspace).unwrap();
+        for (path, text) in setup.files {
+            std::fs::write(workspace.join(path), text).unwrap();
+        }
+        std::fs::write(root.join("config.toml"), setup.config).unwrap();
+        // The snippet as documented: it runs `switchyard` from PATH.
+        let bin = root.join("bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_switchyard"), bin.join("switchyard"))
+            .unwrap();
+        let helix_config = root.join("config/helix");
+        std::fs::create_dir_all(&helix_config).unwrap();
+        std::fs::copy(
+            repo().join("editors/helix/languages.toml"),
+            helix_config.join("languages.toml"),
+        )
+        .unwrap();
+        std::fs::write(
+            helix_config.join("config.toml"),
+            "[editor.lsp]\ndisplay-progress-messages = true\n",
+        )
+        .unwrap();
+        let path = format!(
+            "{}:{}",
+            bin.display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        let runtime = hx().parent().unwrap().join("src/helix/runtime");
+        let models = if setup.models {
+            support::model_dir()
+        } else {
+            root.join("no-models")
+        };
+        let helix = Helix {
+            socket: format!("switchyard-hx-{}", std::process::id())
+                + &root.file_name().unwrap().to_string_lossy(),
+            work,
+        };
+        // The tmux server starts with this environment, and its pane (hx,
+        // then switchyard) inherits it.
+        let started = Command::new("tmux")
+            .args(["-L", &helix.socket, "-f", "/dev/null"])
+            .args(["new-session", "-d", "-x", "120", "-y", "32", "-c"])
+            .arg(&workspace)
+            .arg(hx())
+            .arg(setup.open)
+            .env("PATH", path)
+            .env("HOME", root)
+            .env("XDG_CONFIG_HOME", root.join("config"))
+            .env("XDG_CACHE_HOME", root.join("cache"))
+            .env("HELIX_RUNTIME", runtime)
+            .env("SWITCHYARD_CONFIG", root.join("config.toml"))
+            .env("SWITCHYARD_STATE_DIR", root.join("state"))
+            .env("SWITCHYARD_MODEL_DIR", models)
+            .env("SWITCHYARD_LOG", "debug")
+            .env("SY_FAKE_KEY", KEY)
+            .env("TERM", "xterm-256color")
+            .output()
+            .expect("tmux runs");
+        assert!(started.status.success(), "tmux: {}", text(&started));
+        helix
+    }
+
+    /// Waits for the editor, and for its switchyard server to be up.
+    async fn ready(&self) {
+        self.wait_screen("hx", |s| s.contains(" NOR ")).await;
+        let deadline = Instant::now() + PATIENCE;
+        while !self.log().contains("language server starting") {
+            assert!(Instant::now() < deadline, "switchyard did not start");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.root().join("state/switchyard.log")).unwrap_or_default()
+    }
+
+    fn root(&self) -> &Path {
+        self.work.path()
+    }
+
+    fn tmux(&self, args: &[&str]) -> Output {
+        Command::new("tmux")
+            .args(["-L", &self.socket])
+            .args(args)
+            .output()
+            .expect("tmux runs")
+    }
+
+    /// Keys by tmux's names (`Enter`, `Escape`, `C-x`, `Down`).
+    fn keys(&self, keys: &[&str]) {
+        let mut args = vec!["send-keys", "-t", "0"];
+        args.extend_from_slice(keys);
+        self.tmux(&args);
+    }
+
+    /// Text typed as it is.
+    fn type_text(&self, text: &str) {
+        self.tmux(&["send-keys", "-t", "0", "-l", text]);
+    }
+
+    /// A command line (`:...`), typed and entered.
+    fn command(&self, line: &str) {
+        self.type_text(line);
+        self.keys(&["Enter"]);
+    }
+
+    fn screen(&self) -> String {
+        text(&self.tmux(&["capture-pane", "-p", "-t", "0"]))
+    }
+
+    /// Waits until the screen satisfies `done`; fails with the screen and the
+    /// server's log otherwise.
+    async fn wait_screen(&self, what: &str, done: impl Fn(&str) -> bool) -> String {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            let screen = self.screen();
+            if done(&screen) {
+                return screen;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting for {what}; the screen:\n{screen}\n{}",
+                self.log_tail()
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Writes the buffer and reads the file back.
+    async fn saved(&self, path: &str) -> String {
+        // Escape closes a menu first, then leaves insert mode.
+        let deadline = Instant::now() + PATIENCE;
+        while !self.screen().contains(" NOR ") {
+            assert!(Instant::now() < deadline, "hx stays out of normal mode");
+            self.keys(&["Escape"]);
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        self.command(":w");
+        self.wait_screen("the write", |s| s.contains("written"))
+            .await;
+        std::fs::read_to_string(self.root().join("workspace").join(path)).unwrap()
+    }
+
+    fn log_tail(&self) -> String {
+        let log = self.log();
+        let tail: Vec<&str> = log
+            .lines()
+            .rev()
+            .filter(|l| !l.contains("llama-cpp-2"))
+            .take(30)
+            .collect();
+        format!("server log (newest first):\n{}", tail.join("\n"))
+    }
+}
+
+fn text(output: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_completion_menu_offers_the_suggestion_and_accepting_it_edits_the_buffer() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    // tests/support/sample.rs with an empty indented line opened inside a function.
+    let sample = support::SAMPLE_RUST;
+    let anchor = "        let before = self.entries.len();\n";
+    let at = sample.find(anchor).expect("anchor line") + anchor.len();
+    let document = format!("{}        \n{}", &sample[..at], &sample[at..]);
+    let line = sample[..at].lines().count() + 1;
+    let helix = Helix::start(Setup {
+        config: "[local]\nauto_pull = false\n\n[autocomplete]\ninput_tokens = 256\n",
+        files: &[("store.rs", &document)],
+        models: true,
+        open: &format!("store.rs:{line}"),
+    });
+    helix.ready().await;
+    let deadline = Instant::now() + PATIENCE;
+    while !helix.log().contains("local model ready") {
+        assert!(Instant::now() < deadline, "the local model did not load");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    // Append at the end of the indented line, then ask for completions (C-x);
+    // an empty answer is on time while the model's cache is cold, so ask again.
+    helix.keys(&["A"]);
+    let before = helix
+        .wait_screen("insert mode", |s| s.contains(" INS "))
+        .await;
+    let mut menu = None;
+    for _ in 0..20 {
+        helix.keys(&["C-x"]);
+        let deadline = Instant::now() + Duration::from_secs(6);
+        while Instant::now() < deadline {
+            let screen = helix.screen();
+            // A new row holding the item's kind after its label.
+            if let Some(row) = screen
+                .lines()
+                .find(|l| l.contains(" text ") && !before.contains(*l))
+            {
+                menu = Some((row.to_owned(), screen));
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        if menu.is_some() {
+            break;
+        }
+    }
+    let (row, screen) = menu.unwrap_or_else(|| panic!("no completion menu\n{}", helix.log_tail()));
+    // "  102           self.hits = 0; text entry| ...": between the line
+    // number and the kind.
+    let label = row.trim_start().split_once(' ').unwrap().1;
+    let label = label.split(" text ").next().unwrap().trim().to_owned();
+    assert!(!label.is_empty(), "{screen}");
+
+    // Tab selects the item, which puts it in the buffer.
+    helix.keys(&["Tab"]);
+    let saved = helix.saved("store.rs").await;
+    let lines: Vec<&str> = saved.lines().collect();
+    assert!(
+        lines[line - 1].starts_with(&format!("        {}", label.trim_end_matches('…'))),
+        "line {line} is {:?}, the item was {label:?}\n{screen}",
+        lines[line - 1]
+    );
+    // A multi-line suggestion keeps the model's indentation: Helix re-indents
+    // snippets, and the item must not be one.
+    let inserted = lines.len() - document.lines().count();
+    for extra in &lines[line..line + inserted] {
+        let indent = extra.len() - extra.trim_start().len();
+        assert!(indent < 16, "re-indented: {extra:?}\n{saved}");
+    }
+}
+
+const ADD: &str =
+    "// Arithmetic.\nfn add(a: i32, b: i32) -> i32 {\n    let sum = a + b;\n    return sum;\n}\n";
+const REWRITE: &str = "fn add(a: i32, b: i32) -> i32 {\n    a + b\n}";
+
+fn remote_config(provider: &FakeProvider) -> String {
+    format!(
+        "[local]\nauto_pull = false\n\n[providers.fake]\nkind = \"anthropic\"\nbase_url = \"{}\"\napi_key_env = \"SY_FAKE_KEY\"\n\n[tiers]\nlarge = [\"fake/big-model\"]\nmedium = [\"fake/mid-model\"]\nsmall = [\"local\"]\n",
+        provider.anthropic_url()
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_code_action_applies_and_the_local_only_toggle_shows_its_message() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let provider =
+        FakeProvider::with_default(Behaviour::ok(&format!("```rust\n{REWRITE}\n```"))).await;
+    let config = remote_config(&provider);
+    let helix = Helix::start(Setup {
+        config: &config,
+        files: &[("add.rs", ADD)],
+        models: false,
+        open: "add.rs:3",
+    });
+    helix.ready().await;
+    // Space-a lists the code actions at the cursor; Down then Enter picks.
+    helix.keys(&["Space", "a"]);
+    let screen = helix
+        .wait_screen("the code actions", |s| s.contains("switchyard: Simplify"))
+        .await;
+    let rows: Vec<&str> = screen
+        .lines()
+        .filter(|l| l.contains("switchyard: "))
+        .collect();
+    let index = rows
+        .iter()
+        .position(|r| r.contains("switchyard: Simplify"))
+        .unwrap();
+    for _ in 0..=index {
+        helix.keys(&["Down"]);
+    }
+    helix.keys(&["Enter"]);
+    helix
+        .wait_screen("the rewrite in the buffer", |s| s.contains("    a + b"))
+        .await;
+    let saved = helix.saved("add.rs").await;
+    assert_eq!(saved, format!("// Arithmetic.\n{REWRITE}\n"));
+
+    helix.command(":lsp-workspace-command switchyard.toggleLocalOnly");
+    helix
+        .wait_screen("the local-only message", |s| {
+            s.contains("switchyard: local-only mode on")
+        })
+        .await;
+    let config = std::fs::read_to_string(helix.root().join("config.toml")).unwrap();
+    assert!(config.contains("local_only = true"), "{config}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broken_config_is_reported_in_the_editor() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let helix = Helix::start(Setup {
+        config: "[local]\nauto_pull = \"sometimes\"\n",
+        files: &[("add.rs", ADD)],
+        models: false,
+        open: "add.rs",
+    });
+    helix.ready().await;
+    let screen = helix
+        .wait_screen("the config error", |s| s.contains("auto_pull"))
+        .await;
+    assert!(screen.contains("config.toml"), "{screen}");
+}
