@@ -323,21 +323,10 @@ return {
 };
 "#;
 
-/// tests/support/sample.rs with an empty indented line opened inside a
-/// function body, and that line's number (1-based).
-fn sample_with_hole() -> (String, u32) {
-    let sample = support::SAMPLE_RUST;
-    let anchor = "        let before = self.entries.len();\n";
-    let at = sample.find(anchor).expect("anchor line in sample.rs") + anchor.len();
-    let text = format!("{}        \n{}", &sample[..at], &sample[at..]);
-    let line = sample[..at].lines().count() as u32 + 1;
-    (text, line)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ghost_text_from_the_local_model_appears_and_tab_accepts_it() {
     let _turn = ONE_AT_A_TIME.lock().await;
-    let (text, line) = sample_with_hole();
+    let (text, line) = support::sample_with_hole();
     let config = "[local]\nauto_pull = false\n\n[autocomplete]\ninput_tokens = 256\n";
     let bench = Workbench::start(
         "ghost",
@@ -354,7 +343,7 @@ async fn ghost_text_from_the_local_model_appears_and_tab_accepts_it() {
                 .is_ok_and(|log| log.contains("local model ready"))
         })
         .await;
-    bench.open_at("store.rs", line).await;
+    bench.open_at("store.rs", line as u32).await;
     // An empty answer is on time while the model's cache is cold: type as a
     // user would, and ask again until ghost text shows.
     let mut shown = None;

@@ -1,8 +1,8 @@
-//! Helix (which cannot be installed here) through the protocol it speaks: the
-//! client declares Helix's capabilities (no inline completion, no custom
-//! notifications), sends the `config` of editors/helix/languages.toml as
-//! initializationOptions and answers `workspace/configuration` with null, as
-//! Helix does for a section its config lacks.
+//! Helix through the protocol it speaks: the client declares Helix's
+//! capabilities (no inline completion, no custom notifications), sends the
+//! `config` of editors/helix/languages.toml as initializationOptions and
+//! answers `workspace/configuration` with null, as Helix does for a section
+//! its config lacks. tests/editor_hx.rs drives the real `hx`.
 
 mod support;
 

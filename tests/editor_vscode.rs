@@ -1,7 +1,8 @@
 //! The VS Code extension (editors/vscode): its node:test suites, built once
 //! with tsc. The protocol suite drives this build's server binary with
-//! vscode-languageserver-protocol as the extension does; VS Code itself cannot
-//! run here. editors/setup.sh installs the npm dependencies.
+//! vscode-languageserver-protocol as the extension does; the real workbench
+//! (code-server) is tests/editor_code_server.rs. editors/setup.sh installs the
+//! npm dependencies.
 
 mod support;
 

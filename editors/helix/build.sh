@@ -5,13 +5,15 @@
 #   editors/helix/build.sh            # prints the path of hx
 # HELIX_SRC_TARBALL overrides the tarball (default ../shared/tools/helix-src.tar.gz);
 # SWITCHYARD_TOOL_CACHE the cache (default ~/.cache/switchyard/tools).
+# Exits 2 when the source tarball is missing.
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/../.." && pwd)"
 tarball="${HELIX_SRC_TARBALL:-$repo/../shared/tools/helix-src.tar.gz}"
 cache="${SWITCHYARD_TOOL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/switchyard/tools}"
 if [ ! -f "$tarball" ]; then
+  # Exit status 2: nothing to build from (the Helix tests say so and stop).
   echo "no Helix source at $tarball (set HELIX_SRC_TARBALL)" >&2
-  exit 1
+  exit 2
 fi
 digest=$(sha256sum "$tarball" | cut -c1-16)
 home="$cache/helix-$digest"

@@ -57,7 +57,8 @@ pub struct Router {
     local_only: Arc<AtomicBool>,
     local: EngineSlot,
     active: Mutex<HashMap<TaskKind, Served>>,
-    last: Mutex<Option<Route>>,
+    /// The kind of the latest served task.
+    last: Mutex<Option<TaskKind>>,
     status: watch::Sender<StatusReport>,
     resilience: Arc<Resilience>,
     /// The shared breakers and quota as last read, for status.
@@ -157,14 +158,11 @@ impl Router {
     /// Records a served task as its kind's route and tells the status.
     fn served(&self, kind: TaskKind, route: Route) {
         let at_ms = crate::resilience::park::now_ms();
-        self.active.lock().expect("active lock").insert(
-            kind,
-            Served {
-                route: route.clone(),
-                at_ms,
-            },
-        );
-        *self.last.lock().expect("last lock") = Some(route);
+        self.active
+            .lock()
+            .expect("active lock")
+            .insert(kind, Served { route, at_ms });
+        *self.last.lock().expect("last lock") = Some(kind);
         self.publish();
     }
 
@@ -220,7 +218,7 @@ impl Router {
         self.active.lock().expect("active lock").clone()
     }
 
-    pub(crate) fn last_route(&self) -> Option<Route> {
-        self.last.lock().expect("last lock").clone()
+    pub(crate) fn last_kind(&self) -> Option<TaskKind> {
+        *self.last.lock().expect("last lock")
     }
 }

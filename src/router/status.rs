@@ -222,14 +222,10 @@ pub(super) fn report(router: &Router) -> StatusReport {
             });
         }
     }
-    // The latest task's route, past its downshift too once its tier recovered.
-    let latest = router.last_route().map(|latest| {
+    let latest = router.last_kind().and_then(|kind| {
         active
-            .iter()
-            .find(|(_, served)| served.route == latest)
-            .map_or(latest.clone(), |(kind, served)| {
-                current(router, *kind, served)
-            })
+            .get(&kind)
+            .map(|served| current(router, kind, served))
     });
     let shared = router.shared_views();
     StatusReport {

@@ -22,3 +22,13 @@ pub fn model_dir() -> PathBuf {
 
 /// A small Rust file of about 1,000 tokens, used by completion tests.
 pub const SAMPLE_RUST: &str = include_str!("sample.rs");
+
+/// [`SAMPLE_RUST`] with an empty indented line opened inside a function body,
+/// where the editor tests ask for a completion, and that line's number
+/// (1-based).
+pub fn sample_with_hole() -> (String, usize) {
+    let anchor = "        let before = self.entries.len();\n";
+    let at = SAMPLE_RUST.find(anchor).expect("anchor line in sample.rs") + anchor.len();
+    let text = format!("{}        \n{}", &SAMPLE_RUST[..at], &SAMPLE_RUST[at..]);
+    (text, SAMPLE_RUST[..at].lines().count() + 1)
+}
