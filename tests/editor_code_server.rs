@@ -379,11 +379,7 @@ async fn ghost_text_from_the_local_model_appears_and_tab_accepts_it() {
     let deadline = Instant::now() + support::browser::PATIENCE;
     let saved = loop {
         let saved = std::fs::read_to_string(&path).unwrap();
-        let typed = saved
-            .lines()
-            .nth(line as usize - 1)
-            .unwrap_or("")
-            .to_owned();
+        let typed = saved.lines().nth(line - 1).unwrap_or("").to_owned();
         if typed.trim_start().starts_with('s') && typed.contains(&first) {
             break typed;
         }
