@@ -149,6 +149,7 @@ async fn run_script(service: &CompletionService, budget: Duration, every: usize)
                         cursor: session.cursor,
                         deadline: tokio::time::Instant::now() + budget,
                         cancel: CancelFlag::default(),
+                        kept_local: false,
                     };
                     let outcome = service.complete(request).await;
                     let generation = match &outcome.result {
@@ -283,6 +284,7 @@ async fn cold_first_completion(service: &CompletionService) -> f64 {
             cursor,
             deadline: tokio::time::Instant::now() + Duration::from_secs(1),
             cancel: CancelFlag::default(),
+            kept_local: false,
         };
         let outcome = service.complete(request).await;
         if outcome.result.is_ok() || matches!(outcome.result, Err(NoSuggestion::Empty)) {
@@ -311,6 +313,7 @@ async fn switch_back_ms(service: &CompletionService) -> f64 {
         cursor,
         deadline: tokio::time::Instant::now() + Duration::from_secs(30),
         cancel: CancelFlag::default(),
+        kept_local: false,
     };
     service.complete(request).await.elapsed.as_secs_f64() * 1e3
 }

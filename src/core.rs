@@ -4,6 +4,7 @@
 //! local-only mode and the shared state; and it holds the router in force,
 //! swapped whole when the configuration changes.
 
+use crate::privacy::audit::AuditLog;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -28,6 +29,8 @@ pub struct Lasting {
     pub canaries: Arc<Mutex<Vec<CanaryResult>>>,
     pub local_only: Arc<AtomicBool>,
     pub resilience: Arc<Resilience>,
+    /// The outbound audit (in memory only unless opened on its file).
+    pub audit: Arc<AuditLog>,
 }
 
 impl Lasting {
@@ -40,6 +43,7 @@ impl Lasting {
             canaries: Arc::default(),
             local_only: Arc::default(),
             resilience,
+            audit: Arc::new(AuditLog::in_memory()),
         }
     }
 }
@@ -82,6 +86,7 @@ impl Core {
     pub fn open(config: &Config, local: EngineSlot, config_path: Option<PathBuf>) -> Core {
         let mut lasting = Lasting::new(open_resilience(&config.resilience));
         lasting.local_only = Arc::new(AtomicBool::new(config.local_only));
+        lasting.audit = Arc::new(AuditLog::open());
         configure_beacons(&lasting, &config.resilience);
         let router = Arc::new(Router::new(config, local.clone(), lasting.clone()));
         Core {
@@ -152,12 +157,13 @@ impl crate::completion::RemoteFim for Core {
     fn complete<'a>(
         &'a self,
         text: &'a crate::providers::local::FimText,
+        doc: &'a str,
         deadline: tokio::time::Instant,
         cancel: &'a tokio_util::sync::CancellationToken,
     ) -> futures::future::BoxFuture<'a, Option<(String, crate::entry::ModelRef)>> {
         Box::pin(async move {
             self.router()
-                .autocomplete_remote(text, deadline, cancel)
+                .autocomplete_remote(text, doc, deadline, cancel)
                 .await
         })
     }

@@ -13,6 +13,7 @@ pub mod lsp;
 pub mod models;
 pub mod openmp;
 pub mod paths;
+pub mod privacy;
 pub mod probe;
 pub mod prompts;
 pub mod providers;

@@ -53,6 +53,16 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Show what was sent to remote providers: every request's time, task,
+    /// provider and size, never its text (the outbound audit log).
+    Audit {
+        /// How far back: 90s, 15m, 1h, 7d.
+        #[arg(long, default_value = "1h")]
+        since: String,
+        /// Print the records as JSON lines instead of text.
+        #[arg(long)]
+        json: bool,
+    },
     /// Serve an OpenAI-compatible API over the same routing, breakers and quota.
     Gateway {
         /// Address to listen on; beyond loopback needs --allow-remote and a token.
@@ -111,6 +121,7 @@ fn main() -> ExitCode {
             } => cli::complete::run(config_file, &location, json, cold).await,
             Command::Models { action } => cli::models::run(action).await,
             Command::Status { json } => cli::status::run(config_file, json).await,
+            Command::Audit { since, json } => cli::audit::run(&since, json),
             Command::Gateway {
                 listen,
                 allow_remote,

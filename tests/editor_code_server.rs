@@ -369,12 +369,8 @@ async fn ghost_text_from_the_local_model_appears_and_tab_accepts_it() {
         }
     }
     bench.shot("ghost-text").await;
-    let shown = shown.unwrap_or_else(|| {
-        panic!(
-            "no ghost text while typing {typed:?}\n{}",
-            bench.log_tail()
-        )
-    });
+    let shown = shown
+        .unwrap_or_else(|| panic!("no ghost text while typing {typed:?}\n{}", bench.log_tail()));
     let ghost = shown["ghost"].as_str().unwrap().to_owned();
     let first = ghost.lines().next().unwrap().trim().to_owned();
 

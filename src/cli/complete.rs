@@ -110,6 +110,7 @@ async fn complete(
         cursor,
         deadline: tokio::time::Instant::now() + budget,
         cancel: CancelFlag::default(),
+        kept_local: false,
     };
     let outcome = service.complete(request).await;
     let latency_ms = outcome.elapsed.as_secs_f64() * 1e3;

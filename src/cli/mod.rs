@@ -1,5 +1,6 @@
 //! Subcommands other than the language server itself.
 
+pub mod audit;
 pub mod complete;
 pub mod gateway;
 pub mod models;

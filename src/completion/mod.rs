@@ -77,6 +77,8 @@ pub struct CompletionRequest {
     pub cursor: usize,
     pub deadline: Instant,
     pub cancel: CancelFlag,
+    /// A path rule keeps the document on the machine: no remote entry sees it.
+    pub kept_local: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -130,6 +132,7 @@ pub trait RemoteFim: Send + Sync {
     fn complete<'a>(
         &'a self,
         text: &'a FimText,
+        doc: &'a str,
         deadline: Instant,
         cancel: &'a CancellationToken,
     ) -> BoxFuture<'a, Option<(String, ModelRef)>>;
@@ -362,7 +365,7 @@ impl CompletionService {
         situation: &Situation,
         spot: Spot<'_>,
     ) -> Option<Suggestion> {
-        if config.chain.first().is_none_or(ChainEntry::is_local) {
+        if request.kept_local || config.chain.first().is_none_or(ChainEntry::is_local) {
             return None;
         }
         let remote = self.remote.read().expect("remote lock").clone()?;
@@ -372,7 +375,9 @@ impl CompletionService {
         let deadline = request.deadline - left.mul_f64(LOCAL_SHARE);
         let cancel = CancellationToken::new();
         let _cancel_when_done = cancel.clone().drop_guard();
-        let (raw, entry) = remote.complete(&text, deadline, &cancel).await?;
+        let (raw, entry) = remote
+            .complete(&text, &request.doc, deadline, &cancel)
+            .await?;
         let text = situation.finish(&crate::context::chat::code_block(&raw), false)?;
         self.type_through.remember(&request.doc, spot, &text);
         Some(Suggestion {
@@ -539,6 +544,7 @@ mod tests {
             cursor,
             deadline,
             cancel: CancelFlag::default(),
+            kept_local: false,
         }
     }
 
@@ -614,6 +620,7 @@ mod tests {
             cursor: 7,
             deadline: Instant::now() + Duration::from_secs(1),
             cancel: CancelFlag::default(),
+            kept_local: false,
         };
         assert!(matches!(
             service.complete(req).await.result,

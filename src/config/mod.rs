@@ -37,6 +37,29 @@ pub struct Config {
     pub status_notifications: bool,
     pub resilience: ResilienceConfig,
     pub gateway: GatewayConfig,
+    pub privacy: PrivacyConfig,
+}
+
+/// `[privacy]`: what may leave the machine.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PrivacyConfig {
+    /// Documents only the local model may serve (gitignore syntax; `!` takes
+    /// a path back out). Added to `crate::privacy::rules::DEFAULT_LOCAL_ONLY_PATHS`
+    /// and to each workspace root's `.switchyardignore`.
+    pub local_only_paths: Vec<String>,
+    /// Replace secrets in the gateway's callers' messages too (editor requests
+    /// are always redacted).
+    pub redact_gateway: bool,
+}
+
+impl Default for PrivacyConfig {
+    fn default() -> PrivacyConfig {
+        PrivacyConfig {
+            local_only_paths: Vec::new(),
+            redact_gateway: true,
+        }
+    }
 }
 
 /// `[gateway]`: the local OpenAI-compatible front end.

@@ -48,7 +48,7 @@ use crate::providers::Secret;
 use crate::providers::local::chat::EngineSlot;
 use crate::router::canary;
 use crate::router::history::History;
-use crate::router::{Answer, Pin, Progress, RouteError, Router, TaskRequest};
+use crate::router::{Answer, Origin, Pin, Progress, RouteError, Router, TaskRequest};
 use crate::task::{TaskKind, Tier};
 
 /// The header a caller names its task kind with (`explain`, the default, or `refactor`).
@@ -250,10 +250,20 @@ fn task(
             }
         },
     };
+    // The audit names the caller by what it says it is.
+    let caller = headers
+        .get(header::USER_AGENT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("unnamed caller");
     let task = TaskRequest {
         messages: Some(messages),
         pin,
         max_tokens: request.max_completion_tokens.or(request.max_tokens),
+        origin: Origin {
+            front_end: "gateway",
+            subject: caller.chars().take(120).collect(),
+        },
+        redact: gateway.router.config().privacy.redact_gateway,
         ..TaskRequest::new(kind, system, PromptParts::default())
     };
     Ok((task, request.stream))
@@ -288,7 +298,7 @@ fn route_error(e: &RouteError) -> Response {
             Some("content_refused"),
             &message,
         ),
-        RouteError::LocalOnly(_) => error(
+        RouteError::LocalOnly(_) | RouteError::KeptLocal { .. } => error(
             StatusCode::SERVICE_UNAVAILABLE,
             "service_unavailable",
             Some("local_only"),

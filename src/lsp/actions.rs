@@ -21,7 +21,7 @@ use super::wire::{
 };
 use crate::context::chat::{PromptParts, code_block};
 use crate::prompts::{EXPLAIN_INSTRUCTION, EXPLAIN_SYSTEM, PRESETS, REFACTOR_SYSTEM};
-use crate::router::{Progress, RouteError, TaskRequest};
+use crate::router::{Origin, Progress, RouteError, TaskRequest};
 use crate::task::TaskKind;
 
 pub const EXPLAIN: &str = "switchyard.explain";
@@ -190,7 +190,7 @@ impl Backend {
         &self,
         kind: TaskKind,
         system: &str,
-        parts: PromptParts,
+        (uri, parts): (&Uri, PromptParts),
     ) -> std::result::Result<crate::router::Answer, RouteError> {
         let cancel = CancellationToken::new();
         let token = NumberOrString::String(format!("switchyard/{}/{}", kind.as_str(), nanos()));
@@ -231,7 +231,14 @@ impl Backend {
             progress
         };
         let router = self.router();
-        let request = TaskRequest::new(kind, system, parts);
+        let request = TaskRequest {
+            origin: Origin {
+                front_end: "lsp",
+                subject: uri.as_str().to_owned(),
+            },
+            local_only_rule: self.kept_local(uri),
+            ..TaskRequest::new(kind, system, parts)
+        };
         let run = async {
             let result = router
                 .run(request, cancel.clone(), &|event| {
@@ -260,7 +267,7 @@ impl Backend {
     async fn explain(&self, uri: Uri, range: Range) -> Result<Option<Value>> {
         let (parts, ..) = self.parts(&uri, range, EXPLAIN_INSTRUCTION)?;
         let answer = self
-            .routed(TaskKind::Explain, EXPLAIN_SYSTEM, parts)
+            .routed(TaskKind::Explain, EXPLAIN_SYSTEM, (&uri, parts))
             .await
             .map_err(request_failed)?;
         let by = format!(
@@ -306,7 +313,7 @@ impl Backend {
         let (parts, start, end, version) = self.parts(&uri, range, &instruction)?;
         let original = parts.selection.clone();
         let answer = match self
-            .routed(TaskKind::Refactor, REFACTOR_SYSTEM, parts.clone())
+            .routed(TaskKind::Refactor, REFACTOR_SYSTEM, (&uri, parts.clone()))
             .await
         {
             Ok(answer) => answer,

@@ -44,6 +44,7 @@ impl Backend {
             cursor,
             deadline: tokio::time::Instant::now() + budget,
             cancel,
+            kept_local: self.kept_local(uri).is_some(),
         };
         let outcome = self.completion.complete(request).await;
         let elapsed_ms = outcome.elapsed.as_secs_f64() * 1e3;

@@ -7,6 +7,7 @@ pub mod documents;
 mod edits;
 mod framing;
 mod handlers;
+mod kept_local;
 mod loader;
 mod parked;
 pub mod position;

@@ -23,7 +23,7 @@ use crate::context::chat::code_block;
 use crate::core::Core;
 use crate::resilience::park::{Checkpoint, DocumentVersion, ParkingLot, new_id, now_ms};
 use crate::router::status::ParkedStatus;
-use crate::router::{RouteError, Router, TaskRequest};
+use crate::router::{Origin, RouteError, Router, TaskRequest};
 use crate::task::TaskKind;
 
 /// Where a parked refactor's answer goes.
@@ -205,6 +205,14 @@ impl Parking {
             None => {
                 let request = TaskRequest {
                     continuation: checkpoint.partial.clone(),
+                    origin: Origin {
+                        front_end: "lsp",
+                        subject: checkpoint
+                            .documents
+                            .first()
+                            .map(|d| d.uri.clone())
+                            .unwrap_or_default(),
+                    },
                     ..TaskRequest::new(
                         checkpoint.kind,
                         checkpoint.system.clone(),

@@ -1,5 +1,6 @@
 //! The `LanguageServer` implementation: lifecycle, document sync, configuration.
 
+use crate::privacy::rules::PathRules;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -50,6 +51,10 @@ pub struct Backend {
     pub(super) parking: Option<Arc<Parking>>,
     /// Cancel buttons of running actions, by progress token.
     pub(super) progress_cancels: DashMap<NumberOrString, CancellationToken>,
+    /// The workspace roots, whose `.switchyardignore` files add path rules.
+    pub(super) roots: RwLock<Vec<PathBuf>>,
+    /// Documents only the local model may serve.
+    pub(super) path_rules: RwLock<Arc<PathRules>>,
 }
 
 /// Runs the server on stdin/stdout until the client exits.
@@ -130,6 +135,7 @@ impl Backend {
         completion.set_remote(Some(core.clone()));
         let open = documents.clone();
         completion.set_open_documents(Arc::new(move || open.texts()));
+        let path_rules = PathRules::new(&config.privacy.local_only_paths, &[]).0;
         Backend {
             client,
             documents,
@@ -145,6 +151,8 @@ impl Backend {
             core,
             parking,
             progress_cancels: DashMap::new(),
+            roots: RwLock::new(Vec::new()),
+            path_rules: RwLock::new(Arc::new(path_rules)),
         }
     }
 
@@ -246,6 +254,9 @@ impl Backend {
             config.clone(),
         );
         self.completion.set_config(config.autocomplete.clone());
+        if previous.privacy != config.privacy {
+            self.refresh_path_rules();
+        }
         let engine_changed = previous.local != config.local
             || previous.autocomplete.input_tokens != config.autocomplete.input_tokens
             || previous.autocomplete.suffix_tokens != config.autocomplete.suffix_tokens
@@ -386,6 +397,7 @@ impl LanguageServer for Backend {
         if let Some(parking) = &self.parking {
             parking.set_session(workspace_owner(&params), encoding, progress);
         }
+        *self.roots.write().expect("roots lock") = super::kept_local::workspace_roots(&params);
         *self.capabilities.write().expect("capabilities lock") = params.capabilities;
         {
             let mut layers = self.layers.lock().expect("layers lock");
@@ -395,6 +407,7 @@ impl LanguageServer for Backend {
             self.rebuild_router(&config);
             *self.config.write().expect("config lock") = config;
         }
+        self.refresh_path_rules();
         let position_encoding = match encoding {
             PositionEncoding::Utf8 => PositionEncodingKind::UTF8,
             PositionEncoding::Utf16 => PositionEncodingKind::UTF16,

@@ -113,6 +113,7 @@ async fn complete_snippet(
             cursor,
             deadline: tokio::time::Instant::now() + budget,
             cancel: CancelFlag::default(),
+            kept_local: false,
         })
         .await;
     Ok(LocalReport {

@@ -11,7 +11,7 @@ use super::Router;
 use super::attempt::Failure;
 use super::pipeline::RunState;
 use super::plan::Candidate;
-use super::request::TaskRequest;
+use super::request::{Origin, TaskRequest};
 use crate::context::chat::PromptParts;
 use crate::entry::{ChainEntry, ModelRef};
 use crate::prompts;
@@ -26,6 +26,7 @@ impl Router {
     pub async fn autocomplete_remote(
         &self,
         text: &FimText,
+        doc: &str,
         deadline: Instant,
         cancel: &CancellationToken,
     ) -> Option<(String, ModelRef)> {
@@ -59,7 +60,13 @@ impl Router {
             instruction: prompts::FIM_INSTRUCTION.into(),
             ..PromptParts::default()
         };
-        let request = TaskRequest::new(TaskKind::Autocomplete, prompts::FIM_SYSTEM, parts);
+        let request = TaskRequest {
+            origin: Origin {
+                front_end: "lsp",
+                subject: doc.to_owned(),
+            },
+            ..TaskRequest::new(TaskKind::Autocomplete, prompts::FIM_SYSTEM, parts)
+        };
         let remotes = autocomplete
             .chain
             .iter()

@@ -44,7 +44,7 @@ use crate::task::{TaskKind, TaskProfile};
 use beacon::Beacons;
 use status::{ParkedStatus, Route, Served, StatusReport};
 
-pub use request::{Answer, Attempt, OnProgress, Pin, Progress, RouteError, TaskRequest};
+pub use request::{Answer, Attempt, OnProgress, Origin, Pin, Progress, RouteError, TaskRequest};
 
 pub struct Router {
     providers: HashMap<String, Arc<dyn Provider>>,
@@ -67,6 +67,7 @@ pub struct Router {
     parked: Arc<Mutex<Vec<ParkedStatus>>>,
     /// The latest canary results, newest last.
     canaries: Arc<Mutex<Vec<canary::CanaryResult>>>,
+    audit: Arc<crate::privacy::audit::AuditLog>,
 }
 
 /// What the shared state says, read asynchronously and shown synchronously.
@@ -119,6 +120,7 @@ impl Router {
             shared: Mutex::new(SharedViews::default()),
             parked: lasting.parked,
             canaries: lasting.canaries,
+            audit: lasting.audit,
         };
         router.publish();
         router
@@ -216,6 +218,10 @@ impl Router {
 
     pub(crate) fn active_routes(&self) -> HashMap<TaskKind, Served> {
         self.active.lock().expect("active lock").clone()
+    }
+
+    pub(crate) fn outbound_last_hour(&self) -> Vec<crate::privacy::audit::ProviderTotal> {
+        self.audit.last_hour()
     }
 
     pub(crate) fn last_kind(&self) -> Option<TaskKind> {

@@ -13,6 +13,8 @@
 //! The retry policy ([`super::retry`]) decides after each failed attempt
 //! whether the same entry is tried again.
 
+use crate::entry::LOCAL;
+use crate::privacy::audit::AuditRecord;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -206,6 +208,20 @@ impl Router {
                 entry: candidate.entry.clone(),
                 tier: candidate.tier,
             });
+            if candidate.entry.provider != LOCAL {
+                self.audit.record(&AuditRecord {
+                    at_ms: crate::resilience::park::now_ms(),
+                    task: request.kind.as_str().into(),
+                    front_end: request.origin.front_end.into(),
+                    provider: candidate.entry.provider.clone(),
+                    model: candidate.entry.model.clone(),
+                    subject: request.origin.subject.clone(),
+                    bytes: prompt.bytes(),
+                    estimated_tokens: prompt.input_tokens(),
+                    redactions: prompt.redactions,
+                    path_rule: None,
+                });
+            }
             // Deadlined and beaconed.
             let mut deadlines = Deadlines::new(profile, run.deadline, run.racer.is_some());
             if run.interactive {

@@ -5,6 +5,7 @@
 
 use crate::context::chat::{self, OverBudget};
 use crate::entry::{LOCAL, ModelRef};
+use crate::privacy::redact;
 use crate::providers::{ChatMessage, ChatRequest, Role};
 use crate::task::TaskProfile;
 
@@ -19,12 +20,26 @@ pub(super) struct Prompt {
     /// The model was shown `continues` as its earlier turn rather than a
     /// prefill, so it may repeat its end (see `seam`).
     pub restated: bool,
+    /// Secrets replaced by placeholders before it left.
+    pub redactions: usize,
 }
 
 impl Prompt {
     /// The answer so far went out as an assistant prefill.
     pub fn prefilled(&self) -> bool {
         !self.continues.is_empty() && !self.restated
+    }
+
+    /// Bytes of text the provider is sent.
+    pub fn bytes(&self) -> usize {
+        let system = self.request.system.as_deref().unwrap_or_default();
+        system.len()
+            + self
+                .request
+                .messages
+                .iter()
+                .map(|m| m.content.len())
+                .sum::<usize>()
     }
 
     /// Estimated tokens the provider reads, for the quota reservation.
@@ -88,17 +103,29 @@ impl Router {
                 content: crate::prompts::CONTINUE_INSTRUCTION.into(),
             });
         }
+        // No system message when there is none (never an empty one).
+        let mut system = (!request.system.is_empty()).then(|| request.system.clone());
+        let mut redactions = 0;
+        if request.redact && entry.provider != LOCAL {
+            let mut scrub = |text: &mut String| {
+                let redacted = redact::redact(text);
+                redactions += redacted.count;
+                *text = redacted.text;
+            };
+            system.iter_mut().for_each(&mut scrub);
+            messages.iter_mut().for_each(|m| scrub(&mut m.content));
+        }
         Ok(Prompt {
             request: ChatRequest {
                 model: entry.model.clone(),
-                // No system message when there is none (never an empty one).
-                system: (!request.system.is_empty()).then(|| request.system.clone()),
+                system,
                 messages,
                 max_tokens: max_tokens as u32,
                 temperature: Some(0.2),
             },
             continues,
             restated,
+            redactions,
         })
     }
 

@@ -22,6 +22,21 @@ pub struct TaskRequest {
     pub pin: Option<Pin>,
     /// The caller's output limit, within the task's.
     pub max_tokens: Option<u32>,
+    /// Who asked, for the outbound audit.
+    pub origin: Origin,
+    /// Replace secrets before the prompt leaves for a remote entry, and put
+    /// them back in the answer.
+    pub redact: bool,
+    /// A path rule keeps this task's text on the machine: only the local
+    /// model may serve it. The rule as the user should read it.
+    pub local_only_rule: Option<String>,
+}
+
+/// Who asked for a task: the front end, and the document (or gateway caller).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Origin {
+    pub front_end: &'static str,
+    pub subject: String,
 }
 
 impl TaskRequest {
@@ -34,7 +49,26 @@ impl TaskRequest {
             messages: None,
             pin: None,
             max_tokens: None,
+            origin: Origin::default(),
+            redact: true,
+            local_only_rule: None,
         }
+    }
+
+    /// Every text of the request a secret could be in (the answer's
+    /// placeholders come from these).
+    pub fn sources(&self) -> Vec<&str> {
+        let mut sources = vec![
+            self.parts.before.as_str(),
+            self.parts.selection.as_str(),
+            self.parts.after.as_str(),
+            self.parts.instruction.as_str(),
+            self.continuation.as_str(),
+        ];
+        for message in self.messages.iter().flatten() {
+            sources.push(message.content.as_str());
+        }
+        sources
     }
 }
 
@@ -89,8 +123,21 @@ pub enum RouteError {
     },
     #[error("{by} refused: {reason}")]
     Refused { by: String, reason: String },
+    #[error(
+        "{rule}: only the local model may serve this document, and it could not{}; nothing was sent",
+        could_not(.tried)
+    )]
+    KeptLocal { rule: String, tried: Vec<Attempt> },
     #[error("cancelled")]
     Cancelled,
+}
+
+fn could_not(tried: &[Attempt]) -> String {
+    if tried.is_empty() {
+        " (no local model is configured)".into()
+    } else {
+        format!(" ({})", list(tried))
+    }
 }
 
 fn list(tried: &[Attempt]) -> String {

@@ -14,7 +14,8 @@ use super::plan::{Candidate, Plan, Skip};
 use super::request::{Answer, Attempt, OnProgress, Pin, RouteError, TaskRequest};
 use super::status::Route;
 use crate::context::chat;
-use crate::entry::ModelRef;
+use crate::entry::{LOCAL, ModelRef};
+use crate::privacy::redact;
 use crate::resilience::classify::{ErrorClass, Fatal};
 use crate::task::{TaskKind, TaskProfile, Tier};
 
@@ -99,7 +100,39 @@ impl Pass {
 }
 
 impl Router {
+    /// Serves a task: its answer with any secrets the prompt lost put back,
+    /// or why it could not be served.
     pub async fn run(
+        &self,
+        request: TaskRequest,
+        cancel: CancellationToken,
+        progress: OnProgress<'_>,
+    ) -> Result<Answer, RouteError> {
+        let sources: Vec<String> = match request.redact {
+            true => request.sources().into_iter().map(str::to_owned).collect(),
+            false => Vec::new(),
+        };
+        let rule = request.local_only_rule.clone();
+        match (self.route(request, cancel, progress).await, rule) {
+            (Ok(mut answer), _) => {
+                if !sources.is_empty() {
+                    let sources: Vec<&str> = sources.iter().map(String::as_str).collect();
+                    answer.text = redact::restore(&answer.text, &sources);
+                }
+                Ok(answer)
+            }
+            (Err(RouteError::NothingHealthy { tried, .. }), Some(rule)) => {
+                Err(RouteError::KeptLocal { rule, tried })
+            }
+            (Err(RouteError::LocalOnly(_)), Some(rule)) => Err(RouteError::KeptLocal {
+                rule,
+                tried: Vec::new(),
+            }),
+            (Err(error), _) => Err(error),
+        }
+    }
+
+    async fn route(
         &self,
         request: TaskRequest,
         cancel: CancellationToken,
@@ -118,6 +151,10 @@ impl Router {
         );
         self.resilience.verdicts.refresh().await;
         let mut plan = self.candidates(kind, request.pin.as_ref());
+        if request.local_only_rule.is_some() {
+            // Nothing of this document leaves the machine.
+            plan.candidates.retain(|c| c.entry.provider == LOCAL);
+        }
         let mut tried = Vec::new();
         // Entries that said the prompt is too long get it again, trimmed (less
         // of the code around the selection, never the selection itself), once

@@ -72,6 +72,9 @@ pub struct StatusReport {
     pub parked: Vec<ParkedStatus>,
     /// The latest canary results, newest last.
     pub canaries: Vec<CanaryResult>,
+    /// What this process sent each provider in the last hour (not part of
+    /// `same_state`: it changes with every request).
+    pub outbound: Vec<crate::privacy::audit::ProviderTotal>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -241,6 +244,7 @@ pub(super) fn report(router: &Router) -> StatusReport {
         quota: shared.quota,
         parked: router.parked(),
         canaries: router.canaries(),
+        outbound: router.outbound_last_hour(),
     }
 }
 

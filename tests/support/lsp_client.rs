@@ -83,6 +83,11 @@ impl LspClient {
         }
     }
 
+    /// `SWITCHYARD_STATE_DIR` of this server (parked tasks, the outbound audit).
+    pub fn state_dir(&self) -> PathBuf {
+        self._home.path().join("state")
+    }
+
     pub fn config_file(&self) -> PathBuf {
         self._home.path().join("config.toml")
     }

@@ -12,6 +12,7 @@ pub mod infilling;
 pub mod lsp_client;
 pub mod redis_server;
 pub mod scenario;
+pub mod secrets;
 
 use std::path::PathBuf;
 

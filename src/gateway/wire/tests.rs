@@ -127,6 +127,7 @@ fn full_runbook() -> core_runbook::Runbook {
                 parked_at_ms: 1_700_000_000_000,
             }],
             canaries: vec![canary()],
+            outbound: Vec::new(),
         },
     }
 }

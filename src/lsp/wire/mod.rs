@@ -86,6 +86,18 @@ pub struct StatusParams {
     /// Newest last.
     #[serde(default)]
     pub canaries: Vec<CanaryStatus>,
+    /// What this server sent each provider in the last hour.
+    #[serde(default)]
+    pub outbound: Vec<OutboundTotal>,
+}
+
+/// Bytes and requests one provider was sent in the last hour.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OutboundTotal {
+    pub provider: String,
+    pub bytes: usize,
+    pub requests: usize,
 }
 
 /// One task kind. Its route's fields sit beside `kind` once the kind has been
@@ -212,6 +224,15 @@ impl From<&core::StatusReport> for StatusParams {
             quota: r.quota.iter().map(MeterStatus::from).collect(),
             parked: r.parked.iter().map(ParkedTask::from).collect(),
             canaries: r.canaries.iter().map(CanaryStatus::from).collect(),
+            outbound: r
+                .outbound
+                .iter()
+                .map(|t| OutboundTotal {
+                    provider: t.provider.clone(),
+                    bytes: t.bytes,
+                    requests: t.requests,
+                })
+                .collect(),
         }
     }
 }

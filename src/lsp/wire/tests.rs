@@ -66,6 +66,11 @@ fn full_report() -> core::StatusReport {
             error: Some("HTTP 503".into()),
             reason: "breaker recovery check".into(),
         }],
+        outbound: vec![crate::privacy::audit::ProviderTotal {
+            provider: "anthropic".into(),
+            bytes: 20_480,
+            requests: 3,
+        }],
     }
 }
 
@@ -128,7 +133,8 @@ fn status_params_wire_format_is_pinned() {
             "latencyMs": 930,
             "error": "HTTP 503",
             "reason": "breaker recovery check"
-        }]
+        }],
+        "outbound": [{"provider": "anthropic", "bytes": 20480, "requests": 3}]
     });
     assert_eq!(serde_json::to_value(&params).unwrap(), expected);
     // Clients parse it back.
@@ -160,7 +166,8 @@ fn empty_status_has_nulls_and_bare_tasks() {
         "breakers": [],
         "quota": [],
         "parked": [],
-        "canaries": []
+        "canaries": [],
+        "outbound": []
     });
     let params = StatusParams::from(&report);
     assert_eq!(serde_json::to_value(&params).unwrap(), expected);

@@ -412,7 +412,7 @@ async fn autocomplete_never_waits_to_retry() {
     };
     let deadline = Instant::now() + Duration::from_millis(600);
     let served = router
-        .autocomplete_remote(&text, deadline, &CancellationToken::new())
+        .autocomplete_remote(&text, "file:///a.rs", deadline, &CancellationToken::new())
         .await;
     assert!(served.is_none());
     assert_eq!(remote.calls(), 1);
@@ -440,7 +440,7 @@ async fn the_local_first_window_keeps_completions_local() {
     };
     let deadline = Instant::now() + Duration::from_millis(600);
     let served = router
-        .autocomplete_remote(&text, deadline, &CancellationToken::new())
+        .autocomplete_remote(&text, "file:///a.rs", deadline, &CancellationToken::new())
         .await;
     assert!(served.is_none());
     assert_eq!(remote.calls(), 0);

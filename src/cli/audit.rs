@@ -1,0 +1,115 @@
+//! `switchyard audit`: what left this machine, from the outbound audit log
+//! (every remote request's time, task, front end, provider/model, document or
+//! caller, size and redactions; never its text).
+
+use std::process::ExitCode;
+
+use switchyard::privacy::audit::{self, AuditRecord};
+use switchyard::resilience::park::now_ms;
+
+pub fn run(since: &str, json: bool) -> ExitCode {
+    let window_ms = match parse_duration_ms(since) {
+        Ok(ms) => ms,
+        Err(e) => {
+            eprintln!("--since {since}: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let path = audit::default_path();
+    let records = match audit::read_since(&path, now_ms().saturating_sub(window_ms)) {
+        Ok(records) => records,
+        Err(e) => {
+            eprintln!("cannot read {}: {e}", path.display());
+            return ExitCode::from(1);
+        }
+    };
+    if json {
+        for record in &records {
+            println!(
+                "{}",
+                serde_json::to_string(record).expect("records serialise")
+            );
+        }
+    } else {
+        print!("{}", human(&records, since));
+    }
+    ExitCode::SUCCESS
+}
+
+/// `90s`, `15m`, `1h`, `7d`.
+fn parse_duration_ms(text: &str) -> Result<u64, String> {
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let number: u64 = number
+        .parse()
+        .map_err(|_| "expected a number and a unit: s, m, h or d (e.g. 1h)".to_owned())?;
+    let unit_ms = match unit {
+        "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
+        _ => return Err("the unit must be s, m, h or d (e.g. 1h)".into()),
+    };
+    Ok(number.saturating_mul(unit_ms))
+}
+
+fn human(records: &[AuditRecord], since: &str) -> String {
+    if records.is_empty() {
+        return format!("Nothing was sent to a remote provider in the last {since}.\n");
+    }
+    let mut out = String::new();
+    let bytes: usize = records.iter().map(|r| r.bytes).sum();
+    let redactions: usize = records.iter().map(|r| r.redactions).sum();
+    out.push_str(&format!(
+        "{} remote requests in the last {since}: {} sent, {redactions} secrets redacted.\n",
+        records.len(),
+        size(bytes)
+    ));
+    for r in records {
+        let at = time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(r.at_ms) * 1_000_000)
+            .ok()
+            .and_then(|t| {
+                t.format(&time::format_description::well_known::Rfc3339)
+                    .ok()
+            })
+            .unwrap_or_else(|| r.at_ms.to_string());
+        let redacted = match r.redactions {
+            0 => String::new(),
+            n => format!(", {n} redacted"),
+        };
+        out.push_str(&format!(
+            "{at}  {:<8} {:<7} {}/{}  {} (~{} tokens{redacted})  {}\n",
+            r.task,
+            r.front_end,
+            r.provider,
+            r.model,
+            size(r.bytes),
+            r.estimated_tokens,
+            r.subject
+        ));
+    }
+    out
+}
+
+fn size(bytes: usize) -> String {
+    if bytes < 10_000 {
+        format!("{bytes} B")
+    } else {
+        format!("{:.1} kB", bytes as f64 / 1000.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_read_with_their_unit() {
+        assert_eq!(parse_duration_ms("1h"), Ok(3_600_000));
+        assert_eq!(parse_duration_ms("15m"), Ok(900_000));
+        assert!(parse_duration_ms("1 hour").is_err());
+        assert!(parse_duration_ms("h").is_err());
+    }
+}

@@ -1,0 +1,221 @@
+//! The outbound audit: one JSON line per remote request, in a file only the
+//! user can read, naming what went where and how much, never the text.
+//! `switchyard audit` reads it; status shows the last hour's bytes per provider.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::fs::OpenOptions;
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use serde::{Deserialize, Serialize};
+
+use crate::resilience::park::now_ms;
+
+/// Past this size the log moves to `<name>.1` (replacing the one before).
+pub const ROTATE_BYTES: u64 = 8 * 1024 * 1024;
+const HOUR_MS: u64 = 3_600_000;
+
+/// One remote request as it left.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuditRecord {
+    /// Milliseconds since the Unix epoch.
+    pub at_ms: u64,
+    pub task: String,
+    /// `lsp` or `gateway`.
+    pub front_end: String,
+    pub provider: String,
+    pub model: String,
+    /// The document's path, or the gateway caller.
+    pub subject: String,
+    pub bytes: usize,
+    pub estimated_tokens: usize,
+    pub redactions: usize,
+    /// A path rule that shaped what was sent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path_rule: Option<String>,
+}
+
+/// Bytes and requests one provider was sent.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ProviderTotal {
+    pub provider: String,
+    pub bytes: usize,
+    pub requests: usize,
+}
+
+/// The audit file, and this process's last hour of it for status.
+pub struct AuditLog {
+    path: Option<PathBuf>,
+    recent: Mutex<VecDeque<(u64, String, usize)>>,
+}
+
+impl AuditLog {
+    /// The log at the platform state directory's `outbound.jsonl`.
+    pub fn open() -> AuditLog {
+        AuditLog::at(default_path())
+    }
+
+    pub fn at(path: PathBuf) -> AuditLog {
+        AuditLog {
+            path: Some(path),
+            recent: Mutex::default(),
+        }
+    }
+
+    /// Counts for status only, no file (tests, benchmarks).
+    pub fn in_memory() -> AuditLog {
+        AuditLog {
+            path: None,
+            recent: Mutex::default(),
+        }
+    }
+
+    /// Appends `record`. A log that cannot be written is reported in the
+    /// server's log and never stops the request.
+    pub fn record(&self, record: &AuditRecord) {
+        {
+            let mut recent = self.recent.lock().expect("audit lock");
+            recent.push_back((record.at_ms, record.provider.clone(), record.bytes));
+            while recent
+                .front()
+                .is_some_and(|(at, ..)| *at + HOUR_MS < record.at_ms)
+            {
+                recent.pop_front();
+            }
+        }
+        if let Some(path) = &self.path
+            && let Err(e) = append(path, record)
+        {
+            tracing::warn!("outbound audit {}: {e}", path.display());
+        }
+    }
+
+    /// Per provider, what this process sent in the last hour.
+    pub fn last_hour(&self) -> Vec<ProviderTotal> {
+        let since = now_ms().saturating_sub(HOUR_MS);
+        let mut totals: BTreeMap<String, ProviderTotal> = BTreeMap::new();
+        for (at, provider, bytes) in self.recent.lock().expect("audit lock").iter() {
+            if *at >= since {
+                let total = totals.entry(provider.clone()).or_default();
+                total.provider.clone_from(provider);
+                total.bytes += bytes;
+                total.requests += 1;
+            }
+        }
+        totals.into_values().collect()
+    }
+}
+
+pub fn default_path() -> PathBuf {
+    crate::paths::state_dir().join("outbound.jsonl")
+}
+
+fn append(path: &Path, record: &AuditRecord) -> std::io::Result<()> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    if std::fs::metadata(path).is_ok_and(|m| m.len() > ROTATE_BYTES) {
+        std::fs::rename(path, rotated(path))?;
+    }
+    let mut line = serde_json::to_string(record).map_err(std::io::Error::other)?;
+    line.push('\n');
+    // One write per line with O_APPEND: lines from several processes never
+    // interleave.
+    let mut file = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .open(path)?;
+    file.write_all(line.as_bytes())
+}
+
+fn rotated(path: &Path) -> PathBuf {
+    let mut name = path.file_name().unwrap_or_default().to_owned();
+    name.push(".1");
+    path.with_file_name(name)
+}
+
+/// Every record at or after `since_ms`, oldest first, from the rotated file
+/// and the current one. Lines that do not parse are skipped.
+pub fn read_since(path: &Path, since_ms: u64) -> std::io::Result<Vec<AuditRecord>> {
+    let mut records = Vec::new();
+    for file in [rotated(path), path.to_path_buf()] {
+        let text = match std::fs::read_to_string(&file) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(e),
+        };
+        records.extend(
+            text.lines()
+                .filter_map(|line| serde_json::from_str::<AuditRecord>(line).ok())
+                .filter(|r| r.at_ms >= since_ms),
+        );
+    }
+    Ok(records)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::*;
+
+    fn record(provider: &str, bytes: usize) -> AuditRecord {
+        AuditRecord {
+            at_ms: now_ms(),
+            task: "explain".into(),
+            front_end: "lsp".into(),
+            provider: provider.into(),
+            model: "m".into(),
+            subject: "/w/a.rs".into(),
+            bytes,
+            estimated_tokens: bytes / 4,
+            redactions: 1,
+            path_rule: None,
+        }
+    }
+
+    #[test]
+    fn records_are_private_lines_read_back_and_totalled_per_provider() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state/outbound.jsonl");
+        let log = AuditLog::at(path.clone());
+        log.record(&record("a", 100));
+        log.record(&record("b", 10));
+        log.record(&record("a", 50));
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        let read = read_since(&path, 0).unwrap();
+        assert_eq!(read.len(), 3);
+        assert_eq!(read[0], record("a", 100).with_at(read[0].at_ms));
+        let totals = log.last_hour();
+        assert_eq!(
+            totals
+                .iter()
+                .map(|t| (t.provider.as_str(), t.bytes, t.requests))
+                .collect::<Vec<_>>(),
+            [("a", 150, 2), ("b", 10, 1)]
+        );
+    }
+
+    #[test]
+    fn a_full_log_rotates_and_both_files_are_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("outbound.jsonl");
+        std::fs::write(&path, "x".repeat(ROTATE_BYTES as usize + 1)).unwrap();
+        let log = AuditLog::at(path.clone());
+        log.record(&record("a", 1));
+        assert!(rotated(&path).exists());
+        assert!(std::fs::metadata(&path).unwrap().len() < 1000);
+        assert_eq!(read_since(&path, 0).unwrap().len(), 1);
+    }
+
+    impl AuditRecord {
+        fn with_at(mut self, at_ms: u64) -> AuditRecord {
+            self.at_ms = at_ms;
+            self
+        }
+    }
+}

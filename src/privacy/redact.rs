@@ -1,0 +1,363 @@
+//! Secrets out of outgoing prompts: every remote request's text is scanned and
+//! each secret replaced by a placeholder that names its kind and is the same
+//! wherever the same secret appears (within this process), so a rewrite that
+//! keeps the placeholder can have the original put back.
+//!
+//! The known formats follow gitleaks' rule set (MIT, github.com/gitleaks/gitleaks,
+//! `config/gitleaks.toml`): the same rule ids and key shapes, written here as
+//! `regex` patterns. The generic rule is gitleaks' "generic-api-key" idea: an
+//! assignment to a name that says key, token, secret or password, whose value
+//! is random enough (Shannon entropy) to be one.
+
+use std::collections::HashMap;
+use std::sync::LazyLock;
+
+use regex::Regex;
+use sha2::{Digest, Sha256};
+
+/// One known secret format.
+struct Rule {
+    id: &'static str,
+    pattern: Regex,
+}
+
+fn rule(id: &'static str, pattern: &str) -> Rule {
+    Rule {
+        id,
+        pattern: Regex::new(pattern).expect("secret patterns compile"),
+    }
+}
+
+/// Known formats, most specific first: a later rule never sees what an
+/// earlier one replaced.
+static RULES: LazyLock<Vec<Rule>> = LazyLock::new(|| {
+    vec![
+        rule(
+            "private-key",
+            r"-----BEGIN[ A-Z0-9_-]{0,100}PRIVATE KEY(?: BLOCK)?-----[\s\S]*?-----END[ A-Z0-9_-]{0,100}PRIVATE KEY(?: BLOCK)?-----",
+        ),
+        rule("anthropic-api-key", r"\bsk-ant-[A-Za-z0-9_-]{20,}"),
+        rule("openrouter-api-key", r"\bsk-or-v1-[A-Za-z0-9]{32,}"),
+        rule(
+            "openai-api-key",
+            r"\bsk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_-]{20,}",
+        ),
+        rule(
+            "aws-access-key-id",
+            r"\b(?:A3T[A-Z0-9]|AKIA|ASIA|ABIA|ACCA)[A-Z2-7]{16}\b",
+        ),
+        rule("github-pat", r"\bgithub_pat_[A-Za-z0-9_]{60,}"),
+        rule("github-token", r"\bgh[pousr]_[A-Za-z0-9]{36,}"),
+        rule("gitlab-pat", r"\bglpat-[A-Za-z0-9_-]{20,}"),
+        rule("slack-token", r"\bxox[baprse]-[A-Za-z0-9-]{10,}"),
+        rule(
+            "stripe-key",
+            r"\b(?:sk|rk|pk)_(?:live|test)_[A-Za-z0-9]{20,}",
+        ),
+        rule("google-api-key", r"\bAIza[0-9A-Za-z_-]{35}"),
+        rule("huggingface-token", r"\bhf_[A-Za-z0-9]{30,}"),
+        rule("npm-token", r"\bnpm_[A-Za-z0-9]{36}\b"),
+        rule(
+            "sendgrid-api-key",
+            r"\bSG\.[A-Za-z0-9_-]{20,24}\.[A-Za-z0-9_-]{39,50}",
+        ),
+        rule(
+            "jwt",
+            r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}",
+        ),
+        rule("azure-storage-key", r"AccountKey=[A-Za-z0-9+/]{80,}={0,2}"),
+    ]
+});
+
+/// The password of a URL's user info (`scheme://user:password@host`).
+static CONNECTION_PASSWORD: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"\b[A-Za-z][A-Za-z0-9+.-]{1,20}://[^\s:/@]{1,100}:([^\s@/]{3,200})@")
+        .expect("connection string pattern compiles")
+});
+
+/// `NAME = "value"`, `NAME: 'value'`, `NAME=value` (env and ini files), `"name": "value"`.
+static ASSIGNMENT: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(
+        r#"(?im)(?P<name>[A-Za-z0-9_.-]*(?:key|token|secret|passw(?:or)?d|pwd|credential|auth)[A-Za-z0-9_.-]*)["']?\s*(?::=|=>|=|:)\s*(?:(?P<q>["'`])(?P<quoted>[^"'`\n]{6,300})["'`]|(?P<bare>[^\s"'`;,)(\]\[{}<>]{8,300})\s*$)"#,
+    )
+    .expect("assignment pattern compiles")
+});
+
+/// A bare value that names a variable or constant (`form.password`,
+/// `DEFAULT_PASSWORD`, `new_password`) rather than holding a value.
+static IDENTIFIER: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(
+        r"^(?:[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+|[A-Z_][A-Z0-9_]*|[a-z_]+)$",
+    )
+    .expect("identifier pattern compiles")
+});
+
+/// `provider/model`, `dir/file`: lower-case segments joined by slashes.
+static PATH_LIKE: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"^[a-z0-9._-]+(?:/[a-z0-9._-]+)+$").expect("path pattern compiles")
+});
+
+/// Process-wide salt for placeholders: stable within a process, meaningless
+/// outside it (a bare hash of a short password could be looked up).
+static SALT: LazyLock<[u8; 16]> = LazyLock::new(|| {
+    let mut salt = [0u8; 16];
+    salt.iter_mut().for_each(|b| *b = fastrand::u8(..));
+    salt
+});
+
+/// Text with its secrets replaced, and how many there were.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Redacted {
+    pub text: String,
+    pub count: usize,
+}
+
+/// Replaces every secret in `text` with its placeholder.
+pub fn redact(text: &str) -> Redacted {
+    let mut count = 0;
+    let text = replace_secrets(text, &mut |_, _| count += 1);
+    Redacted { text, count }
+}
+
+/// Puts back the originals of placeholders that `answer` kept from the
+/// redacted form of `sources`.
+pub fn restore(answer: &str, sources: &[&str]) -> String {
+    let mut originals: HashMap<String, String> = HashMap::new();
+    for source in sources {
+        replace_secrets(source, &mut |placeholder, secret| {
+            originals.insert(placeholder.to_owned(), secret.to_owned());
+        });
+    }
+    let mut restored = answer.to_owned();
+    for (placeholder, secret) in &originals {
+        if restored.contains(placeholder.as_str()) {
+            restored = restored.replace(placeholder.as_str(), secret);
+        }
+    }
+    restored
+}
+
+/// Replaces each secret, telling `found` its placeholder and the secret.
+fn replace_secrets(text: &str, found: &mut dyn FnMut(&str, &str)) -> String {
+    let mut text = text.to_owned();
+    for rule in RULES.iter() {
+        text = replace_all(&text, &rule.pattern, 0, rule.id, found);
+    }
+    text = replace_all(&text, &CONNECTION_PASSWORD, 1, "connection-password", found);
+    replace_assignments(&text, found)
+}
+
+/// Replaces capture `group` of every match of `pattern`.
+fn replace_all(
+    text: &str,
+    pattern: &Regex,
+    group: usize,
+    id: &str,
+    found: &mut dyn FnMut(&str, &str),
+) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut last = 0;
+    for captures in pattern.captures_iter(text) {
+        let Some(secret) = captures.get(group) else {
+            continue;
+        };
+        if is_placeholder(secret.as_str()) {
+            continue;
+        }
+        let placeholder = placeholder(id, secret.as_str());
+        found(&placeholder, secret.as_str());
+        out.push_str(&text[last..secret.start()]);
+        out.push_str(&placeholder);
+        last = secret.end();
+    }
+    out.push_str(&text[last..]);
+    out
+}
+
+fn replace_assignments(text: &str, found: &mut dyn FnMut(&str, &str)) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut last = 0;
+    for captures in ASSIGNMENT.captures_iter(text) {
+        let name = &captures["name"];
+        let Some(value) = captures.name("quoted").or_else(|| captures.name("bare")) else {
+            continue;
+        };
+        if !looks_secret(name, value.as_str(), captures.name("quoted").is_some()) {
+            continue;
+        }
+        let placeholder = placeholder("generic-secret", value.as_str());
+        found(&placeholder, value.as_str());
+        out.push_str(&text[last..value.start()]);
+        out.push_str(&placeholder);
+        last = value.end();
+    }
+    out.push_str(&text[last..]);
+    out
+}
+
+/// Whether an assigned value is a secret rather than code, a reference to
+/// one, or a stand-in.
+fn looks_secret(name: &str, value: &str, quoted: bool) -> bool {
+    let name = name.to_ascii_lowercase();
+    // Names that only mention keys without holding one.
+    if [
+        "keyboard",
+        "keyword",
+        "monkey",
+        "keys",
+        "key_path",
+        "keyfile",
+        "tokenizer",
+        "tokens",
+    ]
+    .iter()
+    .any(|n| name.ends_with(n))
+    {
+        return false;
+    }
+    if is_placeholder(value) || is_reference(value) {
+        return false;
+    }
+    let password = name.contains("passw") || name.contains("pwd") || name.contains("secret");
+    let entropy = shannon_entropy(value);
+    let classes = char_classes(value);
+    if password {
+        // A password needs no randomness to be one; prose and names of other
+        // variables do not count.
+        return !value.contains(' ')
+            && value.chars().count() >= 6
+            && (quoted || !IDENTIFIER.is_match(value));
+    }
+    value.chars().count() >= 12 && entropy >= 3.3 && classes >= 2 && !value.contains(' ')
+}
+
+/// `${VAR}`, `<your key>`, `xxxx`, `changeme`-style stand-ins, and our own placeholders.
+fn is_placeholder(value: &str) -> bool {
+    let lower = value.to_ascii_lowercase();
+    value.starts_with("REDACTED_")
+        || value.starts_with('$')
+        || value.starts_with('<')
+        || value.starts_with('{')
+        || value.starts_with('%')
+        || lower.contains("example")
+        || lower.contains("placeholder")
+        || lower.contains("your_")
+        || lower.contains("your-")
+        || [
+            "password", "passwd", "pass", "pwd", "pw", "secret", "token", "changeme",
+        ]
+        .contains(&lower.as_str())
+        || value
+            .chars()
+            .all(|c| c == value.chars().next().unwrap_or('x') || c == '-')
+}
+
+/// A value that names where the secret is rather than holding it.
+fn is_reference(value: &str) -> bool {
+    let lower = value.to_ascii_lowercase();
+    [
+        "env",
+        "environ",
+        "getenv",
+        "process.",
+        "os.",
+        "config.",
+        "settings.",
+        "self.",
+        "this.",
+    ]
+    .iter()
+    .any(|p| lower.starts_with(p))
+        || value.contains("::")
+        || ["/", "./", "../", "~/"]
+            .iter()
+            .any(|p| value.starts_with(p))
+        || PATH_LIKE.is_match(value)
+        || [".json", ".pem", ".key", ".txt", ".toml", ".yaml", ".yml"]
+            .iter()
+            .any(|e| lower.ends_with(e))
+}
+
+fn shannon_entropy(value: &str) -> f64 {
+    let mut counts: HashMap<char, usize> = HashMap::new();
+    let total = value
+        .chars()
+        .map(|c| *counts.entry(c).or_default() += 1)
+        .count() as f64;
+    counts
+        .values()
+        .map(|&n| {
+            let p = n as f64 / total;
+            -p * p.log2()
+        })
+        .sum()
+}
+
+/// How many of lower case, upper case, digits and symbols the value uses.
+fn char_classes(value: &str) -> usize {
+    [
+        value.chars().any(|c| c.is_ascii_lowercase()),
+        value.chars().any(|c| c.is_ascii_uppercase()),
+        value.chars().any(|c| c.is_ascii_digit()),
+        value.chars().any(|c| !c.is_ascii_alphanumeric()),
+    ]
+    .iter()
+    .filter(|present| **present)
+    .count()
+}
+
+/// `REDACTED_<KIND>_<8 hex digits>`: an identifier-like token a model keeps
+/// as it is when it rewrites the code around it.
+fn placeholder(id: &str, secret: &str) -> String {
+    let mut hasher = Sha256::new();
+    hasher.update(*SALT);
+    hasher.update(secret.as_bytes());
+    let digest = hasher.finalize();
+    format!(
+        "REDACTED_{}_{}",
+        id.to_ascii_uppercase().replace('-', "_"),
+        hex::encode(&digest[..4])
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn known_formats_are_replaced_and_put_back() {
+        let source = "const KEY: &str = \"AKIAIOSFODNN7EXAMPLF\";\nlet url = \"postgres://app:s3cr3t-Pa55@db:5432/app\";\n";
+        let redacted = redact(source);
+        assert_eq!(redacted.count, 2, "{}", redacted.text);
+        assert!(!redacted.text.contains("AKIAIOSFODNN7EXAMPLF"));
+        assert!(!redacted.text.contains("s3cr3t-Pa55"));
+        assert!(
+            redacted
+                .text
+                .contains("postgres://app:REDACTED_CONNECTION_PASSWORD_")
+        );
+        assert_eq!(restore(&redacted.text, &[source]), source);
+    }
+
+    #[test]
+    fn the_same_secret_gets_the_same_placeholder() {
+        let twice = redact(
+            "a = 'ghp_0123456789abcdefghijABCDEFGHIJ012345'\nb = 'ghp_0123456789abcdefghijABCDEFGHIJ012345'\n",
+        );
+        let placeholders: Vec<&str> = twice
+            .text
+            .lines()
+            .map(|l| l.split('\'').nth(1).unwrap())
+            .collect();
+        assert_eq!(placeholders[0], placeholders[1]);
+        assert!(placeholders[0].starts_with("REDACTED_GITHUB_TOKEN_"));
+    }
+
+    #[test]
+    fn generic_assignments_need_a_secret_name_and_a_secret_value() {
+        let env = "DATABASE_PASSWORD=hunter2hunter2\nAPI_TOKEN=\"q8Z4mX2pL9vT7wR1\"\n";
+        assert_eq!(redact(env).count, 2, "{}", redact(env).text);
+        let code = "let token = self.next_token();\nlet key = format!(\"{}\", id);\nmax_tokens = 256\nAPI_KEY = os.environ[\"API_KEY\"]\npassword: \"${DB_PASSWORD}\"\n";
+        assert_eq!(redact(code).count, 0, "{}", redact(code).text);
+    }
+}
