@@ -92,6 +92,19 @@ static IDENTIFIER: LazyLock<Regex> = LazyLock::new(|| {
     .expect("identifier pattern compiles")
 });
 
+/// The name of a setting or map key: `a.b.c`, `SOME_NAME`, `some_name`.
+static KEY_NAME: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"^(?:[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+|[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+|[a-z][a-z0-9]*(?:_[a-z0-9]+)+)$")
+        .expect("key name pattern compiles")
+});
+
+/// Words, camel-cased or joined (`authentication-code-1`, `retryCount`,
+/// `s3-key-prefix`): random tokens break into single letters somewhere.
+static WORDS: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"^(?:[A-Za-z][a-z]+|[A-Z]{2,}|[0-9]{1,4}|[a-z][0-9])(?:[-_.:/ ]*(?:[A-Za-z][a-z]+|[A-Z]{2,}|[0-9]{1,4}|[a-z][0-9]))*$")
+        .expect("words pattern compiles")
+});
+
 /// `provider/model`, `dir/file`: lower-case segments joined by slashes.
 static PATH_LIKE: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(r"^[a-z0-9._-]+(?:/[a-z0-9._-]+)+$").expect("path pattern compiles")
@@ -199,36 +212,40 @@ fn replace_assignments(text: &str, found: &mut dyn FnMut(&str, &str)) -> String 
 /// one, or a stand-in.
 fn looks_secret(name: &str, value: &str, quoted: bool) -> bool {
     let name = name.to_ascii_lowercase();
-    // Names that only mention keys without holding one.
-    if [
-        "keyboard",
-        "keyword",
-        "monkey",
-        "keys",
-        "key_path",
-        "keyfile",
-        "tokenizer",
-        "tokens",
-    ]
-    .iter()
-    .any(|n| name.ends_with(n))
-    {
+    // Names that mention keys or tokens without holding one.
+    let mentions_only = ["keyboard", "keyword", "monkey", "tokeniz", "keylog"]
+        .iter()
+        .any(|n| name.contains(n))
+        || [
+            "keys", "tokens", "_type", "_name", "_kind", "_id", "_len", "_count", "_file",
+            "filename", "_path", "_url", "_header", "_hdr", "_class", "_mode", "_size", "_index",
+            "_prefix", "_suffix", "_format", "_final",
+        ]
+        .iter()
+        .any(|n| name.ends_with(n));
+    if mentions_only || is_placeholder(value) || is_reference(value) {
         return false;
     }
-    if is_placeholder(value) || is_reference(value) {
+    // A bare name is a variable or constant holding the secret elsewhere; a
+    // quoted one names a key in a map or a setting.
+    if (!quoted && IDENTIFIER.is_match(value)) || KEY_NAME.is_match(value) {
         return false;
     }
-    let password = name.contains("passw") || name.contains("pwd") || name.contains("secret");
-    let entropy = shannon_entropy(value);
-    let classes = char_classes(value);
-    if password {
-        // A password needs no randomness to be one; prose and names of other
-        // variables do not count.
-        return !value.contains(' ')
-            && value.chars().count() >= 6
-            && (quoted || !IDENTIFIER.is_match(value));
+    if name.contains("passw") || name.contains("pwd") || name.contains("secret") {
+        // A password needs no randomness to be one (a leaked weak password
+        // costs more than a placeholder in a test fixture); prose does not count.
+        return !value.contains(' ') && value.chars().count() >= 6;
     }
-    value.chars().count() >= 12 && entropy >= 3.3 && classes >= 2 && !value.contains(' ')
+    // Other keys and tokens are random: letters and digits, not words, no
+    // escapes or markup, and enough entropy.
+    let letters = value.chars().any(|c| c.is_ascii_alphabetic());
+    let digits = value.chars().any(|c| c.is_ascii_digit());
+    value.chars().count() >= 12
+        && letters
+        && digits
+        && !value.contains([' ', '\\', '&'])
+        && !WORDS.is_match(value)
+        && shannon_entropy(value) >= 3.3
 }
 
 /// `${VAR}`, `<your key>`, `xxxx`, `changeme`-style stand-ins, and our own placeholders.
@@ -291,19 +308,6 @@ fn shannon_entropy(value: &str) -> f64 {
             -p * p.log2()
         })
         .sum()
-}
-
-/// How many of lower case, upper case, digits and symbols the value uses.
-fn char_classes(value: &str) -> usize {
-    [
-        value.chars().any(|c| c.is_ascii_lowercase()),
-        value.chars().any(|c| c.is_ascii_uppercase()),
-        value.chars().any(|c| c.is_ascii_digit()),
-        value.chars().any(|c| !c.is_ascii_alphanumeric()),
-    ]
-    .iter()
-    .filter(|present| **present)
-    .count()
 }
 
 /// `REDACTED_<KIND>_<8 hex digits>`: an identifier-like token a model keeps
