@@ -101,7 +101,7 @@ static KEY_NAME: LazyLock<Regex> = LazyLock::new(|| {
 /// Words, camel-cased or joined (`authentication-code-1`, `retryCount`,
 /// `s3-key-prefix`): random tokens break into single letters somewhere.
 static WORDS: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(r"^(?:[A-Za-z][a-z]+|[A-Z]{2,}|[0-9]{1,4}|[a-z][0-9])(?:[-_.:/ ]*(?:[A-Za-z][a-z]+|[A-Z]{2,}|[0-9]{1,4}|[a-z][0-9]))*$")
+    Regex::new(r"^(?:[A-Za-z][a-z]{2,}|[A-Z]{2,}|[0-9]{1,4})(?:[-_.:/ ]*(?:[A-Za-z][a-z]{2,}|[A-Z]{2,}|[0-9]{1,4}))*$")
         .expect("words pattern compiles")
 });
 
@@ -244,7 +244,7 @@ fn looks_secret(name: &str, value: &str, quoted: bool) -> bool {
         && letters
         && digits
         && !value.contains([' ', '\\', '&'])
-        && !WORDS.is_match(value)
+        && (is_hex(value) || !WORDS.is_match(value))
         && shannon_entropy(value) >= 3.3
 }
 
@@ -293,6 +293,10 @@ fn is_reference(value: &str) -> bool {
         || [".json", ".pem", ".key", ".txt", ".toml", ".yaml", ".yml"]
             .iter()
             .any(|e| lower.ends_with(e))
+}
+
+fn is_hex(value: &str) -> bool {
+    value.chars().all(|c| c.is_ascii_hexdigit())
 }
 
 fn shannon_entropy(value: &str) -> f64 {
