@@ -121,6 +121,7 @@ return {
   canaries: document.querySelectorAll("[data-canary]").length,
   downshifts: document.querySelectorAll("[data-downshift]").length,
   quota: document.querySelectorAll("[data-quota]").length,
+  outbound: [...document.querySelectorAll("[data-outbound]")].map((r) => r.dataset.outbound),
   origin: location.origin,
   resources: performance.getEntriesByType("resource").map((r) => r.name),
 };
@@ -208,6 +209,12 @@ async fn the_dashboard_charts_live_health_and_shows_a_breaker_trip() {
     assert!(entry(&tripped, "secondary/big")["trips"].as_u64() >= Some(1));
     assert!(tripped["downshifts"].as_u64() > Some(0), "{tripped:#}");
     assert!(tripped["quota"].as_u64() > Some(0), "{tripped:#}");
+    // What the gateway sent, per provider, from the outbound audit.
+    assert_eq!(
+        tripped["outbound"],
+        json!(["primary", "secondary"]),
+        "{tripped:#}"
+    );
     // Nothing was fetched from anywhere but the gateway.
     let origin = tripped["origin"].as_str().unwrap();
     for resource in tripped["resources"].as_array().unwrap() {

@@ -267,6 +267,14 @@ async fn the_gateway_redacts_its_callers_messages_unless_told_not_to() {
                 std::fs::read_to_string(gateway.home.path().join("state/outbound.jsonl")).unwrap();
             assert!(audit.contains("\"front_end\":\"gateway\""), "{audit}");
             assert!(audit.contains("\"subject\":\"privacy-test\""), "{audit}");
+            let status: Value = reqwest::get(format!("{}/status", gateway.url))
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            assert_eq!(status["outbound"][0]["provider"], "fake", "{status}");
+            assert_eq!(status["outbound"][0]["requests"], 1, "{status}");
         } else {
             assert_eq!(leaked, FAKE_SECRETS.len());
         }

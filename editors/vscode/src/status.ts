@@ -36,6 +36,14 @@ export interface StatusReport {
   health: EntryHealth[];
   /** This editor's tasks parked until a route opens. */
   parked?: ParkedStatus[];
+  /** What this server sent each provider in the last hour. */
+  outbound?: OutboundTotal[];
+}
+
+export interface OutboundTotal {
+  provider: string;
+  bytes: number;
+  requests: number;
 }
 
 export interface ParkedStatus {
@@ -90,7 +98,13 @@ export function statusLines(r: StatusReport): string[] {
     const why = h.reason ? `: ${h.reason}` : "";
     lines.push(`${route(h.provider, h.model)} [${h.tier}] ${h.state}${why}`);
   }
+  const sent = (r.outbound ?? []).map((t) => `${t.provider} ${size(t.bytes)} in ${t.requests} requests`);
+  lines.push(sent.length > 0 ? `Sent in the last hour: ${sent.join(", ")}` : "Sent in the last hour: nothing");
   return lines;
+}
+
+function size(bytes: number): string {
+  return bytes < 10_000 ? `${bytes} B` : `${(bytes / 1000).toFixed(1)} kB`;
 }
 
 /** How much of a downshift's reason fits in the status bar. */

@@ -117,6 +117,17 @@ pub struct Status {
     pub parked: Vec<ParkedTask>,
     #[serde(default)]
     pub canaries: Vec<Canary>,
+    /// What this gateway sent each provider in the last hour.
+    #[serde(default)]
+    pub outbound: Vec<Outbound>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Outbound {
+    pub provider: String,
+    pub bytes: usize,
+    pub requests: usize,
 }
 
 /// A task kind, with its route's fields beside `kind` once it has been served.
@@ -315,6 +326,15 @@ impl From<&core::StatusReport> for Status {
                 })
                 .collect(),
             canaries: r.canaries.iter().map(Canary::from).collect(),
+            outbound: r
+                .outbound
+                .iter()
+                .map(|t| Outbound {
+                    provider: t.provider.clone(),
+                    bytes: t.bytes,
+                    requests: t.requests,
+                })
+                .collect(),
         }
     }
 }

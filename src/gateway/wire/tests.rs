@@ -127,7 +127,11 @@ fn full_runbook() -> core_runbook::Runbook {
                 parked_at_ms: 1_700_000_000_000,
             }],
             canaries: vec![canary()],
-            outbound: Vec::new(),
+            outbound: vec![crate::privacy::audit::ProviderTotal {
+                provider: "anthropic".into(),
+                bytes: 20_480,
+                requests: 3,
+            }],
         },
     }
 }
@@ -186,7 +190,8 @@ fn status_response_wire_format_is_pinned() {
             "note": "every large entry is down",
             "parkedAtMs": 1700000000000u64
         }],
-        "canaries": [canary_json()]
+        "canaries": [canary_json()],
+        "outbound": [{"provider": "anthropic", "bytes": 20480, "requests": 3}]
     });
     assert_eq!(serde_json::to_value(&response).unwrap(), expected);
     assert_eq!(

@@ -46,6 +46,12 @@ test("with nothing served yet the tooltip still lists each entry's health and wh
   assert.match(view.tooltip, /No explain or refactor has run yet/);
 });
 
+test("the tooltip says what was sent to each provider in the last hour", () => {
+  const view = formatStatus({ ...served, outbound: [{ provider: "anthropic", bytes: 20480, requests: 3 }] });
+  assert.match(view.tooltip, /Sent in the last hour: anthropic 20\.5 kB in 3 requests/);
+  assert.match(formatStatus(served).tooltip, /Sent in the last hour: nothing/);
+});
+
 test("a served task shows its provider, model and tier", () => {
   const view = formatStatus(served);
   assert.equal(view.text, "$(server-process) switchyard: anthropic/claude-sonnet-4-5 (large)");
