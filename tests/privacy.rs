@@ -25,6 +25,11 @@ const KEY: &str = "sk-test-privacy-0123456789abcdef";
 /// A server with the fake as every remote tier and the first autocomplete
 /// entry, no local model, and `root` as its workspace.
 async fn server(fake: &FakeProvider, root: &Path) -> LspClient {
+    server_with(fake, root, json!({})).await
+}
+
+/// [`server`] with `privacy` as its `[privacy]` settings.
+async fn server_with(fake: &FakeProvider, root: &Path, privacy: Value) -> LspClient {
     let options = ServerOptions {
         model_dir: root.join("no-models"),
         env: vec![("SY_FAKE_KEY".into(), KEY.into())],
@@ -36,6 +41,8 @@ async fn server(fake: &FakeProvider, root: &Path) -> LspClient {
         "providers": {"fake": {"kind": "anthropic", "base_url": fake.anthropic_url(), "api_key_env": "SY_FAKE_KEY"}},
         "tiers": {"large": ["fake/big"], "medium": ["fake/mid"], "small": ["local"]},
         "autocomplete": {"chain": ["fake/fim", "local"]},
+        "privacy": privacy,
+        "statusNotifications": true,
     });
     let root_uri = format!("file://{}", root.display());
     client
@@ -117,6 +124,35 @@ async fn documents_a_path_rule_names_never_leave_the_machine() {
         assert!(completion.get("error").is_none(), "{completion}");
     }
     assert_eq!(sent(&fake), Vec::<String>::new());
+    client.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_local_only_workspace_keeps_its_documents_and_the_status_says_why() {
+    let fake = FakeProvider::with_default(Behaviour::ok("An answer.")).await;
+    let root = tempfile::tempdir().unwrap();
+    let elsewhere = tempfile::tempdir().unwrap();
+    let privacy = json!({"local_only_workspaces": [root.path()]});
+    let mut client = server_with(&fake, root.path(), privacy).await;
+    let status = client
+        .notification("switchyard/status", |p| !p["localOnlyRule"].is_null())
+        .await;
+    let rule = status["params"]["localOnlyRule"].as_str().unwrap();
+    assert!(rule.contains("privacy.local_only_workspaces"), "{rule}");
+    assert_eq!(status["params"]["localOnly"], false, "the global mode stays off");
+
+    let text = "fn rate() -> u32 {\n    7\n}\n";
+    let inside = uri(root.path(), "src/rate.rs");
+    let outside = uri(elsewhere.path(), "rate.rs");
+    client.open(&inside, text).await;
+    client.open(&outside, text).await;
+    let refused = command(&mut client, "switchyard.explain", json!([inside, everything(text)])).await;
+    let message = refused["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("is local-only") && message.contains("nothing was sent"), "{refused}");
+    assert!(sent(&fake).is_empty());
+    let served = command(&mut client, "switchyard.explain", json!([outside, everything(text)])).await;
+    assert_eq!(served["result"]["provider"], "fake", "{served}");
+    assert_eq!(sent(&fake).len(), 1);
     client.shutdown().await;
 }
 

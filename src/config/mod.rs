@@ -48,6 +48,10 @@ pub struct PrivacyConfig {
     /// a path back out). Added to `crate::privacy::rules::DEFAULT_LOCAL_ONLY_PATHS`
     /// and to each workspace root's `.switchyardignore`.
     pub local_only_paths: Vec<String>,
+    /// Folders (and everything under them) whose documents only the local
+    /// model may serve: a workspace that is local-only while others are not.
+    /// `~/` is the home directory.
+    pub local_only_workspaces: Vec<String>,
     /// Replace secrets in the gateway's callers' messages too (editor requests
     /// are always redacted).
     pub redact_gateway: bool,
@@ -57,6 +61,7 @@ impl Default for PrivacyConfig {
     fn default() -> PrivacyConfig {
         PrivacyConfig {
             local_only_paths: Vec::new(),
+            local_only_workspaces: Vec::new(),
             redact_gateway: true,
         }
     }

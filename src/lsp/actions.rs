@@ -16,9 +16,7 @@ use super::edits;
 use super::parked::ParkRequest;
 use super::position;
 use super::server::Backend;
-use super::wire::{
-    self, ExplainResult, LocalOnlyResult, RefactorDone, RefactorResult, StatusParams,
-};
+use super::wire::{self, ExplainResult, LocalOnlyResult, RefactorDone, RefactorResult};
 use crate::context::chat::{PromptParts, code_block};
 use crate::prompts::{EXPLAIN_INSTRUCTION, EXPLAIN_SYSTEM, PRESETS, REFACTOR_SYSTEM};
 use crate::router::{Origin, Progress, RouteError, TaskRequest};
@@ -110,8 +108,9 @@ impl Backend {
                     .ok_or_else(|| invalid("switchyard.setLocalOnly takes one boolean argument"))?;
                 self.set_local_only(on).await.map(Some)
             }
-            STATUS => Ok(Some(wire::result(StatusParams::from(
+            STATUS => Ok(Some(wire::result(super::kept_local::status_params(
                 &self.router().status(),
+                &self.workspace_rule,
             )))),
             EXPLAIN | REFACTOR => {
                 let uri: Uri = args

@@ -1,6 +1,8 @@
 //! The `LanguageServer` implementation: lifecycle, document sync, configuration.
 
+use super::kept_local::status_params;
 use crate::privacy::rules::PathRules;
+use crate::router::status::StatusReport;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -18,7 +20,7 @@ use super::actions;
 use super::documents::DocumentStore;
 use super::parked::Parking;
 use super::position::PositionEncoding;
-use super::wire::{StatusNotification, StatusParams};
+use super::wire::StatusNotification;
 use crate::completion::CompletionService;
 use crate::config::{Config, ConfigError, ConfigLayers};
 use crate::core::Core;
@@ -55,6 +57,8 @@ pub struct Backend {
     pub(super) roots: RwLock<Vec<PathBuf>>,
     /// Documents only the local model may serve.
     pub(super) path_rules: RwLock<Arc<PathRules>>,
+    /// The rule making this workspace local-only, for the status.
+    pub(super) workspace_rule: Arc<RwLock<Option<String>>>,
 }
 
 /// Runs the server on stdin/stdout until the client exits.
@@ -153,6 +157,7 @@ impl Backend {
             progress_cancels: DashMap::new(),
             roots: RwLock::new(Vec::new()),
             path_rules: RwLock::new(Arc::new(path_rules)),
+            workspace_rule: Arc::default(),
         }
     }
 
@@ -190,18 +195,20 @@ impl Backend {
     fn watch_status(&self) {
         let (client, mut rx) = (self.client.clone(), self.core.subscribe());
         let notify = self.config().status_notifications;
+        let workspace_rule = self.workspace_rule.clone();
+        let params = move |report: &StatusReport| status_params(report, &workspace_rule);
         tokio::spawn(async move {
             let mut before = rx.borrow_and_update().clone();
             if notify {
                 client
-                    .send_notification::<StatusNotification>(StatusParams::from(&before))
+                    .send_notification::<StatusNotification>(params(&before))
                     .await;
             }
             while rx.changed().await.is_ok() {
                 let now = rx.borrow_and_update().clone();
                 if notify {
                     client
-                        .send_notification::<StatusNotification>(StatusParams::from(&now))
+                        .send_notification::<StatusNotification>(params(&now))
                         .await;
                 } else if let Some(message) = now.change_message(&before) {
                     let kind = if now.downshifted_from.is_some() {

@@ -38,6 +38,8 @@ export interface StatusReport {
   parked?: ParkedStatus[];
   /** What this server sent each provider in the last hour. */
   outbound?: OutboundTotal[];
+  /** A rule keeping this workspace on the local model while the global mode is off. */
+  localOnlyRule?: string | null;
 }
 
 export interface OutboundTotal {
@@ -77,6 +79,9 @@ function route(provider?: string | null, model?: string | null): string {
 export function statusLines(r: StatusReport): string[] {
   const lines: string[] = [];
   lines.push(r.localOnly ? "Local-only mode: on (only the local model serves)" : "Local-only mode: off");
+  if (r.localOnlyRule) {
+    lines.push(`This workspace stays local: ${r.localOnlyRule}`);
+  }
   if (r.provider) {
     lines.push(`Latest task served by ${route(r.provider, r.model)} (${r.tier} tier)`);
   } else {
@@ -124,6 +129,9 @@ export function formatStatus(r: StatusReport | undefined): StatusView {
   const tooltip = ["switchyard", ...statusLines(r), "", "Click for actions"].join("\n");
   if (r.localOnly) {
     return { text: `$(lock) switchyard: local-only${suffix}`, tooltip, warning: false };
+  }
+  if (r.localOnlyRule) {
+    return { text: `$(lock) switchyard: local-only workspace${suffix}`, tooltip, warning: false };
   }
   if (r.provider && r.downshiftedFrom) {
     // Why is the first thing a user asks; the tooltip has it whole. The

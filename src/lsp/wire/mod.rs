@@ -89,6 +89,10 @@ pub struct StatusParams {
     /// What this server sent each provider in the last hour.
     #[serde(default)]
     pub outbound: Vec<OutboundTotal>,
+    /// A rule that keeps this workspace's documents on the local model while
+    /// the global mode is off (`privacy.local_only_workspaces`).
+    #[serde(default)]
+    pub local_only_rule: Option<String>,
 }
 
 /// Bytes and requests one provider was sent in the last hour.
@@ -233,6 +237,7 @@ impl From<&core::StatusReport> for StatusParams {
                     requests: t.requests,
                 })
                 .collect(),
+            local_only_rule: None,
         }
     }
 }

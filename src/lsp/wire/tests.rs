@@ -134,7 +134,8 @@ fn status_params_wire_format_is_pinned() {
             "error": "HTTP 503",
             "reason": "breaker recovery check"
         }],
-        "outbound": [{"provider": "anthropic", "bytes": 20480, "requests": 3}]
+        "outbound": [{"provider": "anthropic", "bytes": 20480, "requests": 3}],
+        "localOnlyRule": null
     });
     assert_eq!(serde_json::to_value(&params).unwrap(), expected);
     // Clients parse it back.
@@ -167,7 +168,8 @@ fn empty_status_has_nulls_and_bare_tasks() {
         "quota": [],
         "parked": [],
         "canaries": [],
-        "outbound": []
+        "outbound": [],
+        "localOnlyRule": null
     });
     let params = StatusParams::from(&report);
     assert_eq!(serde_json::to_value(&params).unwrap(), expected);

@@ -46,6 +46,13 @@ test("with nothing served yet the tooltip still lists each entry's health and wh
   assert.match(view.tooltip, /No explain or refactor has run yet/);
 });
 
+test("a local-only workspace says so and names its rule", () => {
+  const rule = "workspace /home/me/bank is local-only (privacy.local_only_workspaces)";
+  const view = formatStatus({ ...served, localOnlyRule: rule });
+  assert.equal(view.text, "$(lock) switchyard: local-only workspace");
+  assert.match(view.tooltip, /This workspace stays local: workspace \/home\/me\/bank is local-only/);
+});
+
 test("the tooltip says what was sent to each provider in the last hour", () => {
   const view = formatStatus({ ...served, outbound: [{ provider: "anthropic", bytes: 20480, requests: 3 }] });
   assert.match(view.tooltip, /Sent in the last hour: anthropic 20\.5 kB in 3 requests/);
