@@ -87,6 +87,7 @@ impl Core {
         let mut lasting = Lasting::new(open_resilience(&config.resilience));
         lasting.local_only = Arc::new(AtomicBool::new(config.local_only));
         lasting.audit = Arc::new(AuditLog::open());
+        crate::privacy::redact::prepare();
         configure_beacons(&lasting, &config.resilience);
         let router = Arc::new(Router::new(config, local.clone(), lasting.clone()));
         Core {

@@ -16,8 +16,9 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use support::browser::{Browser, free_port, key, target_dir};
+use support::browser::{Browser, key, target_dir};
 use support::fake_provider::{Behaviour, FakeProvider};
+use support::free_port;
 use tokio::process::{Child, Command};
 use tokio::sync::Mutex;
 use tokio::time::Instant;

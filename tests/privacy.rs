@@ -139,18 +139,34 @@ async fn a_local_only_workspace_keeps_its_documents_and_the_status_says_why() {
         .await;
     let rule = status["params"]["localOnlyRule"].as_str().unwrap();
     assert!(rule.contains("privacy.local_only_workspaces"), "{rule}");
-    assert_eq!(status["params"]["localOnly"], false, "the global mode stays off");
+    assert_eq!(
+        status["params"]["localOnly"], false,
+        "the global mode stays off"
+    );
 
     let text = "fn rate() -> u32 {\n    7\n}\n";
     let inside = uri(root.path(), "src/rate.rs");
     let outside = uri(elsewhere.path(), "rate.rs");
     client.open(&inside, text).await;
     client.open(&outside, text).await;
-    let refused = command(&mut client, "switchyard.explain", json!([inside, everything(text)])).await;
+    let refused = command(
+        &mut client,
+        "switchyard.explain",
+        json!([inside, everything(text)]),
+    )
+    .await;
     let message = refused["error"]["message"].as_str().unwrap_or_default();
-    assert!(message.contains("is local-only") && message.contains("nothing was sent"), "{refused}");
+    assert!(
+        message.contains("is local-only") && message.contains("nothing was sent"),
+        "{refused}"
+    );
     assert!(sent(&fake).is_empty());
-    let served = command(&mut client, "switchyard.explain", json!([outside, everything(text)])).await;
+    let served = command(
+        &mut client,
+        "switchyard.explain",
+        json!([outside, everything(text)]),
+    )
+    .await;
     assert_eq!(served["result"]["provider"], "fake", "{served}");
     assert_eq!(sent(&fake).len(), 1);
     client.shutdown().await;

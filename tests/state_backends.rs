@@ -1,6 +1,6 @@
 //! One contract, three backends: what `SharedState` promises must hold for the
 //! in-memory, file and Redis backends alike. The Redis tests start a real
-//! `redis-server` (Debian package `redis-server`, installed by scripts/setup) on
+//! `redis-server` (Debian package `redis-server`, installed by scripts/test-setup) on
 //! a free local port, and fail rather than skip when it is missing.
 
 mod support;
@@ -10,7 +10,8 @@ use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use support::redis_server::{RedisServer, free_port};
+use support::free_port;
+use support::redis_server::RedisServer;
 use switchyard::state::bucket::{self, Record};
 use switchyard::state::file::FileState;
 use switchyard::state::memory::MemoryState;

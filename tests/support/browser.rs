@@ -3,13 +3,15 @@
 //! Needs `chromium` and `chromium-driver` (`scripts/test` installs them).
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use serde_json::{Value, json};
 use tokio::time::Instant;
+
+use super::free_port;
 
 pub const CHROMIUM: &str = "/usr/bin/chromium";
 pub const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
@@ -260,16 +262,6 @@ impl Browser {
             tokio::time::sleep(Duration::from_millis(300)).await;
         }
     }
-}
-
-/// A port nothing listens on now (chromedriver and code-server have no "pick
-/// one and tell me").
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 fn base64_decode(text: &str) -> Vec<u8> {

@@ -16,6 +16,16 @@ pub mod secrets;
 
 use std::path::PathBuf;
 
+/// A port nothing listens on now, for servers that cannot pick one and say
+/// which (chromedriver, code-server, redis-server).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
 /// Where the test model is cached (`models/fetch-test-model.sh` puts it there).
 pub fn model_dir() -> PathBuf {
     switchyard::models::model_dir()

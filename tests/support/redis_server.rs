@@ -1,10 +1,12 @@
-//! A throwaway `redis-server` (Debian package, installed by scripts/setup)
+//! A throwaway `redis-server` (Debian package, installed by scripts/test-setup)
 //! for tests of the team backend.
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+use super::free_port;
 
 /// A throwaway `redis-server` on a free local port, killed on drop.
 pub struct RedisServer {
@@ -24,7 +26,7 @@ impl RedisServer {
             .stderr(Stdio::null())
             .spawn()
             .unwrap_or_else(|e| {
-                panic!("cannot start redis-server ({e}): install it with scripts/setup (Debian package redis-server)")
+                panic!("cannot start redis-server ({e}): install it with scripts/test-setup (Debian package redis-server)")
             });
         let server = RedisServer { child, port };
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -59,12 +61,4 @@ impl Drop for RedisServer {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
