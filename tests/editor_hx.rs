@@ -80,6 +80,8 @@ struct Setup<'a> {
     /// `display-progress-messages`, as the snippet suggests. Helix shows one
     /// message at a time, so progress replaces what came before it.
     show_progress: bool,
+    /// Added to the snippet's `languages.toml`.
+    more_languages: &'a str,
 }
 
 impl Helix {
@@ -100,9 +102,10 @@ impl Helix {
             .unwrap();
         let helix_config = root.join("config/helix");
         std::fs::create_dir_all(&helix_config).unwrap();
-        std::fs::copy(
-            repo().join("editors/helix/languages.toml"),
+        let snippet = std::fs::read_to_string(repo().join("editors/helix/languages.toml")).unwrap();
+        std::fs::write(
             helix_config.join("languages.toml"),
+            format!("{snippet}\n{}", setup.more_languages),
         )
         .unwrap();
         std::fs::write(
@@ -272,6 +275,7 @@ async fn the_completion_menu_offers_the_suggestion_and_accepting_it_edits_the_bu
             models: true,
             open: &format!("store.rs:{line}"),
             show_progress: true,
+            more_languages: "",
         },
     );
     helix.ready().await;
@@ -361,6 +365,7 @@ async fn a_code_action_applies_and_the_local_only_toggle_shows_its_message() {
             models: false,
             open: "add.rs:3",
             show_progress: true,
+            more_languages: "",
         },
     );
     helix.ready().await;
@@ -409,11 +414,14 @@ async fn a_broken_config_is_reported_in_the_editor() {
             // The rest stays valid: no model download starts, whose
             // messages would take the status line.
             config: "[local]\nauto_pull = false\n\n[autocomplete]\nbudget_ms = \"soon\"\n",
-            files: &[("add.rs", ADD)],
+            // Markdown with switchyard alone: for Rust, Helix's own "rust-analyzer
+            // exited" (not installed here) can take the status line.
+            files: &[("notes.md", "# Notes\n\nSome text.\n")],
             models: true,
-            open: "add.rs",
+            open: "notes.md",
             // The model's loading progress would follow the error at once.
             show_progress: false,
+            more_languages: "[[language]]\nname = \"markdown\"\nlanguage-servers = [\"switchyard\"]\n",
         },
     );
     helix.ready().await;
