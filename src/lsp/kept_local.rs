@@ -41,6 +41,24 @@ pub(super) fn workspace_roots(params: &InitializeParams) -> Vec<PathBuf> {
         .collect()
 }
 
+/// What keeps a document local, built when the configuration or the roots
+/// change rather than on every request (completion asks on each keystroke).
+pub(super) struct LocalOnlyRules {
+    paths: PathRules,
+    /// `privacy.local_only_workspaces`, `~/` expanded.
+    folders: Vec<PathBuf>,
+}
+
+impl LocalOnlyRules {
+    /// The default set and `configured` only, before the editor names its roots.
+    pub(super) fn before_initialize(configured: &[String]) -> LocalOnlyRules {
+        LocalOnlyRules {
+            paths: PathRules::new(configured, &[]).0,
+            folders: Vec::new(),
+        }
+    }
+}
+
 /// The configured local-only folders, `~/` expanded.
 fn local_only_folders(configured: &[String]) -> Vec<PathBuf> {
     let home = std::env::var_os("HOME").map(PathBuf::from);
@@ -71,24 +89,27 @@ impl Backend {
         for problem in problems {
             tracing::warn!("path rules: {problem}");
         }
-        *self.path_rules.write().expect("path rules lock") = Arc::new(rules);
         let folders = local_only_folders(&privacy.local_only_workspaces);
         let in_force = roots
             .iter()
             .find_map(|root| folders.iter().find(|f| root.starts_with(f)))
             .map(|folder| workspace_rule(folder));
         *self.workspace_rule.write().expect("workspace rule lock") = in_force;
+        *self.path_rules.write().expect("path rules lock") = Arc::new(LocalOnlyRules {
+            paths: rules,
+            folders,
+        });
     }
 
     /// Why `uri` may be served only by the local model, if a rule says so.
     pub(super) fn kept_local(&self, uri: &Uri) -> Option<String> {
         let path = uri.to_file_path()?;
-        let folders = local_only_folders(&self.config().privacy.local_only_workspaces);
-        if let Some(folder) = folders.iter().find(|f| path.starts_with(f)) {
+        let rules = self.path_rules.read().expect("path rules lock").clone();
+        if let Some(folder) = rules.folders.iter().find(|f| path.starts_with(f)) {
             return Some(format!("{}: {}", path.display(), workspace_rule(folder)));
         }
-        let rules = self.path_rules.read().expect("path rules lock").clone();
         rules
+            .paths
             .matching(&path)
             .map(|rule| format!("{} matches the local-only path rule {rule}", path.display()))
     }

@@ -1,7 +1,6 @@
 //! The `LanguageServer` implementation: lifecycle, document sync, configuration.
 
-use super::kept_local::status_params;
-use crate::privacy::rules::PathRules;
+use super::kept_local::{LocalOnlyRules, status_params};
 use crate::router::status::StatusReport;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -56,7 +55,7 @@ pub struct Backend {
     /// The workspace roots, whose `.switchyardignore` files add path rules.
     pub(super) roots: RwLock<Vec<PathBuf>>,
     /// Documents only the local model may serve.
-    pub(super) path_rules: RwLock<Arc<PathRules>>,
+    pub(super) path_rules: RwLock<Arc<LocalOnlyRules>>,
     /// The rule making this workspace local-only, for the status.
     pub(super) workspace_rule: Arc<RwLock<Option<String>>>,
 }
@@ -139,7 +138,7 @@ impl Backend {
         completion.set_remote(Some(core.clone()));
         let open = documents.clone();
         completion.set_open_documents(Arc::new(move || open.texts()));
-        let path_rules = PathRules::new(&config.privacy.local_only_paths, &[]).0;
+        let local_only = LocalOnlyRules::before_initialize(&config.privacy.local_only_paths);
         Backend {
             client,
             documents,
@@ -156,7 +155,7 @@ impl Backend {
             parking,
             progress_cancels: DashMap::new(),
             roots: RwLock::new(Vec::new()),
-            path_rules: RwLock::new(Arc::new(path_rules)),
+            path_rules: RwLock::new(Arc::new(local_only)),
             workspace_rule: Arc::default(),
         }
     }
