@@ -17,6 +17,7 @@ use support::actions::command;
 use support::fake_provider::{Behaviour, FakeProvider};
 use support::gateway::GatewayProcess;
 use support::lsp_client::{LspClient, ServerOptions};
+use support::scenario::merge;
 use support::secrets::{FAKE_SECRETS, document, tell_tales};
 use switchyard::privacy::redact;
 
@@ -28,29 +29,29 @@ async fn server(fake: &FakeProvider, root: &Path) -> LspClient {
     server_with(fake, root, json!({})).await
 }
 
-/// [`server`] with `privacy` as its `[privacy]` settings.
-async fn server_with(fake: &FakeProvider, root: &Path, privacy: Value) -> LspClient {
+/// [`server`] with `settings` laid over its own.
+async fn server_with(fake: &FakeProvider, root: &Path, settings: Value) -> LspClient {
     let options = ServerOptions {
         model_dir: root.join("no-models"),
         env: vec![("SY_FAKE_KEY".into(), KEY.into())],
         ..Default::default()
     };
     let mut client = LspClient::spawn(options).await;
-    let init = json!({
+    let mut init = json!({
         "local": {"auto_pull": false},
         "providers": {"fake": {"kind": "anthropic", "base_url": fake.anthropic_url(), "api_key_env": "SY_FAKE_KEY"}},
         "tiers": {"large": ["fake/big"], "medium": ["fake/mid"], "small": ["local"]},
         "autocomplete": {"chain": ["fake/fim", "local"]},
-        "privacy": privacy,
         "statusNotifications": true,
     });
+    merge(&mut init, settings);
     let root_uri = format!("file://{}", root.display());
     client
         .call(
             "initialize",
             json!({"processId": null, "rootUri": root_uri, "capabilities": {
                 "window": {"workDoneProgress": true, "showDocument": {"support": true}},
-                "workspace": {"applyEdit": true}
+                "workspace": {"applyEdit": true, "didChangeWatchedFiles": {"dynamicRegistration": true}}
             }, "initializationOptions": init}),
         )
         .await;
@@ -128,11 +129,107 @@ async fn documents_a_path_rule_names_never_leave_the_machine() {
 }
 
 #[tokio::test]
+async fn a_refactor_parked_before_its_file_became_local_only_is_not_sent_when_it_resumes() {
+    let fake = FakeProvider::with_default(Behaviour::Unavailable).await;
+    let root = tempfile::tempdir().unwrap();
+    let quick_parking = json!({
+        "tasks": {"refactor": {"first_token_ms": 3000, "total_ms": 10000, "wait_ms": 300}},
+        "resilience": {
+            "backoff": {"rate_limit_ms": 50, "overloaded_ms": 50, "transient_ms": 50, "cap_ms": 200},
+            "breaker": {"failures": 3, "cooldown_ms": 500},
+            "resume_interval_ms": 200
+        }
+    });
+    let mut client = server_with(&fake, root.path(), quick_parking).await;
+    let billing = uri(root.path(), "billing.rs");
+    let text = "fn rate() -> u32 {\n    7\n}\n";
+    client.open(&billing, text).await;
+    let response = command(
+        &mut client,
+        "switchyard.refactor",
+        json!([billing, everything(text), "Inline the constant."]),
+    )
+    .await;
+    assert!(response["result"]["parked"].is_string(), "{response}");
+
+    // The user marks the file local-only (a request after it is answered
+    // once the change is in force), then the provider recovers.
+    client
+        .notify(
+            "workspace/didChangeConfiguration",
+            json!({"settings": {"switchyard": {"privacy": {"local_only_paths": ["billing.rs"]}}}}),
+        )
+        .await;
+    command(&mut client, "switchyard.status", json!([])).await;
+    let sent_before = sent(&fake).len();
+    fake.set_default(Behaviour::ok("```rust\nfn rate() -> u32 { 7 }\n```"));
+    let resumed = client
+        .notification("$/progress", |p| {
+            let resume = p["token"]
+                .as_str()
+                .unwrap_or_default()
+                .starts_with("switchyard/resume/");
+            let message = p["value"]["message"].as_str().unwrap_or_default();
+            resume && p["value"]["kind"] == "end" && !message.starts_with("still parked")
+        })
+        .await;
+    let outcome = resumed["params"]["value"]["message"].as_str().unwrap();
+    assert!(
+        outcome.contains("local-only path rule `billing.rs`")
+            && outcome.contains("nothing was sent"),
+        "{outcome}"
+    );
+    assert_eq!(
+        sent(&fake).len(),
+        sent_before,
+        "the resumed refactor reached the provider"
+    );
+    client.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_switchyardignore_written_while_the_editor_runs_applies_to_the_next_request() {
+    let fake = FakeProvider::with_default(Behaviour::ok("An answer.")).await;
+    let root = tempfile::tempdir().unwrap();
+    let mut client = server(&fake, root.path()).await;
+    let registration = client.server_request("client/registerCapability").await;
+    let watcher = &registration["params"]["registrations"][0]["registerOptions"]["watchers"][0];
+    assert_eq!(
+        watcher["globPattern"], "**/.switchyardignore",
+        "{registration}"
+    );
+    let notes = uri(root.path(), "notes.rs");
+    let text = "fn total() -> u32 {\n    7\n}\n";
+    client.open(&notes, text).await;
+    let explain = json!([notes, everything(text)]);
+    let served = command(&mut client, "switchyard.explain", explain.clone()).await;
+    assert!(served["result"]["provider"].is_string(), "{served}");
+    let sent_before = sent(&fake).len();
+
+    std::fs::write(root.path().join(".switchyardignore"), "notes.rs\n").unwrap();
+    let ignore_file = uri(root.path(), ".switchyardignore");
+    client
+        .notify(
+            "workspace/didChangeWatchedFiles",
+            json!({"changes": [{"uri": ignore_file, "type": 1}]}),
+        )
+        .await;
+    let refused = command(&mut client, "switchyard.explain", explain).await;
+    let message = refused["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("`notes.rs`") && message.contains("nothing was sent"),
+        "{refused}"
+    );
+    assert_eq!(sent(&fake).len(), sent_before);
+    client.shutdown().await;
+}
+
+#[tokio::test]
 async fn a_local_only_workspace_keeps_its_documents_and_the_status_says_why() {
     let fake = FakeProvider::with_default(Behaviour::ok("An answer.")).await;
     let root = tempfile::tempdir().unwrap();
     let elsewhere = tempfile::tempdir().unwrap();
-    let privacy = json!({"local_only_workspaces": [root.path()]});
+    let privacy = json!({"privacy": {"local_only_workspaces": [root.path()]}});
     let mut client = server_with(&fake, root.path(), privacy).await;
     let status = client
         .notification("switchyard/status", |p| !p["localOnlyRule"].is_null())

@@ -6,11 +6,14 @@
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 
-use tower_lsp_server::ls_types::{InitializeParams, Uri};
+use tower_lsp_server::ls_types::{
+    DidChangeWatchedFilesParams, DidChangeWatchedFilesRegistrationOptions, FileSystemWatcher,
+    GlobPattern, InitializeParams, Registration, Uri,
+};
 
 use super::server::Backend;
 use super::wire::StatusParams;
-use crate::privacy::rules::PathRules;
+use crate::privacy::rules::{IGNORE_FILE, PathRules};
 use crate::router::status::StatusReport;
 
 /// The status as this editor sees it: the router's, and the workspace's rule.
@@ -49,13 +52,28 @@ pub(super) struct LocalOnlyRules {
     folders: Vec<PathBuf>,
 }
 
+/// The rules in force, shared by the editor's requests and the parked work
+/// that resumes later (rules added since it parked apply to it too).
+pub(super) type SharedLocalOnlyRules = Arc<RwLock<Arc<LocalOnlyRules>>>;
+
 impl LocalOnlyRules {
     /// The default set and `configured` only, before the editor names its roots.
-    pub(super) fn before_initialize(configured: &[String]) -> LocalOnlyRules {
-        LocalOnlyRules {
+    pub(super) fn before_initialize(configured: &[String]) -> SharedLocalOnlyRules {
+        Arc::new(RwLock::new(Arc::new(LocalOnlyRules {
             paths: PathRules::new(configured, &[]).0,
             folders: Vec::new(),
+        })))
+    }
+
+    /// Why `uri` may be served only by the local model, if a rule says so.
+    pub(super) fn rule_for(&self, uri: &Uri) -> Option<String> {
+        let path = uri.to_file_path()?;
+        if let Some(folder) = self.folders.iter().find(|f| path.starts_with(f)) {
+            return Some(format!("{}: {}", path.display(), workspace_rule(folder)));
         }
+        self.paths
+            .matching(&path)
+            .map(|rule| format!("{} matches the local-only path rule {rule}", path.display()))
     }
 }
 
@@ -103,14 +121,42 @@ impl Backend {
 
     /// Why `uri` may be served only by the local model, if a rule says so.
     pub(super) fn kept_local(&self, uri: &Uri) -> Option<String> {
-        let path = uri.to_file_path()?;
         let rules = self.path_rules.read().expect("path rules lock").clone();
-        if let Some(folder) = rules.folders.iter().find(|f| path.starts_with(f)) {
-            return Some(format!("{}: {}", path.display(), workspace_rule(folder)));
+        rules.rule_for(uri)
+    }
+
+    /// Asks the client to say when a `.switchyardignore` changes, where it
+    /// can watch files; without that, the files are read again only when
+    /// the configuration or the workspace folders change.
+    pub(super) async fn watch_ignore_files(&self, dynamic_registration: bool) {
+        if !dynamic_registration {
+            return;
         }
-        rules
-            .paths
-            .matching(&path)
-            .map(|rule| format!("{} matches the local-only path rule {rule}", path.display()))
+        let options = DidChangeWatchedFilesRegistrationOptions {
+            watchers: vec![FileSystemWatcher {
+                glob_pattern: GlobPattern::String(format!("**/{IGNORE_FILE}")),
+                kind: None,
+            }],
+        };
+        let registration = Registration {
+            id: "switchyard/ignore-files".into(),
+            method: "workspace/didChangeWatchedFiles".into(),
+            register_options: serde_json::to_value(options).ok(),
+        };
+        if let Err(error) = self.client.register_capability(vec![registration]).await {
+            tracing::warn!("the editor will not report changes to {IGNORE_FILE}: {error}");
+        }
+    }
+
+    /// A watched `.switchyardignore` changed: its rules apply from the next request.
+    pub(super) fn ignore_files_changed(&self, params: &DidChangeWatchedFilesParams) {
+        let suffix = format!("/{IGNORE_FILE}");
+        if params
+            .changes
+            .iter()
+            .any(|change| change.uri.as_str().ends_with(&suffix))
+        {
+            self.refresh_path_rules();
+        }
     }
 }

@@ -17,6 +17,7 @@ use tower_lsp_server::ls_types::*;
 
 use super::documents::DocumentStore;
 use super::edits;
+use super::kept_local::SharedLocalOnlyRules;
 use super::position::PositionEncoding;
 use super::wire::RefactorParked;
 use crate::context::chat::code_block;
@@ -43,6 +44,9 @@ pub(super) struct Parking {
     client: Client,
     documents: Arc<DocumentStore>,
     core: Arc<Core>,
+    /// The path rules in force now: one added since a refactor parked keeps
+    /// its document from leaving the machine when it resumes.
+    path_rules: SharedLocalOnlyRules,
     /// What status shows: the core's list, shared with every router it builds.
     listed: Arc<Mutex<Vec<ParkedStatus>>>,
     /// This window's workspace: it resumes only its own parked work.
@@ -73,6 +77,7 @@ impl Parking {
         client: Client,
         documents: Arc<DocumentStore>,
         core: Arc<Core>,
+        path_rules: SharedLocalOnlyRules,
     ) -> Parking {
         Parking {
             lot,
@@ -80,6 +85,7 @@ impl Parking {
             documents,
             listed: core.parked(),
             core,
+            path_rules,
             owner: RwLock::new(String::new()),
             encoding: RwLock::new(PositionEncoding::Utf16),
             progress: AtomicBool::new(false),
@@ -203,8 +209,10 @@ impl Parking {
         let answer = match target.ready.clone() {
             Some(answer) => answer,
             None => {
+                let rules = self.path_rules.read().expect("path rules lock").clone();
                 let request = TaskRequest {
                     continuation: checkpoint.partial.clone(),
+                    local_only_rule: rules.rule_for(&target.uri),
                     origin: Origin {
                         front_end: "lsp",
                         subject: checkpoint

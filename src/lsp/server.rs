@@ -1,6 +1,6 @@
 //! The `LanguageServer` implementation: lifecycle, document sync, configuration.
 
-use super::kept_local::{LocalOnlyRules, status_params};
+use super::kept_local::{LocalOnlyRules, SharedLocalOnlyRules, status_params};
 use crate::router::status::StatusReport;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -55,7 +55,7 @@ pub struct Backend {
     /// The workspace roots, whose `.switchyardignore` files add path rules.
     pub(super) roots: RwLock<Vec<PathBuf>>,
     /// Documents only the local model may serve.
-    pub(super) path_rules: RwLock<Arc<LocalOnlyRules>>,
+    pub(super) path_rules: SharedLocalOnlyRules,
     /// The rule making this workspace local-only, for the status.
     pub(super) workspace_rule: Arc<RwLock<Option<String>>>,
 }
@@ -118,6 +118,7 @@ impl Backend {
             config_path.clone(),
         ));
         let documents = Arc::new(DocumentStore::default());
+        let path_rules = LocalOnlyRules::before_initialize(&config.privacy.local_only_paths);
         let parked_dir = crate::paths::state_dir().join("parked");
         let parking = match ParkingLot::open(parked_dir.clone()) {
             Ok(lot) => Some(Arc::new(Parking::new(
@@ -125,6 +126,7 @@ impl Backend {
                 client.clone(),
                 documents.clone(),
                 core.clone(),
+                path_rules.clone(),
             ))),
             Err(error) => {
                 tracing::error!(
@@ -138,7 +140,6 @@ impl Backend {
         completion.set_remote(Some(core.clone()));
         let open = documents.clone();
         completion.set_open_documents(Arc::new(move || open.texts()));
-        let local_only = LocalOnlyRules::before_initialize(&config.privacy.local_only_paths);
         Backend {
             client,
             documents,
@@ -155,7 +156,7 @@ impl Backend {
             parking,
             progress_cancels: DashMap::new(),
             roots: RwLock::new(Vec::new()),
-            path_rules: RwLock::new(Arc::new(local_only)),
+            path_rules,
             workspace_rule: Arc::default(),
         }
     }
@@ -243,6 +244,16 @@ impl Backend {
         caps.workspace
             .as_ref()
             .and_then(|w| w.configuration)
+            .unwrap_or(false)
+    }
+
+    /// The client watches files for the server when asked to.
+    fn watches_files(&self) -> bool {
+        let caps = self.capabilities.read().expect("capabilities lock");
+        caps.workspace
+            .as_ref()
+            .and_then(|w| w.did_change_watched_files)
+            .and_then(|w| w.dynamic_registration)
             .unwrap_or(false)
     }
 
@@ -470,6 +481,8 @@ impl LanguageServer for Backend {
             primary_every,
             |_| {},
         ));
+        // Last: a client slow to answer this holds up nothing else.
+        self.watch_ignore_files(self.watches_files()).await;
     }
 
     async fn shutdown(&self) -> Result<()> {
@@ -530,6 +543,10 @@ impl LanguageServer for Backend {
                 self.fetch_workspace_configuration().await;
             }
         }
+    }
+
+    async fn did_change_watched_files(&self, params: DidChangeWatchedFilesParams) {
+        self.ignore_files_changed(&params);
     }
 
     async fn completion(&self, params: CompletionParams) -> Result<Option<CompletionResponse>> {

@@ -48,6 +48,7 @@ pub struct ProviderTotal {
 /// The audit file, and this process's last hour of it for status.
 pub struct AuditLog {
     path: Option<PathBuf>,
+    rotate_bytes: u64,
     recent: Mutex<VecDeque<(u64, String, usize)>>,
 }
 
@@ -60,6 +61,7 @@ impl AuditLog {
     pub fn at(path: PathBuf) -> AuditLog {
         AuditLog {
             path: Some(path),
+            rotate_bytes: ROTATE_BYTES,
             recent: Mutex::default(),
         }
     }
@@ -68,6 +70,7 @@ impl AuditLog {
     pub fn in_memory() -> AuditLog {
         AuditLog {
             path: None,
+            rotate_bytes: ROTATE_BYTES,
             recent: Mutex::default(),
         }
     }
@@ -86,7 +89,7 @@ impl AuditLog {
             }
         }
         if let Some(path) = &self.path
-            && let Err(e) = append(path, record)
+            && let Err(e) = append(path, record, self.rotate_bytes)
         {
             tracing::warn!("outbound audit {}: {e}", path.display());
         }
@@ -112,12 +115,25 @@ pub fn default_path() -> PathBuf {
     crate::paths::state_dir().join("outbound.jsonl")
 }
 
-fn append(path: &Path, record: &AuditRecord) -> std::io::Result<()> {
+fn append(path: &Path, record: &AuditRecord, rotate_bytes: u64) -> std::io::Result<()> {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)?;
     }
-    if std::fs::metadata(path).is_ok_and(|m| m.len() > ROTATE_BYTES) {
-        std::fs::rename(path, rotated(path))?;
+    let full = || std::fs::metadata(path).is_ok_and(|m| m.len() > rotate_bytes);
+    if full() {
+        // Every switchyard process writes here: one rotates at a time, and the
+        // others see the fresh file once they hold the lock (two renames in a
+        // row would put a nearly empty file over the full one).
+        let lock = OpenOptions::new()
+            .create(true)
+            .write(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(with_suffix(path, ".lock"))?;
+        lock.lock()?;
+        if full() {
+            std::fs::rename(path, rotated(path))?;
+        }
     }
     let mut line = serde_json::to_string(record).map_err(std::io::Error::other)?;
     line.push('\n');
@@ -132,8 +148,12 @@ fn append(path: &Path, record: &AuditRecord) -> std::io::Result<()> {
 }
 
 fn rotated(path: &Path) -> PathBuf {
+    with_suffix(path, ".1")
+}
+
+fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
     let mut name = path.file_name().unwrap_or_default().to_owned();
-    name.push(".1");
+    name.push(suffix);
     path.with_file_name(name)
 }
 
@@ -210,6 +230,37 @@ mod tests {
         assert!(rotated(&path).exists());
         assert!(std::fs::metadata(&path).unwrap().len() < 1000);
         assert_eq!(read_since(&path, 0).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn processes_rotating_at_once_keep_the_full_log() {
+        const WRITERS: usize = 6;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("outbound.jsonl");
+        let full_log: String = (0..40)
+            .map(|_| serde_json::to_string(&record("old", 1)).unwrap() + "\n")
+            .collect();
+        for round in 0..30 {
+            std::fs::write(&path, &full_log).unwrap();
+            let _ = std::fs::remove_file(rotated(&path));
+            // Each writer opens the files on its own, as another process would.
+            let start = std::sync::Barrier::new(WRITERS);
+            std::thread::scope(|scope| {
+                for _ in 0..WRITERS {
+                    scope.spawn(|| {
+                        let log = AuditLog {
+                            rotate_bytes: full_log.len() as u64 - 1,
+                            ..AuditLog::at(path.clone())
+                        };
+                        start.wait();
+                        log.record(&record("new", 1));
+                    });
+                }
+            });
+            let read = read_since(&path, 0).unwrap();
+            let count = |provider: &str| read.iter().filter(|r| r.provider == provider).count();
+            assert_eq!((count("old"), count("new")), (40, WRITERS), "round {round}");
+        }
     }
 
     impl AuditRecord {

@@ -1,6 +1,7 @@
 -- The statusline component shows the provider that served a task (a fake
 -- remote provider here) and changes when :SwitchyardLocalOnly runs; the
--- explanation opens as a markdown buffer.
+-- explanation opens as a markdown buffer; :SwitchyardStatus counts what was
+-- sent to the provider.
 
 local H = dofile(vim.fn.fnamemodify(debug.getinfo(1, 'S').source:sub(2), ':p:h') .. '/harness.lua')
 local provider = os.getenv('SWITCHYARD_PROVIDER')
@@ -34,6 +35,10 @@ H.wait_for('the explanation to open', [[
     end
   end
 ]])
+
+-- :SwitchyardStatus says what left the machine for the explanation.
+H.lua('vim.cmd("SwitchyardStatus")')
+H.note_containing('Sent to fake in the last hour: ')
 
 H.lua('vim.cmd("SwitchyardLocalOnly")')
 statusline_is('switchyard: local-only')

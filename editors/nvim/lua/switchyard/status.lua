@@ -33,7 +33,7 @@ function M.handler(_, result)
 end
 
 --- A short component for 'statusline': the active provider and tier, a downshift,
---- local-only mode and parked tasks. Empty when no switchyard client is running.
+--- local-only mode (or a local-only workspace) and parked tasks. Empty when no switchyard client is running.
 function M.statusline()
   if #vim.lsp.get_clients({ name = 'switchyard' }) == 0 then
     return ''
@@ -47,6 +47,9 @@ function M.statusline()
   if r.localOnly then
     return 'switchyard: local-only' .. suffix
   end
+  if present(r.localOnlyRule) then
+    return 'switchyard: local-only workspace' .. suffix
+  end
   if present(r.provider) then
     local down = present(r.downshiftedFrom) and (' ↓ from %s'):format(r.downshiftedFrom) or ''
     return ('switchyard: %s (%s%s)%s'):format(route(r.provider, r.model), r.tier, down, suffix)
@@ -54,10 +57,21 @@ function M.statusline()
   return 'switchyard' .. suffix
 end
 
---- The whole report as lines (mode, latest route and downshift, task routes, health).
+local function size(bytes)
+  if bytes < 1024 then
+    return ('%d B'):format(bytes)
+  end
+  return ('%.1f KB'):format(bytes / 1024)
+end
+
+--- The whole report as lines (mode, latest route and downshift, task routes,
+--- parked work, health, what was sent in the last hour).
 function M.lines(r)
   local lines = {}
   table.insert(lines, r.localOnly and 'Local-only mode: on (only the local model serves)' or 'Local-only mode: off')
+  if present(r.localOnlyRule) then
+    table.insert(lines, 'Local-only workspace: ' .. r.localOnlyRule)
+  end
   if present(r.provider) then
     table.insert(lines, ('Latest task served by %s (%s tier)'):format(route(r.provider, r.model), r.tier))
   else
@@ -78,6 +92,10 @@ function M.lines(r)
   for _, h in ipairs(r.health or {}) do
     local why = present(h.reason) and (': ' .. h.reason) or ''
     table.insert(lines, ('%s [%s] %s%s'):format(route(h.provider, h.model), h.tier, h.state, why))
+  end
+  for _, o in ipairs(type(r.outbound) == 'table' and r.outbound or {}) do
+    local requests = o.requests == 1 and '1 request' or ('%d requests'):format(o.requests)
+    table.insert(lines, ('Sent to %s in the last hour: %s in %s'):format(o.provider, size(o.bytes), requests))
   end
   return lines
 end
