@@ -38,20 +38,11 @@ fn shots() -> PathBuf {
     target_dir().join("editor-code-server")
 }
 
-/// Runs a setup script once per test binary; its last stdout line is a path.
-fn script_output(script: &str) -> PathBuf {
-    let output = std::process::Command::new(repo().join(script))
-        .stderr(Stdio::inherit())
-        .output()
-        .unwrap_or_else(|e| panic!("{script}: {e}"));
-    assert!(output.status.success(), "{script} failed");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    PathBuf::from(stdout.lines().last().expect("a path").trim())
-}
-
 fn code_server() -> &'static Path {
     static PATH: OnceLock<PathBuf> = OnceLock::new();
-    PATH.get_or_init(|| script_output("editors/vscode/code-server.sh"))
+    PATH.get_or_init(|| {
+        support::installed_tool("editors/vscode/code-server.sh").expect("code-server installs")
+    })
 }
 
 /// The extension packaged as users install it (`vsce package`).

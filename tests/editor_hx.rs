@@ -30,21 +30,8 @@ fn repo() -> &'static Path {
 /// no Helix source to build from (it lives outside the repository).
 fn hx() -> Option<&'static Path> {
     static PATH: OnceLock<Option<PathBuf>> = OnceLock::new();
-    PATH.get_or_init(|| {
-        let output = Command::new(repo().join("editors/helix/build.sh"))
-            .stderr(std::process::Stdio::inherit())
-            .output()
-            .expect("editors/helix/build.sh runs");
-        if output.status.code() == Some(2) {
-            return None;
-        }
-        assert!(output.status.success(), "Helix did not build");
-        let stdout = String::from_utf8_lossy(&output.stdout);
-        Some(PathBuf::from(
-            stdout.lines().last().expect("the path of hx").trim(),
-        ))
-    })
-    .as_deref()
+    PATH.get_or_init(|| support::installed_tool("editors/helix/build.sh"))
+        .as_deref()
 }
 
 /// `hx`, or a loud note that this machine has no Helix source and the test

@@ -110,7 +110,7 @@ impl Backend {
             }
             STATUS => Ok(Some(wire::result(super::kept_local::status_params(
                 &self.router().status(),
-                &self.workspace_rule,
+                &self.path_rules,
             )))),
             EXPLAIN | REFACTOR => {
                 let uri: Uri = args

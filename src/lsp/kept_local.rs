@@ -17,12 +17,9 @@ use crate::privacy::rules::{IGNORE_FILE, PathRules};
 use crate::router::status::StatusReport;
 
 /// The status as this editor sees it: the router's, and the workspace's rule.
-pub(super) fn status_params(
-    report: &StatusReport,
-    workspace_rule: &RwLock<Option<String>>,
-) -> StatusParams {
+pub(super) fn status_params(report: &StatusReport, rules: &SharedLocalOnlyRules) -> StatusParams {
     StatusParams {
-        local_only_rule: workspace_rule.read().expect("workspace rule lock").clone(),
+        local_only_rule: rules.read().expect("path rules lock").workspace.clone(),
         ..StatusParams::from(report)
     }
 }
@@ -44,12 +41,14 @@ pub(super) fn workspace_roots(params: &InitializeParams) -> Vec<PathBuf> {
         .collect()
 }
 
-/// What keeps a document local, built when the configuration or the roots
-/// change rather than on every request (completion asks on each keystroke).
+/// What keeps a document local, built at `initialize` and when the
+/// configuration or an ignore file changes rather than on every request (completion asks on each keystroke).
 pub(super) struct LocalOnlyRules {
     paths: PathRules,
     /// `privacy.local_only_workspaces`, `~/` expanded.
     folders: Vec<PathBuf>,
+    /// The rule making the editor's workspace local-only, for the status.
+    workspace: Option<String>,
 }
 
 /// The rules in force, shared by the editor's requests and the parked work
@@ -62,6 +61,7 @@ impl LocalOnlyRules {
         Arc::new(RwLock::new(Arc::new(LocalOnlyRules {
             paths: PathRules::new(configured, &[]).0,
             folders: Vec::new(),
+            workspace: None,
         })))
     }
 
@@ -108,14 +108,14 @@ impl Backend {
             tracing::warn!("path rules: {problem}");
         }
         let folders = local_only_folders(&privacy.local_only_workspaces);
-        let in_force = roots
+        let workspace = roots
             .iter()
             .find_map(|root| folders.iter().find(|f| root.starts_with(f)))
             .map(|folder| workspace_rule(folder));
-        *self.workspace_rule.write().expect("workspace rule lock") = in_force;
         *self.path_rules.write().expect("path rules lock") = Arc::new(LocalOnlyRules {
             paths: rules,
             folders,
+            workspace,
         });
     }
 
@@ -127,7 +127,7 @@ impl Backend {
 
     /// Asks the client to say when a `.switchyardignore` changes, where it
     /// can watch files; without that, the files are read again only when
-    /// the configuration or the workspace folders change.
+    /// the configuration changes.
     pub(super) async fn watch_ignore_files(&self, dynamic_registration: bool) {
         if !dynamic_registration {
             return;

@@ -215,11 +215,7 @@ impl Parking {
                     local_only_rule: rules.rule_for(&target.uri),
                     origin: Origin {
                         front_end: "lsp",
-                        subject: checkpoint
-                            .documents
-                            .first()
-                            .map(|d| d.uri.clone())
-                            .unwrap_or_default(),
+                        subject: target.uri.as_str().to_owned(),
                     },
                     ..TaskRequest::new(
                         checkpoint.kind,

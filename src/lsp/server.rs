@@ -56,8 +56,6 @@ pub struct Backend {
     pub(super) roots: RwLock<Vec<PathBuf>>,
     /// Documents only the local model may serve.
     pub(super) path_rules: SharedLocalOnlyRules,
-    /// The rule making this workspace local-only, for the status.
-    pub(super) workspace_rule: Arc<RwLock<Option<String>>>,
 }
 
 /// Runs the server on stdin/stdout until the client exits.
@@ -157,7 +155,6 @@ impl Backend {
             progress_cancels: DashMap::new(),
             roots: RwLock::new(Vec::new()),
             path_rules,
-            workspace_rule: Arc::default(),
         }
     }
 
@@ -195,8 +192,8 @@ impl Backend {
     fn watch_status(&self) {
         let (client, mut rx) = (self.client.clone(), self.core.subscribe());
         let notify = self.config().status_notifications;
-        let workspace_rule = self.workspace_rule.clone();
-        let params = move |report: &StatusReport| status_params(report, &workspace_rule);
+        let rules = self.path_rules.clone();
+        let params = move |report: &StatusReport| status_params(report, &rules);
         tokio::spawn(async move {
             let mut before = rx.borrow_and_update().clone();
             if notify {

@@ -32,9 +32,6 @@ pub struct AuditRecord {
     pub bytes: usize,
     pub estimated_tokens: usize,
     pub redactions: usize,
-    /// A path rule that shaped what was sent.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub path_rule: Option<String>,
 }
 
 /// Bytes and requests one provider was sent.
@@ -193,7 +190,6 @@ mod tests {
             bytes,
             estimated_tokens: bytes / 4,
             redactions: 1,
-            path_rule: None,
         }
     }
 

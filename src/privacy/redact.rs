@@ -12,7 +12,7 @@
 use std::collections::HashMap;
 use std::sync::LazyLock;
 
-use regex::Regex;
+use regex::{Captures, Match, Regex};
 use sha2::{Digest, Sha256};
 
 /// One known secret format.
@@ -145,8 +145,11 @@ pub fn redact(text: &str) -> Redacted {
 }
 
 /// Puts back the originals of placeholders that `answer` kept from the
-/// redacted form of `sources`.
+/// redacted form of `sources` (which are scanned only when it kept one).
 pub fn restore(answer: &str, sources: &[&str]) -> String {
+    if !answer.contains("REDACTED_") {
+        return answer.to_owned();
+    }
     let mut originals: HashMap<String, String> = HashMap::new();
     for source in sources {
         replace_secrets(source, &mut |placeholder, secret| {
@@ -166,55 +169,54 @@ pub fn restore(answer: &str, sources: &[&str]) -> String {
 fn replace_secrets(text: &str, found: &mut dyn FnMut(&str, &str)) -> String {
     let mut text = text.to_owned();
     for rule in RULES.iter() {
-        text = replace_all(&text, &rule.pattern, 0, rule.id, found);
+        text = replace_each(&text, &rule.pattern, rule.id, whole_match, found);
     }
-    text = replace_all(&text, &CONNECTION_PASSWORD, 1, "connection-password", found);
-    replace_assignments(&text, found)
+    text = replace_each(
+        &text,
+        &CONNECTION_PASSWORD,
+        "connection-password",
+        user_info_password,
+        found,
+    );
+    replace_each(&text, &ASSIGNMENT, "generic-secret", assigned_secret, found)
 }
 
-/// Replaces capture `group` of every match of `pattern`.
-fn replace_all(
+/// Where a match of a secret pattern holds the secret (`None`: it holds none).
+type SecretIn = for<'t> fn(&Captures<'t>) -> Option<Match<'t>>;
+
+fn whole_match<'t>(captures: &Captures<'t>) -> Option<Match<'t>> {
+    captures.get(0).filter(|m| !is_placeholder(m.as_str()))
+}
+
+fn user_info_password<'t>(captures: &Captures<'t>) -> Option<Match<'t>> {
+    captures.get(1).filter(|m| !is_placeholder(m.as_str()))
+}
+
+fn assigned_secret<'t>(captures: &Captures<'t>) -> Option<Match<'t>> {
+    let quoted = captures.name("quoted");
+    let value = quoted.or_else(|| captures.name("bare"))?;
+    looks_secret(&captures["name"], value.as_str(), quoted.is_some()).then_some(value)
+}
+
+/// Replaces the secret in every match of `pattern` with its placeholder.
+fn replace_each(
     text: &str,
     pattern: &Regex,
-    group: usize,
     id: &str,
+    secret_in: SecretIn,
     found: &mut dyn FnMut(&str, &str),
 ) -> String {
     let mut out = String::with_capacity(text.len());
     let mut last = 0;
     for captures in pattern.captures_iter(text) {
-        let Some(secret) = captures.get(group) else {
+        let Some(secret) = secret_in(&captures) else {
             continue;
         };
-        if is_placeholder(secret.as_str()) {
-            continue;
-        }
         let placeholder = placeholder(id, secret.as_str());
         found(&placeholder, secret.as_str());
         out.push_str(&text[last..secret.start()]);
         out.push_str(&placeholder);
         last = secret.end();
-    }
-    out.push_str(&text[last..]);
-    out
-}
-
-fn replace_assignments(text: &str, found: &mut dyn FnMut(&str, &str)) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut last = 0;
-    for captures in ASSIGNMENT.captures_iter(text) {
-        let name = &captures["name"];
-        let Some(value) = captures.name("quoted").or_else(|| captures.name("bare")) else {
-            continue;
-        };
-        if !looks_secret(name, value.as_str(), captures.name("quoted").is_some()) {
-            continue;
-        }
-        let placeholder = placeholder("generic-secret", value.as_str());
-        found(&placeholder, value.as_str());
-        out.push_str(&text[last..value.start()]);
-        out.push_str(&placeholder);
-        last = value.end();
     }
     out.push_str(&text[last..]);
     out

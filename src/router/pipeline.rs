@@ -219,7 +219,6 @@ impl Router {
                     bytes: prompt.bytes(),
                     estimated_tokens: prompt.input_tokens(),
                     redactions: prompt.redactions,
-                    path_rule: None,
                 });
             }
             // Deadlined and beaconed.

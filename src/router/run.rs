@@ -108,16 +108,13 @@ impl Router {
         cancel: CancellationToken,
         progress: OnProgress<'_>,
     ) -> Result<Answer, RouteError> {
-        let sources: Vec<String> = match request.redact {
-            true => request.sources().into_iter().map(str::to_owned).collect(),
-            false => Vec::new(),
-        };
-        let rule = request.local_only_rule.clone();
-        match (self.route(request, cancel, progress).await, rule) {
+        match (
+            self.route(&request, cancel, progress).await,
+            request.local_only_rule.clone(),
+        ) {
             (Ok(mut answer), _) => {
-                if !sources.is_empty() {
-                    let sources: Vec<&str> = sources.iter().map(String::as_str).collect();
-                    answer.text = redact::restore(&answer.text, &sources);
+                if request.redact {
+                    answer.text = redact::restore(&answer.text, &request.sources());
                 }
                 Ok(answer)
             }
@@ -134,7 +131,7 @@ impl Router {
 
     async fn route(
         &self,
-        request: TaskRequest,
+        request: &TaskRequest,
         cancel: CancellationToken,
         progress: OnProgress<'_>,
     ) -> Result<Answer, RouteError> {
@@ -162,7 +159,7 @@ impl Router {
         // to an eighth. A conversation from the gateway is never trimmed.
         loop {
             let pass = match self
-                .walk(&plan, &request, &profile, &mut run, &cancel, progress)
+                .walk(&plan, request, &profile, &mut run, &cancel, progress)
                 .await
             {
                 Ok(answer) => {

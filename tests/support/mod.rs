@@ -14,7 +14,7 @@ pub mod redis_server;
 pub mod scenario;
 pub mod secrets;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// A port nothing listens on now, for servers that cannot pick one and say
 /// which (chromedriver, code-server, redis-server).
@@ -24,6 +24,24 @@ pub fn free_port() -> u16 {
         .local_addr()
         .unwrap()
         .port()
+}
+
+/// The path a tool's install script prints last (`editors/helix/build.sh`,
+/// `editors/vscode/code-server.sh`), once it has installed or built the tool;
+/// `None` when the script exits 2: it has nothing to build from here.
+pub fn installed_tool(script: &str) -> Option<PathBuf> {
+    let output = std::process::Command::new(Path::new(env!("CARGO_MANIFEST_DIR")).join(script))
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .unwrap_or_else(|e| panic!("{script}: {e}"));
+    if output.status.code() == Some(2) {
+        return None;
+    }
+    assert!(output.status.success(), "{script} failed");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    Some(PathBuf::from(
+        stdout.lines().last().expect("the tool's path").trim(),
+    ))
 }
 
 /// Where the test model is cached (`models/fetch-test-model.sh` puts it there).
