@@ -382,6 +382,50 @@ async fn secrets_leave_only_as_placeholders_and_a_refactor_puts_them_back() {
 }
 
 #[tokio::test]
+async fn a_remote_completion_that_copies_a_placeholder_shows_the_users_secret() {
+    const TOKEN: &str = "ghp_0123456789abcdefghijABCDEFGHIJ012345";
+    let fake = FakeProvider::with_default(Behaviour::ok("It sets two tokens.")).await;
+    let root = tempfile::tempdir().unwrap();
+    let mut client = server(&fake, root.path()).await;
+    let doc = uri(root.path(), "deploy.py");
+    let text = format!("GITHUB_TOKEN = \"{TOKEN}\"\nBACKUP_TOKEN = \n");
+    client.open(&doc, &text).await;
+    // The placeholder the provider sees for the token (the explain tells it).
+    command(
+        &mut client,
+        "switchyard.explain",
+        json!([doc, everything(&text)]),
+    )
+    .await;
+    let placeholder = regex::Regex::new(r"REDACTED_GITHUB_TOKEN_[0-9a-f]{8}")
+        .unwrap()
+        .find(&sent(&fake)[0])
+        .expect("the token went out as a placeholder")
+        .as_str()
+        .to_owned();
+
+    fake.set_default(Behaviour::ok(&format!("\"{placeholder}\"")));
+    let completion = client
+        .request(
+            "textDocument/completion",
+            json!({"textDocument": {"uri": doc}, "position": {"line": 1, "character": 15}}),
+        )
+        .await;
+    let fim = sent(&fake).pop().unwrap();
+    assert!(fim.contains(&placeholder) && !fim.contains(TOKEN), "{fim}");
+    let item = &completion["result"]["items"][0];
+    let inserted = item["textEdit"]["newText"]
+        .as_str()
+        .or(item["insertText"].as_str())
+        .unwrap_or_else(|| panic!("{completion}"));
+    assert!(
+        inserted.contains(TOKEN) && !inserted.contains("REDACTED_"),
+        "{inserted}"
+    );
+    client.shutdown().await;
+}
+
+#[tokio::test]
 async fn the_gateway_redacts_its_callers_messages_unless_told_not_to() {
     for redact in [true, false] {
         let fake = FakeProvider::with_default(Behaviour::ok("Fine.")).await;

@@ -14,6 +14,7 @@ use super::plan::Candidate;
 use super::request::{Origin, TaskRequest};
 use crate::context::chat::PromptParts;
 use crate::entry::{ChainEntry, ModelRef};
+use crate::privacy::redact;
 use crate::prompts;
 use crate::providers::local::FimText;
 use crate::task::{TaskKind, TaskProfile, Tier};
@@ -87,7 +88,11 @@ impl Router {
                 .serve_entry(&candidate, &request, &profile, &mut run, cancel, &|_| {})
                 .await
             {
-                Ok((text, _)) => return Some((text, entry.clone())),
+                Ok((text, _)) => {
+                    // A placeholder the model copied from the prompt is the user's secret again.
+                    let text = redact::restore(&text, &request.sources());
+                    return Some((text, entry.clone()));
+                }
                 Err(Failure::Failed(failed)) => {
                     tracing::debug!("autocomplete by {entry} missed: {}", failed.reason)
                 }
