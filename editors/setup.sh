@@ -9,13 +9,7 @@ cd "$(dirname "$0")"
 need=()
 command -v npm >/dev/null 2>&1 || need+=(nodejs npm)
 python3 -m venv --help >/dev/null 2>&1 || need+=(python3-venv)
-if [ ${#need[@]} -gt 0 ]; then
-  echo "installing ${need[*]}" >&2
-  sudo=""
-  [ "$(id -u)" = 0 ] || sudo=sudo
-  $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need[@]}" >&2
-fi
+../scripts/apt-install "editors setup" "${need[@]}"
 node_major=$(node -p 'process.versions.node.split(".")[0]')
 if [ "$node_major" -lt 20 ]; then
   echo "editors/vscode needs Node 20 or later (found $(node --version))" >&2

@@ -15,13 +15,8 @@ if [ -x "$launcher" ]; then
   exit 0
 fi
 # kerberos, one of code-server's native modules, builds against krb5's headers.
-if ! dpkg -s libkrb5-dev >/dev/null 2>&1; then
-  echo "installing libkrb5-dev" >&2
-  sudo=""
-  [ "$(id -u)" = 0 ] || sudo=sudo
-  $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq libkrb5-dev >&2
-fi
+dpkg -s libkrb5-dev >/dev/null 2>&1 ||
+  "$(dirname "$0")/../../scripts/apt-install" "code-server setup" libkrb5-dev
 echo "installing code-server $code_server_version on Node $node_version into $home (once per machine)" >&2
 rm -rf "$home"
 mkdir -p "$home"
