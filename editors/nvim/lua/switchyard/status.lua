@@ -57,11 +57,12 @@ function M.statusline()
   return 'switchyard' .. suffix
 end
 
+-- As `switchyard audit` and the VS Code tooltip write sizes.
 local function size(bytes)
-  if bytes < 1024 then
+  if bytes < 10000 then
     return ('%d B'):format(bytes)
   end
-  return ('%.1f KB'):format(bytes / 1024)
+  return ('%.1f kB'):format(bytes / 1000)
 end
 
 --- The whole report as lines (mode, latest route and downshift, task routes,
