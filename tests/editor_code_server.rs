@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use support::browser::{Browser, key, target_dir};
-use support::fake_provider::{Behaviour, FakeProvider};
+use support::fake_provider::{Behaviour, FakeProvider, two_providers_toml};
 use support::free_port;
 use tokio::process::{Child, Command};
 use tokio::sync::Mutex;
@@ -387,20 +387,7 @@ async fn ghost_text_from_the_local_model_appears_and_tab_accepts_it() {
 /// explain served by `primary/mid` (medium); with it down, by `secondary/small`.
 fn remote_config(primary: &FakeProvider, secondary: &FakeProvider) -> String {
     format!(
-        r#"
-[local]
-auto_pull = false
-
-[providers.primary]
-kind = "anthropic"
-base_url = "{}"
-api_key_env = "SY_FAKE_KEY"
-
-[providers.secondary]
-kind = "openai"
-base_url = "{}"
-api_key_env = "SY_FAKE_KEY"
-
+        r#"{}
 [tiers]
 large = []
 medium = ["primary/mid"]
@@ -412,8 +399,7 @@ wait_ms = 0
 [resilience]
 canary_interval_ms = 300
 "#,
-        primary.anthropic_url(),
-        secondary.openai_url(),
+        two_providers_toml(primary, secondary, "SY_FAKE_KEY"),
     )
 }
 

@@ -4,7 +4,7 @@
 mod support;
 
 use serde_json::{Value, json};
-use support::fake_provider::{Behaviour, FakeProvider};
+use support::fake_provider::{Behaviour, FakeProvider, two_providers_toml};
 use support::gateway::GatewayProcess as Gateway;
 use tokio::process::Command;
 
@@ -13,21 +13,9 @@ const KEY: &str = "sk-test-gateway-0123456789abcdef";
 /// primary speaks Anthropic (continues a cut answer as a prefill), secondary
 /// speaks OpenAI (cannot); `medium` is primary then secondary.
 async fn gateway(primary: &FakeProvider, secondary: &FakeProvider, medium: &[&str]) -> Gateway {
+    let medium: Vec<String> = medium.iter().map(|e| format!("\"{e}\"")).collect();
     let config = format!(
-        r#"
-[local]
-auto_pull = false
-
-[providers.primary]
-kind = "anthropic"
-base_url = "{}"
-api_key_env = "SY_KEY"
-
-[providers.secondary]
-kind = "openai"
-base_url = "{}"
-api_key_env = "SY_KEY"
-
+        r#"{}
 [tiers]
 large = ["primary/big"]
 medium = [{}]
@@ -38,13 +26,8 @@ first_token_ms = 2000
 total_ms = 10000
 wait_ms = 0
 "#,
-        primary.anthropic_url(),
-        secondary.openai_url(),
-        medium
-            .iter()
-            .map(|e| format!("\"{e}\""))
-            .collect::<Vec<_>>()
-            .join(", ")
+        two_providers_toml(primary, secondary, "SY_KEY"),
+        medium.join(", ")
     );
     Gateway::start(&config, &[("SY_KEY", KEY)]).await
 }

@@ -8,33 +8,11 @@ use std::process::Output;
 use std::time::Duration;
 
 use serde_json::Value;
-use support::fake_provider::{Behaviour, FakeProvider};
+use support::fake_provider::{Behaviour, FakeProvider, two_providers_toml};
 use tokio::process::Command;
 
 const KEY: &str = "sk-test-probe-0123456789abcdef";
 const TOKEN: &str = "SWITCHYARD-PROBE-7Q";
-
-/// `primary` speaks Anthropic, `secondary` OpenAI, both keyed by `SY_KEY`.
-fn providers_toml(primary: &FakeProvider, secondary: &FakeProvider) -> String {
-    format!(
-        r#"
-[local]
-auto_pull = false
-
-[providers.primary]
-kind = "anthropic"
-base_url = "{}"
-api_key_env = "SY_KEY"
-
-[providers.secondary]
-kind = "openai"
-base_url = "{}"
-api_key_env = "SY_KEY"
-"#,
-        primary.anthropic_url(),
-        secondary.openai_url(),
-    )
-}
 
 /// A config home and state directory for one test.
 struct Home {
@@ -52,7 +30,7 @@ small = ["local"]
 "#;
         Home::with_config(&format!(
             "{}{tiers}{extra}",
-            providers_toml(primary, secondary)
+            two_providers_toml(primary, secondary, "SY_KEY")
         ))
     }
 
@@ -370,7 +348,7 @@ large = ["primary/big"]
 medium = ["secondary/gpt-test"]
 small = ["unkeyed/tiny"]
 "#,
-        providers_toml(&primary, &secondary),
+        two_providers_toml(&primary, &secondary, "SY_KEY"),
         extra.openai_url()
     );
     let home = Home::with_config(&config);

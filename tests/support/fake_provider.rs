@@ -338,6 +338,33 @@ struct Script {
     default: Behaviour,
 }
 
+/// A config file's start: no model download, `primary` speaking Anthropic and
+/// `secondary` OpenAI, both keyed by the environment variable `key_env`.
+pub fn two_providers_toml(
+    primary: &FakeProvider,
+    secondary: &FakeProvider,
+    key_env: &str,
+) -> String {
+    format!(
+        r#"
+[local]
+auto_pull = false
+
+[providers.primary]
+kind = "anthropic"
+base_url = "{}"
+api_key_env = "{key_env}"
+
+[providers.secondary]
+kind = "openai"
+base_url = "{}"
+api_key_env = "{key_env}"
+"#,
+        primary.anthropic_url(),
+        secondary.openai_url(),
+    )
+}
+
 impl FakeProvider {
     /// Starts a fake whose default is a normal answer, "Hello from the fake".
     pub async fn start() -> Self {
