@@ -39,8 +39,10 @@ pub const FIM_INSTRUCTION: &str =
     "Write the code that goes at the empty selection, continuing the code before it.";
 
 /// Asks a model that cannot take a prefill to go on with a cut answer, given
-/// as its own previous turn.
-pub const CONTINUE_INSTRUCTION: &str = "Your previous answer was cut off. Continue it exactly where it stopped: do not repeat anything already written, do not start over, and do not comment on the interruption.";
+/// as its own previous turn. The last words it is asked to begin with show
+/// where its text joins the answer (`router/seam.rs`): without them, where it
+/// goes on cannot be told.
+pub const CONTINUE_INSTRUCTION: &str = "Your previous answer was cut off. Continue it from exactly where it stopped: begin your reply with the last few words of your previous answer, exactly as written, then go on from there. Do not start over and do not comment on the interruption.";
 
 /// The refactor instruction that fixes reported problems, given as
 /// `(zero-based line, message)` pairs; lines are shown one-based.

@@ -555,7 +555,7 @@ async fn s13_a_content_filter_refusal_ends_the_task_with_its_reason() {
                 }
                 // The refusal's own text may already have streamed; the error follows it.
                 Front::GatewayStream => assert!(failed.code.is_some(), "{failed:?}"),
-                Front::Lsp => {}
+                Front::Lsp | Front::LspRefactor => {}
             }
             assert_eq!(
                 primary.user_request_count(),
@@ -634,8 +634,9 @@ async fn s13c_an_error_names_its_status_once() {
 
 // 14. Cut stream, and the fallback takes no prefill (OpenAI wire): it still
 // continues the answer, from the cut text given as its own turn and an
-// instruction to go on, so every front end gets the whole answer; when the
-// continuation fails too, the error names both failures, the cut first.
+// instruction to begin with its last words and go on, so every front end
+// gets the whole answer; when the continuation fails too, the error names
+// both failures, the cut first.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s14_a_cut_stream_is_continued_where_prefill_is_not_accepted() {
     each_front(|front, profile| async move {
@@ -644,7 +645,7 @@ async fn s14_a_cut_stream_is_continued_where_prefill_is_not_accepted() {
             text: tokens(WHOLE),
             after_chunks: 2,
         });
-        secondary.set_default(Behaviour::ok(&rest_after(2)));
+        secondary.set_default(Behaviour::continues(&tokens(WHOLE)));
         let mut rig = Rig::start(front, &profile, Setup::default(), &primary, &secondary).await;
         let reply = rig.ask().await;
         let served = reply.served();

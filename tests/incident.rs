@@ -1,8 +1,10 @@
 //! Incident replays through both front ends, the language server and the
 //! gateway: "one paying request per incident". A primary provider goes bad in
-//! one of three ways (a silent slowdown with HTTP 200, answers cut
-//! mid-stream, 529 overloaded) while an editor or a gateway client asks for
-//! explanations at a sparse or a busy pace. The promise:
+//! one of five ways (a silent slowdown with HTTP 200, answers cut
+//! mid-stream, answers stopped for length far below the limit asked, answers
+//! that end without their terminal event, 529 overloaded) while an editor or
+//! a gateway client asks for explanations at a sparse or a busy pace. The
+//! promise:
 //!
 //! - from the onset, at most one user request pays the first-token ceiling
 //!   (or more);
@@ -50,6 +52,9 @@ const BUSY_MS: u64 = 1_500;
 /// Slack on the recovery bound for a loaded 2-core CI box.
 const SLACK_MS: u64 = 1_500;
 
+/// The primary's answer, which the backups continue where it was cut.
+const ANSWER: &str = "The function counts how often each word occurs in the slice.";
+
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
@@ -61,6 +66,12 @@ enum Incident {
     SilentSlowdown,
     /// Every answer is cut mid-stream (the connection closes in the body).
     CutAnswers,
+    /// Every answer says it stopped for length, a few tokens into the 800
+    /// asked: the provider cuts answers short.
+    TruncatedAnswers,
+    /// Every answer ends half-way, cleanly but without its finish reason or
+    /// terminal event.
+    UnterminatedAnswers,
     /// Anthropic's 529 `overloaded_error`.
     Overloaded,
 }
@@ -73,7 +84,14 @@ impl Incident {
                 text: "A late explanation of count.".into(),
             },
             Incident::CutAnswers => Behaviour::CutAfter {
-                text: "The function counts how often each word occurs in the slice.".into(),
+                text: ANSWER.into(),
+                after_chunks: 2,
+            },
+            Incident::TruncatedAnswers => Behaviour::MaxTokens {
+                text: ANSWER.into(),
+            },
+            Incident::UnterminatedAnswers => Behaviour::EndsEarly {
+                text: ANSWER.into(),
                 after_chunks: 2,
             },
             Incident::Overloaded => Behaviour::Overloaded,
@@ -84,7 +102,9 @@ impl Incident {
     fn cause(self) -> &'static str {
         match self {
             Incident::SilentSlowdown => "slow",
-            Incident::CutAnswers => "degraded",
+            Incident::CutAnswers | Incident::TruncatedAnswers | Incident::UnterminatedAnswers => {
+                "degraded"
+            }
             Incident::Overloaded => "overloaded",
         }
     }
@@ -230,7 +250,8 @@ impl Replay {
     /// wire), then two backups (OpenAI and Anthropic wires).
     async fn start(front: Front, incident: Incident, pace: Pace) -> Replay {
         let primary = FakeProvider::start().await;
-        let backups = [FakeProvider::start().await, FakeProvider::start().await];
+        let backup = || FakeProvider::with_default(Behaviour::continues(ANSWER));
+        let backups = [backup().await, backup().await];
         let state = tempfile::tempdir().unwrap();
         let provider = |kind: &str, url: String| json!({"kind": kind, "base_url": url, "api_key_env": "SY_INCIDENT_KEY"});
         let config = json!({
@@ -574,6 +595,17 @@ async fn a_silent_slowdown_costs_one_request_and_traffic_returns_after_recovery(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cut_answers_cost_one_request_and_traffic_returns_after_recovery() {
     replay(Incident::CutAnswers).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_cut_short_for_length_cost_one_request_and_traffic_returns_after_recovery() {
+    replay(Incident::TruncatedAnswers).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_without_their_terminal_event_cost_one_request_and_traffic_returns_after_recovery()
+{
+    replay(Incident::UnterminatedAnswers).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -19,13 +19,13 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use support::fake_provider::{
-    Behaviour, CONTINUE_INSTRUCTION, FakeProvider, RecordedRequest, deltas,
+    Behaviour, CONTINUE_INSTRUCTION, FakeProvider, Manner, RecordedRequest, deltas,
 };
 use support::gateway::GatewayProcess;
 use support::lsp_client::{LspClient, ServerOptions};
 use support::scenario::{
-    DOC, Front, KEY, PRIMARY, Profile, Rig, SECONDARY, Served, Setup, URI, Upstream, Wire,
-    each_front, merge, prefill, sse_outcome,
+    DOC, Fallback, Front, KEY, PRIMARY, Profile, Rig, SECONDARY, Served, Setup, URI, Upstream,
+    Wire, each_front, merge, prefill, sse_outcome,
 };
 use tokio::time::Instant;
 
@@ -126,46 +126,6 @@ impl Death {
     }
 }
 
-/// The entry that takes over.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Fallback {
-    /// Anthropic kind: takes the partial answer as a prefill.
-    Prefill,
-    /// OpenAI kind: no prefill; the partial as its turn, then the instruction.
-    NoPrefill,
-    /// Anthropic kind, but the model answers a prefill with a 400.
-    RejectsPrefill,
-}
-
-impl Fallback {
-    const ALL: [Fallback; 3] = [
-        Fallback::Prefill,
-        Fallback::NoPrefill,
-        Fallback::RejectsPrefill,
-    ];
-
-    fn wire(self) -> Wire {
-        match self {
-            Fallback::Prefill | Fallback::RejectsPrefill => Wire::Anthropic,
-            Fallback::NoPrefill => Wire::OpenAi,
-        }
-    }
-
-    fn behaviour(self, full: &str) -> Behaviour {
-        match self {
-            Fallback::RejectsPrefill => Behaviour::rejects_prefill(full),
-            _ => Behaviour::continues(full),
-        }
-    }
-}
-
-fn other(wire: Wire) -> Wire {
-    match wire {
-        Wire::Anthropic => Wire::OpenAi,
-        Wire::OpenAi => Wire::Anthropic,
-    }
-}
-
 /// The reply's answer, or a panic naming the case.
 fn served<'a>(reply: &'a support::scenario::Reply, case: &str) -> &'a Served {
     match &reply.result {
@@ -209,9 +169,9 @@ async fn rescue(front: Front, profile: &Profile, death: Death, fallback: Fallbac
     let case = format!("{front:?}, {death:?} primary, {fallback:?} fallback");
     let (primary, secondary) = (FakeProvider::start().await, FakeProvider::start().await);
     primary.push(death.behaviour(full, profile));
-    secondary.set_default(fallback.behaviour(full));
+    secondary.set_default(fallback.behaviour(full, Manner::GoesOn));
     let setup = Setup {
-        primary: other(fallback.wire()),
+        primary: fallback.wire().other(),
         secondary: fallback.wire(),
         ..Setup::default()
     };
@@ -427,7 +387,7 @@ async fn when_nothing_can_continue_the_error_names_the_real_cause_and_the_entrie
                     );
                 }
                 Front::Gateway => assert_eq!(failed.status, Some(503), "{case}: {failed:?}"),
-                Front::Lsp => {}
+                Front::Lsp | Front::LspRefactor => {}
             }
             assert_eq!(primary.user_request_count(), 1, "{case}");
             // The continuation was tried: the fallback was asked for it.
@@ -552,7 +512,7 @@ async fn a_conversation_without_a_system_message_is_sent_without_one() {
             let config = config(
                 &profile,
                 (wire, &primary),
-                (other(wire), &secondary),
+                (wire.other(), &secondary),
                 json!({}),
             );
             let gateway = gateway(&config).await;
@@ -579,14 +539,14 @@ async fn a_conversation_without_a_system_message_is_sent_without_one() {
                 after_chunks: AFTER,
             });
             secondary.set_default(Behaviour::continues(ANSWER));
-            let case = format!("{wire:?} primary cut, continued on {:?}", other(wire));
+            let case = format!("{wire:?} primary cut, continued on {:?}", wire.other());
             let answer = complete(&gateway, conversations[0].clone(), true, None).await;
             let answer = answer.unwrap_or_else(|e| panic!("{case}: {e}\n{}", gateway.log()));
             assert_eq!(answer.model, SECONDARY, "{case}");
             assert_eq!(answer.text, ANSWER, "{case}");
             let rescue = secondary.user_requests();
             assert_eq!(rescue.len(), 1, "{case}");
-            assert_no_system(&rescue[0], other(wire), &case);
+            assert_no_system(&rescue[0], wire.other(), &case);
         }
     });
     futures::future::join_all(scenarios).await;

@@ -365,6 +365,10 @@ async fn chat_completions(
             Err(e) => route_error(&e),
         };
     }
+    let task = TaskRequest {
+        streamed: true,
+        ..task
+    };
     stream_completion(gateway, task, id).await
 }
 

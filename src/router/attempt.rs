@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 use super::beacon::{Beacons, Degradation, Outcome, Sample};
 use super::hedge::Racer;
 use super::request::{OnProgress, Progress};
-use super::seam::Seam;
+use super::seam::{Seam, Unjoinable};
 use crate::entry::ModelRef;
 use crate::providers::{
     ChatRequest, FailureKind, FinishReason, Provider, ProviderError, RateLimits, StreamEvent,
@@ -31,6 +31,9 @@ pub(super) enum Failure {
     Cancelled,
     OverBudget(crate::context::chat::OverBudget),
     Failed(Failed),
+    /// A healthy answer that cannot be joined to the answer it was asked to
+    /// continue (`seam`): nothing is wrong with the entry.
+    Unjoinable(Unjoinable),
 }
 
 /// An attempt that ended without an answer.
@@ -49,6 +52,9 @@ pub(super) struct Failed {
     pub slow: bool,
     /// How the provider failed, when it was the provider.
     pub kind: Option<FailureKind>,
+    /// It said it stopped for length before reaching the limit asked: the
+    /// provider cut the answer short.
+    pub cut_short: bool,
 }
 
 impl Failed {
@@ -61,6 +67,7 @@ impl Failed {
             partial: String::new(),
             slow: false,
             kind: None,
+            cut_short: false,
         }
     }
 }
@@ -218,20 +225,23 @@ impl Drop for Beaconed {
 /// What an attempt saw before it ended, kept whether it succeeded or not.
 #[derive(Default)]
 pub(super) struct Seen {
+    /// This attempt's own text, as the provider streamed it.
     pub text: String,
     pub rate_limits: RateLimits,
 }
 
-/// One call: streams the answer within `deadlines`, forwards text through
-/// `progress` (once this side of a hedged race has won), classifies the end.
+/// One call: streams the answer within `deadlines` through `seam` (which
+/// joins it to any answer it continues, and holds the whole answer),
+/// forwards text through `progress` (once this side of a hedged race has
+/// won), classifies the end.
 pub(super) async fn call(
     provider: &dyn Provider,
     request: ChatRequest,
-    (deadlines, seam): (Deadlines, Seam),
+    (deadlines, seam): (Deadlines, &mut Seam),
     beacon: &mut Beaconed,
     cancel: &CancellationToken,
     (racer, progress): (Option<&Racer>, OnProgress<'_>),
-) -> (Result<(String, Usage), Failure>, RateLimits) {
+) -> (Result<Usage, Failure>, RateLimits) {
     let mut seen = Seen::default();
     let total_ceiling = deadlines.total_ceiling;
     let streamed = consume(
@@ -256,7 +266,7 @@ pub(super) async fn call(
         other => other,
     });
     match &result {
-        Ok(_) => beacon.finish(Outcome::Ok, false),
+        Ok(_) | Err(Failure::Unjoinable(_)) => beacon.finish(Outcome::Ok, false),
         Err(Failure::Failed(failed)) => beacon.finish(failed.outcome, failed.slow),
         // A cancelled attempt is judged by what it saw (the beacon's drop rule).
         Err(Failure::Cancelled | Failure::OverBudget(_)) => {}
@@ -267,11 +277,11 @@ pub(super) async fn call(
 async fn consume(
     provider: &dyn Provider,
     request: ChatRequest,
-    (deadlines, mut seam): (Deadlines, Seam),
+    (deadlines, seam): (Deadlines, &mut Seam),
     beacon: &mut Beaconed,
     seen: &mut Seen,
     (racer, progress): (Option<&Racer>, OnProgress<'_>),
-) -> Result<(String, Usage), Failure> {
+) -> Result<Usage, Failure> {
     let ceiling_breach = || {
         Failure::too_slow(format!(
             "no first token within {:.1} s",
@@ -281,6 +291,7 @@ async fn consume(
                 .as_secs_f64()
         ))
     };
+    let asked = request.max_tokens;
     let response = tokio::time::timeout_at(
         deadlines.first_token,
         provider.stream(request, deadlines.timeouts()),
@@ -313,7 +324,7 @@ async fn consume(
                 got_text = true;
                 beacon.delta();
                 seen.text.push_str(&delta);
-                if let Some(shown) = seam.push(delta) {
+                if let Some(shown) = seam.push(&delta).map_err(Failure::Unjoinable)? {
                     progress(Progress::Delta(shown));
                 }
                 progress(Progress::Received {
@@ -325,10 +336,11 @@ async fn consume(
                 beacon.skipped += 1;
             }
             Some(Ok(StreamEvent::End(finish))) => {
-                if let Some(held) = seam.finish() {
+                let usage = finished(finish, seen, asked)?;
+                if let Some(held) = seam.finish().map_err(Failure::Unjoinable)? {
                     progress(Progress::Delta(held));
                 }
-                return finished(finish, seen);
+                return Ok(usage);
             }
             Some(Err(e)) => return Err(Failure::from_provider(e)),
             None => {
@@ -345,17 +357,32 @@ async fn consume(
     }
 }
 
-/// Classifies a stream that reached its terminal event.
-fn finished(finish: crate::providers::Finish, seen: &mut Seen) -> Result<(String, Usage), Failure> {
-    let degraded = |d: Degradation, why: &str, class: Option<ErrorClass>| {
-        Err(Failure::failed(why.into(), Outcome::Degraded(d), class))
+/// Classifies a stream that reached its terminal event; `asked` is the
+/// output limit the request set.
+fn finished(finish: crate::providers::Finish, seen: &Seen, asked: u32) -> Result<Usage, Failure> {
+    let degraded = |d: Degradation, why: String, class: Option<ErrorClass>| {
+        Failed::new(why, Outcome::Degraded(d), class)
     };
     match finish.reason {
-        FinishReason::MaxTokens => degraded(
-            Degradation::Truncated,
-            "answer truncated at max_tokens",
-            None,
-        ),
+        FinishReason::MaxTokens => {
+            // Providers that report no usage: about four characters a token.
+            let written = match finish.usage.output_tokens {
+                0 => seen.text.len().div_ceil(4) as u64,
+                n => n,
+            };
+            let cut_short = written < u64::from(asked);
+            let why = if cut_short {
+                format!(
+                    "answer cut short: stopped for length after {written} of the {asked} tokens asked"
+                )
+            } else {
+                "answer truncated at max_tokens".to_owned()
+            };
+            Err(Failure::Failed(Failed {
+                cut_short,
+                ..degraded(Degradation::Truncated, why, None)
+            }))
+        }
         FinishReason::Refusal => {
             let said: String = seen.text.trim().chars().take(200).collect();
             let why = if said.is_empty() {
@@ -363,14 +390,18 @@ fn finished(finish: crate::providers::Finish, seen: &mut Seen) -> Result<(String
             } else {
                 format!("the model refused (finish reason: refusal / content_filter): {said}")
             };
-            degraded(
+            Err(Failure::Failed(degraded(
                 Degradation::Refused,
-                &why,
+                why,
                 Some(ErrorClass::Fatal(Fatal::Refusal)),
-            )
+            )))
         }
-        _ if seen.text.trim().is_empty() => degraded(Degradation::Empty, "empty answer", None),
-        _ => Ok((std::mem::take(&mut seen.text), finish.usage)),
+        _ if seen.text.trim().is_empty() => Err(Failure::Failed(degraded(
+            Degradation::Empty,
+            "empty answer".into(),
+            None,
+        ))),
+        _ => Ok(finish.usage),
     }
 }
 

@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::Router;
 use super::attempt::{self, Beaconed, Deadlines, Failure};
-use super::seam::Seam;
+use super::seam::{Form, Seam};
 use crate::entry::{EntryKey, LOCAL, ModelRef};
 use crate::providers::{ChatMessage, ChatRequest, Role};
 use crate::resilience::breaker::Phase;
@@ -185,10 +185,11 @@ impl Router {
             .await
             .map_err(|starved| starved.to_string())?;
         let mut beacon = Beaconed::new(self.beacons.clone(), entry.clone(), &deadlines);
+        let mut seam = Seam::new(Form::Fresh, "", "");
         let (result, rate_limits) = attempt::call(
             provider.as_ref(),
             request,
-            (deadlines, Seam::new("", false, "")),
+            (deadlines, &mut seam),
             &mut beacon,
             &CancellationToken::new(),
             (None, &|_| {}),
@@ -198,7 +199,7 @@ impl Router {
         let governor = &self.resilience.governor;
         governor.observe(&reservation, &rate_limits).await;
         governor
-            .settle(reservation, result.as_ref().ok().map(|(_, usage)| *usage))
+            .settle(reservation, result.as_ref().ok().copied())
             .await;
         // A canary must be as fast as the ceiling an entry was judged slow
         // for (an autocomplete's is far shorter than an explanation's).
@@ -209,8 +210,9 @@ impl Router {
             .and_then(|v| v.ceiling_ms)
             .map_or(profile.first_token_ceiling(), Duration::from_millis)
             .min(profile.first_token_ceiling());
+        let text = seam.joined();
         let verdict = match result {
-            Ok((text, _)) if !text.contains(TOKEN) => Err(format!("wrong answer: {text:.60}")),
+            Ok(_) if !text.contains(TOKEN) => Err(format!("wrong answer: {text:.60}")),
             Ok(_) if first_token.is_none_or(|t| t > ceiling) => Err(format!(
                 "first token after the {:.1} s ceiling",
                 ceiling.as_secs_f64()
@@ -219,6 +221,7 @@ impl Router {
             Err(Failure::Failed(failed)) => Err(failed.reason),
             Err(Failure::Cancelled) => Err("cancelled".into()),
             Err(Failure::OverBudget(e)) => Err(e.to_string()),
+            Err(Failure::Unjoinable(why)) => Err(why.0),
         };
         if verdict.is_ok() {
             // What it did before it recovered says nothing about it now; the

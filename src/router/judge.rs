@@ -20,7 +20,7 @@ const STRIKES: u32 = 2;
 
 /// What one attempt showed about its entry.
 pub(super) struct Seen<'a> {
-    pub result: &'a Result<(String, Usage), Failure>,
+    pub result: &'a Result<Usage, Failure>,
     /// When the first token came, if it did.
     pub first_token: Option<Duration>,
     /// How long the attempt ran.
@@ -85,9 +85,12 @@ impl Router {
                 format!("overloaded: {}", failed.reason),
             ));
         }
-        // A stream cut mid-answer is judged at once: the next request must not
-        // start on an entry that drops its connections.
-        if failed.kind == Some(FailureKind::StreamCut) && !failed.partial.is_empty() {
+        // An answer cut mid-stream, or cut short by a stop for length below
+        // the limit asked, is judged at once: the next request must not start
+        // on an entry that cuts its answers.
+        if (failed.kind == Some(FailureKind::StreamCut) && !failed.partial.is_empty())
+            || failed.cut_short
+        {
             return Some(Verdict::new(
                 VerdictKind::Degraded,
                 format!("degraded: an answer was cut: {}", failed.reason),

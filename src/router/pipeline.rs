@@ -28,7 +28,7 @@ use super::hedge::Racer;
 use super::judge::Seen;
 use super::plan::Candidate;
 use super::request::{OnProgress, Progress, TaskRequest};
-use super::seam::{self, Seam};
+use super::seam::Seam;
 use crate::entry::EntryKey;
 use crate::providers::{Provider, Usage};
 use crate::resilience::backoff::WaitBudget;
@@ -236,12 +236,12 @@ impl Router {
             // What the caller has beyond what the model is shown: the
             // whitespace the partial answer ends with.
             let shown = &run.partial[run.partial.trim_end().len()..];
-            let seam = Seam::new(&prompt.continues, prompt.restated, shown);
+            let mut seam = Seam::new(prompt.form, &prompt.continues, shown);
             let prefilled = prompt.prefilled();
             let (result, rate_limits) = attempt::call(
                 provider.as_ref(),
                 prompt.request,
-                (deadlines, seam),
+                (deadlines, &mut seam),
                 &mut beacon,
                 cancel,
                 (run.racer.as_ref(), progress),
@@ -261,15 +261,43 @@ impl Router {
                 .governor
                 .observe(&reservation, &rate_limits)
                 .await;
-            let usage = result.as_ref().ok().map(|(_, usage)| *usage);
-            resilience.governor.settle(reservation, usage).await;
+            resilience
+                .governor
+                .settle(reservation, result.as_ref().ok().copied())
+                .await;
             let failed = match result {
-                Ok((text, usage)) => {
+                Ok(usage) => {
                     resilience
                         .breakers
                         .record(&breaker_key, admission, true, "")
                         .await;
-                    return Ok((seam::join(&prompt.continues, &text, prompt.restated), usage));
+                    return Ok((seam.joined(), usage));
+                }
+                Err(Failure::Unjoinable(why)) => {
+                    resilience
+                        .breakers
+                        .record(&breaker_key, admission, true, "")
+                        .await;
+                    let reason = format!(
+                        "its continuation could not be joined to the answer so far: {}",
+                        why.0
+                    );
+                    if request.streamed {
+                        // The caller has the answer so far: no other text can replace it.
+                        return Err(Failure::failed(
+                            join_reasons(last_error, reason),
+                            Outcome::Ok,
+                            None,
+                        ));
+                    }
+                    // The caller has seen nothing: a whole answer from this entry alone.
+                    tracing::info!(
+                        "{}: {reason}; asking it for a whole answer instead",
+                        candidate.entry
+                    );
+                    run.partial.clear();
+                    last_error = Some(reason);
+                    continue;
                 }
                 Err(Failure::Failed(failed)) => failed,
                 Err(other) => return Err(other),
@@ -293,8 +321,9 @@ impl Router {
                 );
                 continue;
             }
-            if failed.partial.len() > run.partial.len() {
-                run.partial = seam::join(&prompt.continues, &failed.partial, prompt.restated);
+            let joined = seam.joined();
+            if joined.len() > run.partial.len() {
+                run.partial = joined;
             }
             let delay = self
                 .retry_delay(&key, failed.clone(), retry, was_probe, run)

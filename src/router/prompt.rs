@@ -11,15 +11,15 @@ use crate::task::TaskProfile;
 
 use super::Router;
 use super::request::TaskRequest;
+use super::seam::Form;
 
 /// A request ready to send, and the answer so far it continues.
 pub(super) struct Prompt {
     pub request: ChatRequest,
     /// The text the answer continues (empty for a fresh answer).
     pub continues: String,
-    /// The model was shown `continues` as its earlier turn rather than a
-    /// prefill, so it may repeat its end (see `seam`).
-    pub restated: bool,
+    /// How the model was asked to go on with `continues` (see `seam`).
+    pub form: Form,
     /// Secrets replaced by placeholders before it left.
     pub redactions: usize,
 }
@@ -27,7 +27,7 @@ pub(super) struct Prompt {
 impl Prompt {
     /// The answer so far went out as an assistant prefill.
     pub fn prefilled(&self) -> bool {
-        !self.continues.is_empty() && !self.restated
+        self.form == Form::Prefill
     }
 
     /// Bytes of text the provider is sent.
@@ -90,14 +90,18 @@ impl Router {
         };
         // Providers reject a prefill that ends in whitespace.
         let continues = partial.trim_end().to_owned();
-        let restated = !continues.is_empty() && !supports_prefill;
+        let form = match (continues.is_empty(), supports_prefill) {
+            (true, _) => Form::Fresh,
+            (false, true) => Form::Prefill,
+            (false, false) => Form::Restated,
+        };
         if !continues.is_empty() {
             messages.push(ChatMessage {
                 role: Role::Assistant,
                 content: continues.clone(),
             });
         }
-        if restated {
+        if form == Form::Restated {
             messages.push(ChatMessage {
                 role: Role::User,
                 content: crate::prompts::CONTINUE_INSTRUCTION.into(),
@@ -124,7 +128,7 @@ impl Router {
                 temperature: Some(0.2),
             },
             continues,
-            restated,
+            form,
             redactions,
         })
     }

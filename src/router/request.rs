@@ -30,6 +30,10 @@ pub struct TaskRequest {
     /// A path rule keeps this task's text on the machine: only the local
     /// model may serve it. The rule as the user should read it.
     pub local_only_rule: Option<String>,
+    /// The caller is shown the text as it streams, so text already shown
+    /// cannot be taken back: a continuation that cannot be joined to it ends
+    /// the task instead of being replaced by a whole answer.
+    pub streamed: bool,
 }
 
 /// Who asked for a task: the front end, and the document (or gateway caller).
@@ -52,6 +56,7 @@ impl TaskRequest {
             origin: Origin::default(),
             redact: true,
             local_only_rule: None,
+            streamed: false,
         }
     }
 

@@ -323,6 +323,7 @@ impl Router {
                 }
                 Err(Failure::Cancelled) => return Err(Walked::Stop(RouteError::Cancelled)),
                 Err(Failure::OverBudget(e)) => pass.note(served, format!("skipped: {e}"), false),
+                Err(Failure::Unjoinable(why)) => pass.note(served, why.0, true),
                 Err(Failure::Failed(failed)) => {
                     tracing::warn!(
                         task = kind.as_str(),

@@ -34,12 +34,13 @@ mod continuing;
 mod openai;
 mod reply;
 
+pub use continuing::Manner;
 pub use switchyard::prompts::CONTINUE_INSTRUCTION;
 
 /// The answer a continuing model gives this request, in four deltas.
-fn continuation(full: &str, body: &Value) -> Behaviour {
+fn continuation(full: &str, manner: &Manner, body: &Value) -> Behaviour {
     Behaviour::Ok {
-        text: continuing::answer(full, body),
+        text: continuing::answer(full, manner, body),
         chunks: 4,
         delay: Duration::ZERO,
     }
@@ -86,6 +87,9 @@ pub enum Behaviour {
     /// Sends every delta and the finish reason, then ends the body cleanly
     /// without the terminal event (`message_stop` / `data: [DONE]`).
     MissingTerminal { text: String },
+    /// Sends `after_chunks` of four deltas of `text`, then ends the body
+    /// cleanly: no finish reason, no terminal event (a proxy that gave up).
+    EndsEarly { text: String, after_chunks: usize },
     /// 429: Anthropic `rate_limit_error`, OpenAI `rate_limit_exceeded`, with
     /// `retry-after: <seconds>` when set.
     RateLimited { retry_after: Option<u64> },
@@ -121,17 +125,15 @@ pub enum Behaviour {
         limits: FakeRateLimits,
         then: Box<Behaviour>,
     },
-    /// A model that goes on with a cut answer, `full` being the whole of it,
-    /// streamed in four deltas. A request whose last message is an assistant
-    /// prefill that begins `full` gets the rest of `full`; one whose last
-    /// message is [`CONTINUE_INSTRUCTION`] after an assistant turn that begins
-    /// `full` gets the rest restated from the last two words of that turn (as
-    /// models without a prefill do); any other request gets all of `full` (a
-    /// prefill or turn that is not part of `full` makes it start over).
-    Continues { full: String },
+    /// A model asked to go on with a cut answer, `full` being the whole of
+    /// it, streamed in four deltas. A request that continues part of `full`
+    /// (an assistant prefill that begins it, or [`CONTINUE_INSTRUCTION`]
+    /// after an assistant turn that begins it) gets what `manner` says; any
+    /// other request gets all of `full`.
+    Continues { full: String, manner: Manner },
     /// Like [`Behaviour::Continues`], except that a request ending with an
     /// assistant message (a prefill) gets [`Behaviour::PrefillRejected`].
-    RejectsPrefill { full: String },
+    RejectsPrefill { full: String, manner: Manner },
     /// 400 `invalid_request_error` "This model does not support assistant
     /// message prefill…" (Anthropic's error body; OpenAI's for that wire).
     PrefillRejected,
@@ -194,17 +196,29 @@ impl Behaviour {
         }
     }
 
-    /// A continuing model (see [`Behaviour::Continues`]).
+    /// A continuing model that goes on as asked (see [`Behaviour::Continues`]).
     pub fn continues(full: &str) -> Self {
+        Behaviour::continuing(full, Manner::GoesOn)
+    }
+
+    /// A model asked to continue that does so in `manner`.
+    pub fn continuing(full: &str, manner: Manner) -> Self {
         Behaviour::Continues {
             full: full.to_owned(),
+            manner,
         }
     }
 
     /// A continuing model that refuses prefills (see [`Behaviour::RejectsPrefill`]).
     pub fn rejects_prefill(full: &str) -> Self {
+        Behaviour::rejecting_prefill(full, Manner::GoesOn)
+    }
+
+    /// A model that refuses prefills and continues in `manner`.
+    pub fn rejecting_prefill(full: &str, manner: Manner) -> Self {
         Behaviour::RejectsPrefill {
             full: full.to_owned(),
+            manner,
         }
     }
 
@@ -212,11 +226,13 @@ impl Behaviour {
     /// read the conversation; everything else does what it says.
     fn for_request(self, body: &Value) -> Self {
         match self {
-            Behaviour::Continues { full } => continuation(&full, body),
-            Behaviour::RejectsPrefill { full } => match continuing::ends_with_assistant(body) {
-                true => Behaviour::PrefillRejected,
-                false => continuation(&full, body),
-            },
+            Behaviour::Continues { full, manner } => continuation(&full, &manner, body),
+            Behaviour::RejectsPrefill { full, manner } => {
+                match continuing::ends_with_assistant(body) {
+                    true => Behaviour::PrefillRejected,
+                    false => continuation(&full, &manner, body),
+                }
+            }
             Behaviour::LatencyBeforeHeaders { delay, then } => Behaviour::LatencyBeforeHeaders {
                 delay,
                 then: Box::new(then.for_request(body)),

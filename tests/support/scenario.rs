@@ -17,7 +17,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::Instant;
 
 pub use super::actions::{DOC, URI};
-use super::fake_provider::FakeProvider;
+use super::fake_provider::{Behaviour, FakeProvider, Manner};
 use super::gateway::GatewayProcess;
 use super::lsp_client::{LspClient, ServerOptions};
 
@@ -275,6 +275,48 @@ impl Wire {
             Wire::OpenAi => "openai",
         }
     }
+
+    /// The other wire format.
+    pub fn other(self) -> Wire {
+        match self {
+            Wire::Anthropic => Wire::OpenAi,
+            Wire::OpenAi => Wire::Anthropic,
+        }
+    }
+}
+
+/// The entry that takes over a cut answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fallback {
+    /// Anthropic kind: takes the partial answer as a prefill.
+    Prefill,
+    /// OpenAI kind: no prefill; the partial as its turn, then the instruction.
+    NoPrefill,
+    /// Anthropic kind, but the model answers a prefill with a 400.
+    RejectsPrefill,
+}
+
+impl Fallback {
+    pub const ALL: [Fallback; 3] = [
+        Fallback::Prefill,
+        Fallback::NoPrefill,
+        Fallback::RejectsPrefill,
+    ];
+
+    pub fn wire(self) -> Wire {
+        match self {
+            Fallback::Prefill | Fallback::RejectsPrefill => Wire::Anthropic,
+            Fallback::NoPrefill => Wire::OpenAi,
+        }
+    }
+
+    /// A model of this kind whose whole answer is `full`, continuing in `manner`.
+    pub fn behaviour(self, full: &str, manner: Manner) -> Behaviour {
+        match self {
+            Fallback::RejectsPrefill => Behaviour::rejecting_prefill(full, manner),
+            _ => Behaviour::continuing(full, manner),
+        }
+    }
 }
 
 /// What a scenario changes from the common setup.
@@ -296,6 +338,23 @@ impl Default for Setup {
     }
 }
 
+impl Setup {
+    /// Refactors served by the medium tier (the fakes' two entries) with the
+    /// explain task's ceilings, no hedge, and no waiting to retry.
+    pub fn refactor_on_medium(self, profile: &Profile) -> Setup {
+        let mut extra = json!({"tasks": {"refactor": {
+            "tier": "medium",
+            "first_token_ms": Profile::ms(profile.first_token),
+            "total_ms": Profile::ms(profile.total),
+            "idle_ms": Profile::ms(profile.idle),
+            "wait_ms": 0,
+            "hedge": false
+        }}});
+        merge(&mut extra, self.extra);
+        Setup { extra, ..self }
+    }
+}
+
 pub fn merge(base: &mut Value, extra: Value) {
     match (base, extra) {
         (Value::Object(base), Value::Object(extra)) => {
@@ -308,12 +367,15 @@ pub fn merge(base: &mut Value, extra: Value) {
 }
 
 /// The ways in: the gateway answering whole, the gateway streaming, the
-/// language server's explain command.
+/// language server's explain command, and its refactor command (not in
+/// [`Front::ALL`]: its answer must be code, and it runs on the medium tier
+/// only where a scenario says so, see [`Setup::refactor_on_medium`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Front {
     Gateway,
     GatewayStream,
     Lsp,
+    LspRefactor,
 }
 
 impl Front {
@@ -408,7 +470,7 @@ impl Rig {
             Front::Gateway | Front::GatewayStream => {
                 Driver::Gateway(Box::new(start_gateway(&config, profile).await))
             }
-            Front::Lsp => Driver::Lsp(Box::new(start_lsp(config).await)),
+            Front::Lsp | Front::LspRefactor => Driver::Lsp(Box::new(start_lsp(config).await)),
         };
         Rig { front, driver }
     }
@@ -419,6 +481,7 @@ impl Rig {
         let result = match (&mut self.driver, self.front) {
             (Driver::Gateway(gateway), Front::GatewayStream) => gateway.ask(true).await,
             (Driver::Gateway(gateway), _) => gateway.ask(false).await,
+            (Driver::Lsp(client), Front::LspRefactor) => lsp_refactor(client).await,
             (Driver::Lsp(client), _) => lsp_explain(client).await,
         };
         let reply = Reply {
@@ -665,6 +728,72 @@ fn explain_result(response: Value) -> Result<Served, Failed> {
             streamed: String::new(),
         }),
     }
+}
+
+/// A refactor of the whole function; the text served is the document as the
+/// applied edit left it.
+async fn lsp_refactor(client: &mut LspClient) -> Result<Served, Failed> {
+    let arguments = json!([URI, super::actions::whole_function(), "Simplify this code."]);
+    let response = client
+        .request(
+            "workspace/executeCommand",
+            json!({"command": "switchyard.refactor", "arguments": arguments}),
+        )
+        .await;
+    let result = &response["result"];
+    let Some(provider) = result["provider"].as_str() else {
+        return Err(Failed {
+            message: response["error"]["message"]
+                .as_str()
+                .unwrap_or_else(|| panic!("neither a refactor nor an error: {response}"))
+                .into(),
+            code: None,
+            status: None,
+            streamed: String::new(),
+        });
+    };
+    let edit = client
+        .seen
+        .iter()
+        .rev()
+        .find(|m| m["method"] == "workspace/applyEdit")
+        .unwrap_or_else(|| panic!("a refactor that was not applied: {response}"));
+    let edits = &edit["params"]["edit"]["documentChanges"][0]["edits"];
+    Ok(Served {
+        model: format!(
+            "{provider}/{}",
+            result["model"].as_str().unwrap_or_default()
+        ),
+        text: apply_edits(DOC, edits.as_array().expect("text edits")),
+        usage: None,
+        chunk_models: Vec::new(),
+    })
+}
+
+/// `doc` after LSP text edits (ranges in lines and characters, ASCII text).
+pub fn apply_edits(doc: &str, edits: &[Value]) -> String {
+    let offset = |position: &Value| {
+        let line = position["line"].as_u64().unwrap() as usize;
+        let character = position["character"].as_u64().unwrap() as usize;
+        let start: usize = doc.split_inclusive('\n').take(line).map(str::len).sum();
+        start + character
+    };
+    let mut spans: Vec<(usize, usize, &str)> = edits
+        .iter()
+        .map(|e| {
+            (
+                offset(&e["range"]["start"]),
+                offset(&e["range"]["end"]),
+                e["newText"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    spans.sort_by_key(|(start, ..)| std::cmp::Reverse(*start));
+    let mut text = doc.to_owned();
+    for (start, end, new) in spans {
+        text.replace_range(start..end, new);
+    }
+    text
 }
 
 async fn lsp_explain(client: &mut LspClient) -> Result<Served, Failed> {

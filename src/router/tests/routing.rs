@@ -72,7 +72,7 @@ async fn when_nothing_is_healthy_the_error_lists_what_was_tried() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("a/x (large): HTTP 503"), "{err}");
-    assert!(err.contains("b/y (medium): answer truncated"), "{err}");
+    assert!(err.contains("b/y (medium): answer cut short"), "{err}");
 }
 
 #[tokio::test(start_paused = true)]
@@ -350,21 +350,56 @@ async fn a_cut_answer_is_continued_by_a_prefill_provider() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_fallback_without_prefill_continues_the_answer_from_a_restatement() {
+async fn a_continuation_that_cannot_be_joined_gives_way_to_a_whole_answer_from_its_entry() {
     let primary = Scripted::new("primary", vec![], Behaviour::Cut("fn renamed("));
+    // Answers the same whatever it is asked: no sign of where it goes on.
     let fallback = Scripted::new("fallback", vec![], ok());
     let router = router(
         chains(&[], &["primary/m", "fallback/m"]),
         &[&primary, &fallback],
     );
     let answer = run(&router, explain()).await.unwrap();
-    assert_eq!(answer.text, "fn renamed(answer from fallback");
-    // The cut answer as the model's own turn, then the instruction to go on.
+    assert_eq!(answer.text, "answer from fallback", "never the two joined");
+    // The cut answer as the model's own turn, then the instruction to go on;
+    // then the question alone.
     let seen = fallback.seen.lock().unwrap();
-    let roles: Vec<Role> = seen[0].1.iter().map(|m| m.role).collect();
-    assert_eq!(roles, [Role::User, Role::Assistant, Role::User]);
+    let roles: Vec<Vec<Role>> = seen
+        .iter()
+        .map(|(_, m)| m.iter().map(|m| m.role).collect())
+        .collect();
+    assert_eq!(
+        roles,
+        [
+            vec![Role::User, Role::Assistant, Role::User],
+            vec![Role::User]
+        ]
+    );
     assert_eq!(seen[0].1[1].content, "fn renamed(");
     assert_eq!(seen[0].1[2].content, crate::prompts::CONTINUE_INSTRUCTION);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_streamed_task_whose_continuation_cannot_be_joined_ends_with_the_cause() {
+    let primary = Scripted::new("primary", vec![], Behaviour::Cut("fn renamed("));
+    let fallback = Scripted::new("fallback", vec![], ok());
+    let router = router(
+        chains(&[], &["primary/m", "fallback/m"]),
+        &[&primary, &fallback],
+    );
+    let request = TaskRequest {
+        streamed: true,
+        ..explain()
+    };
+    let err = run(&router, request).await.unwrap_err().to_string();
+    assert!(
+        err.contains("primary/m (medium): the stream was cut"),
+        "{err}"
+    );
+    assert!(
+        err.contains("fallback/m (medium): its continuation could not be joined"),
+        "{err}"
+    );
+    assert_eq!(fallback.calls(), 1, "text already shown cannot be replaced");
 }
 
 #[tokio::test(start_paused = true)]

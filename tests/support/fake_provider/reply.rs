@@ -76,6 +76,9 @@ pub(super) enum Ending {
     Terminal,
     CleanEofWithoutTerminal,
     CutAfter(usize),
+    /// The body ends cleanly after this many deltas: no finish reason, no
+    /// terminal event.
+    EndsAfter(usize),
     /// This many events of garbage in a row after that many deltas.
     MalformedAfter {
         at: usize,
@@ -151,6 +154,10 @@ pub(super) fn plan(behaviour: Behaviour) -> Reply {
             ending: Ending::CleanEofWithoutTerminal,
             ..answer(&text, 3)
         }),
+        Behaviour::EndsEarly { text, after_chunks } => stream(Answer {
+            ending: Ending::EndsAfter(after_chunks),
+            ..answer(&text, 4)
+        }),
         Behaviour::InBandError { text, after_chunks } => stream(Answer {
             ending: Ending::InBandAfter(after_chunks),
             ..answer(&text, 4)
@@ -172,7 +179,7 @@ pub(super) fn plan(behaviour: Behaviour) -> Reply {
         Behaviour::Unauthorized => error(Failure::Unauthorized),
         Behaviour::PrefillRejected => error(Failure::PrefillRejected),
         // Read against their request before they get here (`for_request`).
-        Behaviour::Continues { full } | Behaviour::RejectsPrefill { full } => {
+        Behaviour::Continues { full, .. } | Behaviour::RejectsPrefill { full, .. } => {
             stream(answer(&full, 4))
         }
         Behaviour::ResetBeforeHeaders => reply(ReplyBody::Reset),
@@ -369,6 +376,10 @@ where
             }
             Ending::InBandAfter(n) if n == index => {
                 chunk(socket, &(events.in_band)(index)).await?;
+                end_body(socket).await?;
+                return Ok(false);
+            }
+            Ending::EndsAfter(n) if n == index => {
                 end_body(socket).await?;
                 return Ok(false);
             }
