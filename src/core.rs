@@ -48,6 +48,17 @@ impl Lasting {
     }
 }
 
+/// Why `set_local_only` did not do all it was asked.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum LocalOnlyError {
+    /// Nothing changed: the configuration failed closed.
+    #[error("{0}")]
+    FailedClosed(String),
+    /// The mode changed for this session only.
+    #[error("{0}")]
+    NotSaved(String),
+}
+
 pub struct Core {
     local: EngineSlot,
     /// Where `set_local_only` persists the mode.
@@ -128,16 +139,24 @@ impl Core {
     }
 
     /// Turns local-only mode on or off for every router, tells the status,
-    /// and persists it to the config file (if there is one).
-    pub fn set_local_only(&self, on: bool) -> Result<(), String> {
-        self.router().set_local_only(on);
+    /// and persists it to the config file (if there is one). Turning it off
+    /// is refused, changing nothing, while the configuration has failed
+    /// closed.
+    pub fn set_local_only(&self, on: bool) -> Result<(), LocalOnlyError> {
+        let router = self.router();
+        if let (false, Some(reason)) = (on, &router.config().fail_closed) {
+            return Err(LocalOnlyError::FailedClosed(format!(
+                "local-only mode stays on until the configuration can be read: {reason}"
+            )));
+        }
+        router.set_local_only(on);
         match &self.config_path {
             Some(path) => crate::config::persist_local_only(path, on).map_err(|e| {
-                format!(
+                LocalOnlyError::NotSaved(format!(
                     "local-only mode is {} for this session but could not be saved to {}: {e}",
                     if on { "on" } else { "off" },
                     path.display()
-                )
+                ))
             }),
             None => Ok(()),
         }

@@ -78,10 +78,7 @@ async fn complete(
     let rope = Rope::from_str(&text);
     let cursor = cursor_in(&rope, &path, line, col)?;
 
-    let (config, errors) = super::file_layers(config_file).resolve();
-    for e in &errors {
-        eprintln!("switchyard: {e}");
-    }
+    let (config, _) = super::file_config(config_file);
     let model = local_setup::resolve(&config).map_err(|e| e.to_string())?;
     let model_path = local_setup::ensure_present(&model, true, &TerminalProgress)
         .await

@@ -13,13 +13,7 @@ use switchyard::providers::local::LocalEngine;
 use switchyard::providers::local::chat::EngineSlot;
 
 pub async fn run(config_file: Option<PathBuf>, listen: SocketAddr, allow_remote: bool) -> ExitCode {
-    let (config, errors) = super::file_layers(config_file).resolve();
-    if !errors.is_empty() {
-        for e in errors {
-            eprintln!("switchyard: {e}");
-        }
-        return ExitCode::from(2);
-    }
+    let (config, _) = super::file_config(config_file);
     let local = EngineSlot::default();
     tokio::spawn(load_local(config.clone(), local.clone()));
     match gateway::run(

@@ -10,25 +10,39 @@ pub mod status;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use switchyard::config::{self, ConfigLayers};
+use switchyard::config::{self, Config, ConfigLayers};
 
-/// Reads the config file layer; a broken file is reported and skipped.
+/// Reads the config file layer; a file that cannot be read is kept as the
+/// error it is, which makes the configuration fail closed.
 pub fn file_layers(file: Option<PathBuf>) -> ConfigLayers {
     match file.map(|path| config::read_file(&path)) {
-        Some(Err(e)) => {
-            tracing::error!("{e}");
-            eprintln!("switchyard: {e}");
-            ConfigLayers {
-                file_error: Some(e),
-                ..Default::default()
-            }
-        }
+        Some(Err(e)) => ConfigLayers {
+            file_error: Some(e),
+            ..Default::default()
+        },
         Some(Ok(file)) => ConfigLayers {
             file,
             ..Default::default()
         },
         None => ConfigLayers::default(),
     }
+}
+
+/// The configuration in force from the config file, as every front end
+/// resolves it, and what could not be applied: that is said on stderr (and
+/// logged), and the rest applies; when it failed closed, that is said too.
+pub fn file_config(file: Option<PathBuf>) -> (Config, Vec<config::ConfigError>) {
+    let (config, problems) = file_layers(file).resolve();
+    for e in &problems {
+        tracing::warn!("{e}");
+        eprintln!("switchyard: {e}");
+    }
+    if let Some(reason) = &config.fail_closed {
+        eprintln!(
+            "switchyard: only the local model serves until the configuration can be read: {reason}"
+        );
+    }
+    (config, problems)
 }
 
 pub async fn serve(config_file: Option<PathBuf>) -> ExitCode {
@@ -40,35 +54,30 @@ pub async fn serve(config_file: Option<PathBuf>) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// `switchyard config check`: exit 0 and the effective config, or exit 2 and the errors.
+/// `switchyard config check`: the effective configuration, with what could
+/// not be applied on stderr; exit 2 when a value was rejected or the file
+/// cannot be read, 0 otherwise (ignored keys are warnings).
 pub fn check_config(file: Option<PathBuf>) -> ExitCode {
     let Some(path) = file else {
         eprintln!("no config file given and no platform config directory; nothing to check");
         return ExitCode::from(2);
     };
-    let layer = match config::read_file(&path) {
-        Ok(Some(layer)) => layer,
-        Ok(None) => {
-            eprintln!("{}: no such file", path.display());
-            return ExitCode::from(2);
-        }
-        Err(e) => {
-            eprintln!("{e}");
-            return ExitCode::from(2);
-        }
-    };
-    let (effective, errors) = ConfigLayers {
-        file: Some(layer),
-        ..Default::default()
-    }
-    .resolve();
-    if !errors.is_empty() {
-        for e in errors {
-            eprintln!("{e}");
-        }
+    if !path.exists() {
+        eprintln!("{}: no such file", path.display());
         return ExitCode::from(2);
     }
-    println!("# {} is valid; effective configuration:", path.display());
+    let (effective, problems) = file_config(Some(path.clone()));
+    if problems.iter().any(|p| !p.ignored) {
+        return ExitCode::from(2);
+    }
+    let warnings = match problems.len() {
+        0 => String::new(),
+        n => format!(" ({n} ignored key{})", if n == 1 { "" } else { "s" }),
+    };
+    println!(
+        "# {} is valid{warnings}; effective configuration:",
+        path.display()
+    );
     print!(
         "{}",
         toml::to_string_pretty(&effective).expect("config serializes")

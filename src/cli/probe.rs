@@ -62,22 +62,31 @@ pub async fn run(config_file: Option<PathBuf>, args: ProbeArgs) -> ExitCode {
     }
 }
 
-/// The configuration, strictly: unlike the server, a probe refuses a broken
-/// file instead of carrying on with defaults, so cron hears about it.
+/// The configuration, strictly: unlike the server, a probe refuses a file
+/// with a value it cannot apply (or that cannot be read) instead of carrying
+/// on, so cron hears about it. Ignored keys are said on stderr.
 fn load_config(file: Option<PathBuf>) -> Result<Config, Unprobeable> {
     let layer = match file {
         Some(path) => config::read_file(&path).map_err(|e| Unprobeable(e.to_string()))?,
         None => None,
     };
-    let (config, errors) = ConfigLayers {
+    let (config, problems) = ConfigLayers {
         file: layer,
         ..Default::default()
     }
     .resolve();
-    match errors.is_empty() {
+    let (ignored, rejected): (Vec<_>, Vec<_>) = problems.iter().partition(|p| p.ignored);
+    for warning in ignored {
+        eprintln!("switchyard: {warning}");
+    }
+    if let (true, Some(reason)) = (rejected.is_empty(), &config.fail_closed) {
+        // Nothing may leave the machine until the configuration can be read.
+        return Err(Unprobeable(reason.clone()));
+    }
+    match rejected.is_empty() {
         true => Ok(config),
         false => Err(Unprobeable(
-            errors
+            rejected
                 .iter()
                 .map(ToString::to_string)
                 .collect::<Vec<_>>()

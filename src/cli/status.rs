@@ -12,13 +12,7 @@ use switchyard::router::runbook::Runbook;
 use switchyard::router::status::ParkedStatus;
 
 pub async fn run(config_file: Option<PathBuf>, json: bool) -> ExitCode {
-    let (config, errors) = super::file_layers(config_file).resolve();
-    if !errors.is_empty() {
-        for e in errors {
-            eprintln!("{e}");
-        }
-        return ExitCode::from(2);
-    }
+    let (config, _) = super::file_config(config_file);
     let core = Core::open(&config, EngineSlot::default(), None);
     let parked = ParkingLot::open(switchyard::paths::state_dir().join("parked"))
         .map(|lot| lot.list())
@@ -46,8 +40,14 @@ fn human(runbook: &Runbook) -> String {
         "switchyard status (shared state: {})\n",
         runbook.shared_state
     );
-    if runbook.status.local_only {
-        out += "local-only mode is on: only the local model serves\n";
+    match (&runbook.status.local_only_reason, runbook.status.local_only) {
+        (Some(reason), _) => {
+            out += &format!(
+                "only the local model serves until the configuration can be read: {reason}\n"
+            )
+        }
+        (None, true) => out += "local-only mode is on: only the local model serves\n",
+        (None, false) => {}
     }
     for task in &runbook.routes {
         out += &format!(

@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 use super::{Config, ResilienceConfig};
+
 use crate::entry::ModelRef;
 use crate::task::{TaskProfile, Tier};
 
@@ -28,12 +29,67 @@ impl std::fmt::Display for ConfigOrigin {
     }
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("invalid configuration in {origin}: `{key}`: {reason}")]
+/// A key of a layer that could not be applied, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ConfigError {
     pub origin: ConfigOrigin,
     pub key: String,
     pub reason: String,
+    /// An unknown or removed key, left out while the rest of its layer
+    /// applies; otherwise a value that was rejected.
+    pub ignored: bool,
+    /// The key an unknown one was probably meant to be (`section.key`).
+    pub meant: Option<String>,
+}
+
+impl std::error::Error for ConfigError {}
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let ConfigError {
+            origin,
+            key,
+            reason,
+            ..
+        } = self;
+        match self.ignored {
+            true => write!(f, "ignoring `{key}` in {origin}: {reason}"),
+            false => write!(f, "invalid configuration in {origin}: `{key}`: {reason}"),
+        }
+    }
+}
+
+impl ConfigError {
+    /// A value (or a file) that could not be applied.
+    pub fn invalid(
+        origin: ConfigOrigin,
+        key: impl Into<String>,
+        reason: impl Into<String>,
+    ) -> ConfigError {
+        ConfigError {
+            origin,
+            key: key.into(),
+            reason: reason.into(),
+            ignored: false,
+            meant: None,
+        }
+    }
+
+    /// An unknown or removed key, left out.
+    pub fn ignored(
+        origin: ConfigOrigin,
+        key: String,
+        reason: String,
+        meant: Option<String>,
+    ) -> ConfigError {
+        ConfigError {
+            origin,
+            key,
+            reason,
+            ignored: true,
+            meant,
+        }
+    }
 }
 
 /// The configuration layers as received; [`ConfigLayers::resolve`] merges them.
@@ -45,46 +101,6 @@ pub struct ConfigLayers {
     pub file_error: Option<ConfigError>,
     pub initialization_options: Option<Value>,
     pub workspace: Option<Value>,
-}
-
-impl ConfigLayers {
-    /// Merges the layers in order. A layer that fails validation is reported and
-    /// skipped, so the result is always usable: the last good config plus the errors.
-    pub fn resolve(&self) -> (Config, Vec<ConfigError>) {
-        let mut merged = serde_json::to_value(Config::default()).expect("defaults serialize");
-        let mut config = Config::default();
-        let mut errors: Vec<ConfigError> = self.file_error.iter().cloned().collect();
-        let layers = [
-            self.file
-                .as_ref()
-                .map(|(path, v)| (ConfigOrigin::File(path.clone()), v)),
-            self.initialization_options
-                .as_ref()
-                .map(|v| (ConfigOrigin::InitializationOptions, v)),
-            self.workspace
-                .as_ref()
-                .map(|v| (ConfigOrigin::WorkspaceConfiguration, v)),
-        ];
-        for (origin, layer) in layers.into_iter().flatten() {
-            if layer.is_null() {
-                continue;
-            }
-            let mut candidate = merged.clone();
-            merge(&mut candidate, &editor_spelling(layer));
-            match parse(&candidate).and_then(|c| c.validate().map(|()| c)) {
-                Ok(valid) => {
-                    merged = candidate;
-                    config = valid;
-                }
-                Err((key, reason)) => errors.push(ConfigError {
-                    origin,
-                    key,
-                    reason,
-                }),
-            }
-        }
-        (config, errors)
-    }
 }
 
 /// The config file's default location: `$SWITCHYARD_CONFIG`, else `config.toml` in the
@@ -103,25 +119,22 @@ pub fn read_file(path: &Path) -> Result<Option<(PathBuf, Value)>, ConfigError> {
         Ok(text) => text,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => {
-            return Err(ConfigError {
-                origin: ConfigOrigin::File(path.to_owned()),
-                key: "(file)".into(),
-                reason: format!("cannot read it: {e}"),
-            });
+            return Err(ConfigError::invalid(
+                ConfigOrigin::File(path.to_owned()),
+                "(file)",
+                format!("cannot read it: {e}"),
+            ));
         }
     };
-    let value: toml::Value = toml::from_str(&text).map_err(|e| ConfigError {
-        origin: ConfigOrigin::File(path.to_owned()),
-        key: e.span().map_or("(file)".into(), |span| {
+    let value: toml::Value = toml::from_str(&text).map_err(|e| {
+        let key = e.span().map_or("(file)".into(), |span| {
             let line = text[..span.start].matches('\n').count() + 1;
             format!("line {line}")
-        }),
-        reason: e.message().to_owned(),
+        });
+        ConfigError::invalid(ConfigOrigin::File(path.to_owned()), key, e.message())
     })?;
-    let json = serde_json::to_value(value).map_err(|e| ConfigError {
-        origin: ConfigOrigin::File(path.to_owned()),
-        key: "(file)".into(),
-        reason: e.to_string(),
+    let json = serde_json::to_value(value).map_err(|e| {
+        ConfigError::invalid(ConfigOrigin::File(path.to_owned()), "(file)", e.to_string())
     })?;
     Ok(Some((path.to_owned(), json)))
 }
@@ -149,7 +162,7 @@ pub fn persist_local_only(path: &Path, on: bool) -> std::io::Result<()> {
     std::fs::rename(&temp, path)
 }
 
-fn parse(value: &Value) -> Result<Config, (String, String)> {
+pub(super) fn parse(value: &Value) -> Result<Config, (String, String)> {
     serde_path_to_error::deserialize(value).map_err(|e| {
         let key = e.path().to_string();
         (key, e.into_inner().to_string())
@@ -158,7 +171,7 @@ fn parse(value: &Value) -> Result<Config, (String, String)> {
 
 /// Editors spell initialization options in camelCase (`statusNotifications`,
 /// as the LSP spec does); the config file uses snake_case. Accept both.
-fn editor_spelling(layer: &Value) -> Value {
+pub(super) fn editor_spelling(layer: &Value) -> Value {
     let mut layer = layer.clone();
     if let Value::Object(map) = &mut layer {
         for (camel, snake) in [
@@ -174,7 +187,7 @@ fn editor_spelling(layer: &Value) -> Value {
 }
 
 /// Deep-merges `overlay` into `base`: objects merge key by key, anything else replaces.
-fn merge(base: &mut Value, overlay: &Value) {
+pub(super) fn merge(base: &mut Value, overlay: &Value) {
     match (base, overlay) {
         (Value::Object(base), Value::Object(overlay)) => {
             for (key, value) in overlay {
@@ -186,7 +199,7 @@ fn merge(base: &mut Value, overlay: &Value) {
 }
 
 impl Config {
-    fn validate(&self) -> Result<(), (String, String)> {
+    pub(super) fn validate(&self) -> Result<(), (String, String)> {
         let providers = self.all_providers();
         let chains = [Tier::Large, Tier::Medium, Tier::Small]
             .into_iter()

@@ -5,6 +5,7 @@
 
 mod layers;
 pub mod local_first;
+mod resolve;
 #[cfg(test)]
 mod tests;
 
@@ -38,6 +39,12 @@ pub struct Config {
     pub resilience: ResilienceConfig,
     pub gateway: GatewayConfig,
     pub privacy: PrivacyConfig,
+    /// Settings that decide what leaves the machine could not be read (or
+    /// the file at all): only the local model serves, whatever `local_only`
+    /// says, until they can. Why, as the user should read it. Never read
+    /// from a layer: resolution sets it.
+    #[serde(skip)]
+    pub fail_closed: Option<String>,
 }
 
 /// `[privacy]`: what may leave the machine.

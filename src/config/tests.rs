@@ -55,7 +55,7 @@ fn unknown_and_mistyped_keys_name_the_key() {
     let (_, errors) = unknown.resolve();
     assert_eq!(errors[0].key, "autocomplete.budjet_ms");
     assert!(
-        errors[0].reason.contains("unknown field"),
+        errors[0].reason.contains("unknown key") && errors[0].ignored,
         "{}",
         errors[0].reason
     );

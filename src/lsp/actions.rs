@@ -18,6 +18,7 @@ use super::position;
 use super::server::Backend;
 use super::wire::{self, ExplainResult, LocalOnlyResult, RefactorDone, RefactorResult};
 use crate::context::chat::{PromptParts, code_block};
+use crate::core::LocalOnlyError;
 use crate::prompts::{EXPLAIN_INSTRUCTION, EXPLAIN_SYSTEM, PRESETS, REFACTOR_SYSTEM};
 use crate::router::{Origin, Progress, RouteError, TaskRequest};
 use crate::task::TaskKind;
@@ -142,8 +143,15 @@ impl Backend {
     }
 
     async fn set_local_only(&self, on: bool) -> Result<Value> {
-        if let Err(e) = self.core.set_local_only(on) {
-            tracing::warn!("{e}");
+        match self.core.set_local_only(on) {
+            Ok(()) => {}
+            Err(LocalOnlyError::NotSaved(e)) => tracing::warn!("{e}"),
+            Err(LocalOnlyError::FailedClosed(e)) => {
+                self.client
+                    .show_message(MessageType::WARNING, format!("switchyard: {e}"))
+                    .await;
+                return Err(invalid(e));
+            }
         }
         self.remember_local_only(on);
         Ok(wire::result(LocalOnlyResult { local_only: on }))

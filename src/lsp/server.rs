@@ -282,12 +282,14 @@ impl Backend {
             &previous.tasks,
             previous.local_only,
             &previous.resilience,
+            &previous.fail_closed,
         ) != (
             &config.providers,
             &config.tiers,
             &config.tasks,
             config.local_only,
             &config.resilience,
+            &config.fail_closed,
         ) {
             self.rebuild_router(&config);
         }
@@ -299,9 +301,24 @@ impl Backend {
 
     async fn report_config_errors(&self, errors: &[ConfigError]) {
         for e in errors {
-            tracing::error!("{e}");
-            let text = format!("switchyard: {e} (keeping the previous value)");
-            self.client.show_message(MessageType::ERROR, text).await;
+            let (kind, text) = match (e.ignored, e.decides_what_leaves()) {
+                (_, true) => (
+                    MessageType::ERROR,
+                    format!(
+                        "switchyard: {e} (only the local model serves until it can be applied)"
+                    ),
+                ),
+                (true, false) => (MessageType::WARNING, format!("switchyard: {e}")),
+                (false, false) => (
+                    MessageType::ERROR,
+                    format!("switchyard: {e} (keeping the previous value)"),
+                ),
+            };
+            match kind {
+                MessageType::WARNING => tracing::warn!("{e}"),
+                _ => tracing::error!("{e}"),
+            }
+            self.client.show_message(kind, text).await;
         }
     }
 

@@ -126,8 +126,10 @@ impl Router {
         router
     }
 
+    /// Only the local model serves: the mode is on, or the configuration
+    /// failed closed.
     pub fn local_only(&self) -> bool {
-        self.local_only.load(Ordering::Acquire)
+        self.local_only.load(Ordering::Acquire) || self.config.fail_closed.is_some()
     }
 
     pub fn set_local_only(&self, on: bool) {

@@ -62,6 +62,9 @@ pub struct StatusReport {
     pub downshifted_from: Option<Tier>,
     pub reason: Option<String>,
     pub local_only: bool,
+    /// Why only the local model serves when the mode was not asked for: the
+    /// settings that decide what leaves the machine could not be read.
+    pub local_only_reason: Option<String>,
     pub tasks: Vec<TaskStatus>,
     pub health: Vec<EntryHealth>,
     /// Every breaker any switchyard process sharing this state has recorded.
@@ -114,6 +117,7 @@ impl StatusReport {
         };
         self.tasks == other.tasks
             && self.local_only == other.local_only
+            && self.local_only_reason == other.local_only_reason
             && states(self) == states(other)
             && phases(self) == phases(other)
             && self.parked == other.parked
@@ -121,6 +125,14 @@ impl StatusReport {
 
     /// One line for `window/showMessage` describing what changed, if it is worth telling.
     pub fn change_message(&self, before: &StatusReport) -> Option<String> {
+        if let (Some(reason), true) = (
+            &self.local_only_reason,
+            self.local_only_reason != before.local_only_reason,
+        ) {
+            return Some(format!(
+                "switchyard: only the local model serves until the configuration can be read: {reason}"
+            ));
+        }
         if self.local_only != before.local_only {
             return Some(format!(
                 "switchyard: local-only mode {}",
@@ -238,6 +250,7 @@ pub(super) fn report(router: &Router) -> StatusReport {
         downshifted_from: latest.as_ref().and_then(|r| r.downshifted_from),
         reason: latest.and_then(|r| r.reason),
         local_only,
+        local_only_reason: router.config().fail_closed.clone(),
         tasks,
         health,
         breakers: shared.breakers,

@@ -107,6 +107,9 @@ pub struct Status {
     pub downshifted_from: Option<Tier>,
     pub reason: Option<String>,
     pub local_only: bool,
+    /// Why only the local model serves when the mode was not asked for.
+    #[serde(default)]
+    pub local_only_reason: Option<String>,
     pub tasks: Vec<TaskStatus>,
     pub health: Vec<EntryHealth>,
     #[serde(default)]
@@ -280,6 +283,7 @@ impl From<&core::StatusReport> for Status {
             downshifted_from: r.downshifted_from.map(Tier::from),
             reason: r.reason.clone(),
             local_only: r.local_only,
+            local_only_reason: r.local_only_reason.clone(),
             tasks: r
                 .tasks
                 .iter()

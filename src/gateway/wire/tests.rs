@@ -98,6 +98,7 @@ fn full_runbook() -> core_runbook::Runbook {
             downshifted_from: Some(CoreTier::Large),
             reason: Some("no healthy large entry".into()),
             local_only: false,
+            local_only_reason: None,
             tasks: vec![core::TaskStatus {
                 kind: CoreKind::Explain,
                 route: Some(core::Route {
@@ -164,6 +165,7 @@ fn status_response_wire_format_is_pinned() {
         "downshiftedFrom": "large",
         "reason": "no healthy large entry",
         "localOnly": false,
+        "localOnlyReason": null,
         "tasks": [{
             "kind": "explain",
             "provider": "anthropic",

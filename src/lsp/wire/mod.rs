@@ -73,6 +73,11 @@ pub struct StatusParams {
     /// Why the latest task downshifted.
     pub reason: Option<String>,
     pub local_only: bool,
+    /// Why only the local model serves when the mode was not asked for: the
+    /// configuration failed closed (settings that decide what leaves the
+    /// machine could not be read).
+    #[serde(default)]
+    pub local_only_reason: Option<String>,
     /// Explain and refactor, in that order.
     pub tasks: Vec<TaskStatus>,
     /// Each chain entry once, large tier first.
@@ -222,6 +227,7 @@ impl From<&core::StatusReport> for StatusParams {
             downshifted_from: r.downshifted_from.map(Tier::from),
             reason: r.reason.clone(),
             local_only: r.local_only,
+            local_only_reason: r.local_only_reason.clone(),
             tasks: r.tasks.iter().map(TaskStatus::from).collect(),
             health: r.health.iter().map(EntryHealth::from).collect(),
             breakers: r.breakers.iter().map(BreakerStatus::from).collect(),

@@ -16,6 +16,7 @@ fn full_report() -> core::StatusReport {
         downshifted_from: Some(CoreTier::Large),
         reason: Some("no healthy large entry".into()),
         local_only: true,
+        local_only_reason: Some("`privacy.local_only_paths`: invalid type".into()),
         tasks: vec![core::TaskStatus {
             kind: CoreKind::Refactor,
             route: Some(core::Route {
@@ -86,6 +87,7 @@ fn status_params_wire_format_is_pinned() {
         "downshiftedFrom": "large",
         "reason": "no healthy large entry",
         "localOnly": true,
+        "localOnlyReason": "`privacy.local_only_paths`: invalid type",
         "tasks": [{
             "kind": "refactor",
             "provider": "openai",
@@ -162,6 +164,7 @@ fn empty_status_has_nulls_and_bare_tasks() {
         "downshiftedFrom": null,
         "reason": null,
         "localOnly": false,
+        "localOnlyReason": null,
         "tasks": [{"kind": "explain"}],
         "health": [],
         "breakers": [],
