@@ -12,14 +12,18 @@ use std::process::ExitCode;
 
 use switchyard::config::{self, Config, ConfigLayers};
 
-/// Reads the config file layer; a file that cannot be read is kept as the
-/// error it is, which makes the configuration fail closed.
+/// Reads the config file layer; a file that cannot be read is said on
+/// stderr (an editor's server log) and kept as the error it is, which makes
+/// the configuration fail closed.
 pub fn file_layers(file: Option<PathBuf>) -> ConfigLayers {
     match file.map(|path| config::read_file(&path)) {
-        Some(Err(e)) => ConfigLayers {
-            file_error: Some(e),
-            ..Default::default()
-        },
+        Some(Err(e)) => {
+            eprintln!("switchyard: {e}");
+            ConfigLayers {
+                file_error: Some(e),
+                ..Default::default()
+            }
+        }
         Some(Ok(file)) => ConfigLayers {
             file,
             ..Default::default()
@@ -32,8 +36,13 @@ pub fn file_layers(file: Option<PathBuf>) -> ConfigLayers {
 /// resolves it, and what could not be applied: that is said on stderr (and
 /// logged), and the rest applies; when it failed closed, that is said too.
 pub fn file_config(file: Option<PathBuf>) -> (Config, Vec<config::ConfigError>) {
-    let (config, problems) = file_layers(file).resolve();
-    for e in &problems {
+    let layers = file_layers(file);
+    let (config, problems) = layers.resolve();
+    // The file's own error was said as it was read.
+    for e in problems
+        .iter()
+        .filter(|e| Some(*e) != layers.file_error.as_ref())
+    {
         tracing::warn!("{e}");
         eprintln!("switchyard: {e}");
     }

@@ -1,6 +1,8 @@
 -- Broken configuration never stops the server: a malformed config file is
 -- reported on the server's stderr (Neovim's LSP log), an invalid setting is
--- shown as an error naming its key, and commands keep working.
+-- shown as an error naming its key, and commands keep working. A file that
+-- cannot be read fails closed: only the local model serves, and the status
+-- says why.
 
 local H = dofile(vim.fn.fnamemodify(debug.getinfo(1, 'S').source:sub(2), ':p:h') .. '/harness.lua')
 
@@ -24,5 +26,6 @@ H.wait_for('the config file error in the LSP log', [[
 ]], 30000, config)
 
 H.lua('vim.cmd("SwitchyardStatus")')
-H.note_containing('Local-only mode: off')
+H.note_containing('Only the local model serves until the configuration can be read: ')
+H.note_containing('config.toml')
 H.finish()

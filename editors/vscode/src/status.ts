@@ -40,6 +40,8 @@ export interface StatusReport {
   outbound?: OutboundTotal[];
   /** A rule keeping this workspace on the local model while the global mode is off. */
   localOnlyRule?: string | null;
+  /** Why only the local model serves though the mode was not asked for: the configuration could not be read. */
+  localOnlyReason?: string | null;
 }
 
 export interface OutboundTotal {
@@ -78,7 +80,11 @@ function route(provider?: string | null, model?: string | null): string {
 /** The report as lines: mode, latest route and downshift, each task's route, each entry's health. */
 export function statusLines(r: StatusReport): string[] {
   const lines: string[] = [];
-  lines.push(r.localOnly ? "Local-only mode: on (only the local model serves)" : "Local-only mode: off");
+  if (r.localOnlyReason) {
+    lines.push(`Only the local model serves until the configuration can be read: ${r.localOnlyReason}`);
+  } else {
+    lines.push(r.localOnly ? "Local-only mode: on (only the local model serves)" : "Local-only mode: off");
+  }
   if (r.localOnlyRule) {
     lines.push(`This workspace stays local: ${r.localOnlyRule}`);
   }
@@ -127,6 +133,9 @@ export function formatStatus(r: StatusReport | undefined): StatusView {
   const parked = parkedCount(r);
   const suffix = parked > 0 ? ` · ${parked} parked` : "";
   const tooltip = ["switchyard", ...statusLines(r), "", "Click for actions"].join("\n");
+  if (r.localOnlyReason) {
+    return { text: `$(warning) switchyard: local-only (configuration unreadable)${suffix}`, tooltip, warning: true };
+  }
   if (r.localOnly) {
     return { text: `$(lock) switchyard: local-only${suffix}`, tooltip, warning: false };
   }

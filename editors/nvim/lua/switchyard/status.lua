@@ -44,6 +44,9 @@ function M.statusline()
   end
   local parked = parked_count(r)
   local suffix = parked > 0 and (' · %d parked'):format(parked) or ''
+  if present(r.localOnlyReason) then
+    return 'switchyard: local-only (configuration unreadable)' .. suffix
+  end
   if r.localOnly then
     return 'switchyard: local-only' .. suffix
   end
@@ -69,7 +72,11 @@ end
 --- parked work, health, what was sent in the last hour).
 function M.lines(r)
   local lines = {}
-  table.insert(lines, r.localOnly and 'Local-only mode: on (only the local model serves)' or 'Local-only mode: off')
+  if present(r.localOnlyReason) then
+    table.insert(lines, 'Only the local model serves until the configuration can be read: ' .. r.localOnlyReason)
+  else
+    table.insert(lines, r.localOnly and 'Local-only mode: on (only the local model serves)' or 'Local-only mode: off')
+  end
   if present(r.localOnlyRule) then
     table.insert(lines, 'Local-only workspace: ' .. r.localOnlyRule)
   end
