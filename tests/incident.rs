@@ -18,6 +18,12 @@
 //! its own process, fakes and shared-state directory (the gateway alternates
 //! whole and streamed answers, so both of its paths meet the incident); every broken promise of a replay is reported
 //! together with the replay's timeline and the server's routing log.
+//!
+//! The team replay runs the silent slowdown through four language servers and
+//! a gateway sharing one real `redis-server`, taking turns at the pace: the
+//! promise holds for the whole team (one paying request, and the next one,
+//! from another process, goes elsewhere), and each process's status names the
+//! cause after its own first request of the incident.
 
 mod support;
 
@@ -27,6 +33,7 @@ use serde_json::{Value, json};
 use support::actions::{DOC, URI, command, whole_function};
 use support::fake_provider::{Behaviour, FakeProvider};
 use support::lsp_client::{LspClient, ServerOptions};
+use support::redis_server::RedisServer;
 use support::scenario::Gateway;
 use tokio::time::Instant;
 
@@ -102,8 +109,9 @@ impl Incident {
     fn cause(self) -> &'static str {
         match self {
             Incident::SilentSlowdown => "slow",
+            // "the stream was cut", "answer cut short", "degraded: an answer was cut".
             Incident::CutAnswers | Incident::TruncatedAnswers | Incident::UnterminatedAnswers => {
-                "degraded"
+                "cut"
             }
             Incident::Overloaded => "overloaded",
         }
@@ -136,11 +144,16 @@ impl Pace {
 }
 
 /// The front end a replay drives.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Front {
     Lsp,
     Gateway,
+    /// Four language servers and a gateway on one `redis-server`, in turns.
+    Team,
 }
+
+/// Language servers in the team replay (plus one gateway).
+const TEAM_EDITORS: usize = 4;
 
 /// A running front end.
 enum Door {
@@ -153,6 +166,29 @@ enum Door {
 }
 
 impl Door {
+    async fn lsp(config: &Value) -> Door {
+        let options = ServerOptions {
+            model_dir: tempfile::tempdir().unwrap().keep(),
+            env: vec![("SY_INCIDENT_KEY".into(), KEY.into())],
+            ..Default::default()
+        };
+        let mut client = LspClient::spawn(options).await;
+        let mut init = config.clone();
+        init["statusNotifications"] = json!(true);
+        client.initialize(json!({}), init).await;
+        client.open(URI, DOC).await;
+        Door::Lsp(client)
+    }
+
+    async fn gateway(config: &Value) -> Door {
+        let env = [("SY_INCIDENT_KEY", KEY)];
+        let gateway = Gateway::start(config, &env, ms(30 * CEILING_MS)).await;
+        Door::Gateway {
+            gateway,
+            stream: false,
+        }
+    }
+
     /// The provider that answered one explain, or the error.
     async fn explain(&mut self) -> Result<String, String> {
         match self {
@@ -204,6 +240,8 @@ impl Door {
 /// One explain as the editor saw it.
 struct Row {
     phase: &'static str,
+    /// Which process served it (its index in the replay's doors).
+    door: usize,
     /// When it was sent, from the replay's start.
     sent: Duration,
     /// Sent, from the moment the phase began (onset or recovery).
@@ -234,10 +272,12 @@ struct Replay {
     label: String,
     incident: Incident,
     pace: Pace,
-    door: Door,
+    /// The processes, taking turns; one except in the team replay.
+    doors: Vec<Door>,
     primary: FakeProvider,
     backups: [FakeProvider; 2],
     _state: tempfile::TempDir,
+    _redis: Option<RedisServer>,
     start: Instant,
     next_send: Instant,
     phase_start: Instant,
@@ -253,6 +293,11 @@ impl Replay {
         let backup = || FakeProvider::with_default(Behaviour::continues(ANSWER));
         let backups = [backup().await, backup().await];
         let state = tempfile::tempdir().unwrap();
+        let redis = (front == Front::Team).then(RedisServer::start);
+        let shared = match &redis {
+            Some(redis) => redis.url(),
+            None => format!("file://{}", state.path().display()),
+        };
         let provider = |kind: &str, url: String| json!({"kind": kind, "base_url": url, "api_key_env": "SY_INCIDENT_KEY"});
         let config = json!({
             "local": {"auto_pull": false},
@@ -270,7 +315,7 @@ impl Replay {
                 "hedge": true
             }},
             "resilience": {
-                "state": format!("file://{}", state.path().display()),
+                "state": shared,
                 "canary_interval_ms": CANARY_MS,
                 "beacon_window_ms": BEACON_WINDOW_MS,
                 "beacon_min_samples": BEACON_MIN_SAMPLES,
@@ -278,27 +323,16 @@ impl Replay {
                 "backoff": {"rate_limit_ms": 100, "overloaded_ms": 200, "transient_ms": 50, "cap_ms": 1000}
             }
         });
-        let door = match front {
-            Front::Lsp => {
-                let options = ServerOptions {
-                    model_dir: tempfile::tempdir().unwrap().keep(),
-                    env: vec![("SY_INCIDENT_KEY".into(), KEY.into())],
-                    ..Default::default()
-                };
-                let mut client = LspClient::spawn(options).await;
-                let mut init = config;
-                init["statusNotifications"] = json!(true);
-                client.initialize(json!({}), init).await;
-                client.open(URI, DOC).await;
-                Door::Lsp(client)
-            }
-            Front::Gateway => {
-                let env = [("SY_INCIDENT_KEY", KEY)];
-                let gateway = Gateway::start(&config, &env, ms(30 * CEILING_MS)).await;
-                Door::Gateway {
-                    gateway,
-                    stream: false,
+        let doors = match front {
+            Front::Lsp => vec![Door::lsp(&config).await],
+            Front::Gateway => vec![Door::gateway(&config).await],
+            Front::Team => {
+                let mut doors = Vec::new();
+                for _ in 0..TEAM_EDITORS {
+                    doors.push(Door::lsp(&config).await);
                 }
+                doors.push(Door::gateway(&config).await);
+                doors
             }
         };
         let now = Instant::now();
@@ -306,10 +340,11 @@ impl Replay {
             label: format!("{incident:?} at a {pace:?} pace through the {front:?} front end"),
             incident,
             pace,
-            door,
+            doors,
             primary,
             backups,
             _state: state,
+            _redis: redis,
             start: now,
             next_send: now,
             phase_start: now,
@@ -322,17 +357,20 @@ impl Replay {
         self.broken.push(promise);
     }
 
-    /// The next explain at the pace: sent one pace after the one before was sent.
+    /// The next explain at the pace, from the next process in turn: sent
+    /// one pace after the one before was sent.
     async fn explain(&mut self, phase: &'static str) -> usize {
         tokio::time::sleep_until(self.next_send).await;
-        self.route_is_the_last_served().await;
+        let door = self.rows.len() % self.doors.len();
+        self.route_is_the_last_served(door).await;
         let sent = Instant::now();
         self.next_send = sent + self.pace.every();
         let tries_before = self.primary.user_request_count();
-        let served = self.door.explain().await;
+        let served = self.doors[door].explain().await;
         let elapsed = sent.elapsed();
         self.rows.push(Row {
             phase,
+            door,
             sent: sent - self.start,
             since_phase: sent.saturating_duration_since(self.phase_start),
             elapsed,
@@ -342,13 +380,14 @@ impl Replay {
         self.rows.len() - 1
     }
 
-    /// Only serving moves the route: whatever canaries found since the last
-    /// request, the status still names the entry that served it.
-    async fn route_is_the_last_served(&mut self) {
-        let Some(Ok(last)) = self.rows.last().map(|r| r.served.clone()) else {
+    /// Only serving moves the route: whatever canaries found since the
+    /// process's last request, its status still names the entry that served it.
+    async fn route_is_the_last_served(&mut self, door: usize) {
+        let last = self.rows.iter().rev().find(|r| r.door == door);
+        let Some(Ok(last)) = last.map(|r| r.served.clone()) else {
             return;
         };
-        let status = self.door.status().await;
+        let status = self.doors[door].status().await;
         let route = explain_route(&status)["provider"].clone();
         if route != last.as_str() {
             let why = format!(
@@ -381,8 +420,18 @@ impl Replay {
         self.primary.set_default(self.incident.fault());
         self.phase_start = Instant::now();
         let mut rows = Vec::new();
-        for _ in 0..self.pace.during_incident() {
-            rows.push(self.explain("incident").await);
+        // Every process meets the incident, twice in the team.
+        let count = match self.doors.len() {
+            1 => self.pace.during_incident(),
+            n => 2 * n,
+        };
+        for _ in 0..count {
+            let row = self.explain("incident").await;
+            rows.push(row);
+            if rows.len() <= self.doors.len() {
+                // The process's first request of the incident.
+                self.status_names_the_cause(self.rows[row].door).await;
+            }
         }
         let paying: Vec<String> = rows
             .iter()
@@ -423,27 +472,32 @@ impl Replay {
                  but later incident requests tried it {later} time(s)"
             ));
         }
-        self.status_names_the_cause().await;
+        for door in 0..self.doors.len() {
+            self.editor_was_told_the_cause(door).await;
+        }
     }
 
-    /// The status, computed now and as last notified, names the cause while
-    /// the explain task is served elsewhere.
-    async fn status_names_the_cause(&mut self) {
+    /// The status of one process, computed now, names the cause while the
+    /// explain task is served elsewhere.
+    async fn status_names_the_cause(&mut self, door: usize) {
         let cause = self.incident.cause();
-        let status = self.door.status().await;
+        let status = self.doors[door].status().await;
         let explain = explain_route(&status);
         let reasons = [status["reason"].as_str(), explain["reason"].as_str()];
-        let named = |r: &Option<&str>| r.is_some_and(|r| r.to_lowercase().contains(cause));
-        if explain["provider"] == "primary" || !reasons.iter().any(named) {
+        if explain["provider"] == "primary" || !reasons.iter().any(|r| names(r, cause)) {
             let why = format!(
                 "while traffic is elsewhere the status's reason names the cause ({cause:?}); \
-                 switchyard.status says explain is served by {} with reasons {reasons:?}",
+                 process {door}'s switchyard.status says explain is served by {} with reasons {reasons:?}",
                 explain["provider"]
             );
             self.broke(why);
         }
-        // The editor is also told (the gateway has no channel to tell).
-        let Door::Lsp(client) = &mut self.door else {
+    }
+
+    /// An editor is also told by notification (the gateway has no channel to tell).
+    async fn editor_was_told_the_cause(&mut self, door: usize) {
+        let cause = self.incident.cause();
+        let Door::Lsp(client) = &mut self.doors[door] else {
             return;
         };
         let notified = client
@@ -452,12 +506,12 @@ impl Replay {
                 explain["provider"].as_str().is_some_and(|p| p != "primary")
                     && [p["reason"].as_str(), explain["reason"].as_str()]
                         .iter()
-                        .any(named)
+                        .any(|r| names(r, cause))
             })
             .await;
         if notified.is_none() {
             let why = format!(
-                "no switchyard/status notification named the cause ({cause:?}) while traffic was elsewhere"
+                "no switchyard/status notification to process {door} named the cause ({cause:?}) while traffic was elsewhere"
             );
             self.broke(why);
         }
@@ -511,13 +565,14 @@ impl Replay {
         for promise in &self.broken {
             out += &format!("  - {promise}\n");
         }
-        out += "timeline (sent from start / from phase start, elapsed, served by, primary user requests):\n";
+        out += "timeline (sent from start / from phase start, process, elapsed, served by, primary user requests):\n";
         for r in &self.rows {
             out += &format!(
-                "  {:>9} {:>7.2} s / {:>6.2} s  {:>6} ms  {:?}  primary tries {}\n",
+                "  {:>9} {:>7.2} s / {:>6.2} s  #{}  {:>6} ms  {:?}  primary tries {}\n",
                 r.phase,
                 r.sent.as_secs_f64(),
                 r.since_phase.as_secs_f64(),
+                r.door,
                 r.elapsed.as_millis(),
                 r.served,
                 r.primary_tries
@@ -530,8 +585,8 @@ impl Replay {
             self.backups[0].user_request_count(),
             self.backups[1].user_request_count()
         );
-        out += "server log (routing):\n";
-        let log = self.door.log();
+        out += "server log (routing, the first process):\n";
+        let log = self.doors[0].log();
         let wanted = [
             "judged",
             "canary to",
@@ -560,14 +615,14 @@ fn explain_route(status: &Value) -> Value {
         .unwrap_or(Value::Null)
 }
 
-/// Replays `incident` at both paces through both front ends at once and
-/// fails with every broken promise.
-async fn replay(incident: Incident) {
+/// Replays `incident` at both paces through `fronts` at once and fails
+/// with every broken promise.
+async fn replay_through(incident: Incident, fronts: &[Front]) {
     let replays =
         futures::future::join_all(
-            [Front::Lsp, Front::Gateway]
-                .into_iter()
-                .flat_map(|front| [(front, Pace::Sparse), (front, Pace::Busy)])
+            fronts
+                .iter()
+                .flat_map(|&front| [(front, Pace::Sparse), (front, Pace::Busy)])
                 .map(|(front, pace)| async move {
                     Replay::start(front, incident, pace).await.run().await
                 }),
@@ -583,8 +638,25 @@ async fn replay(incident: Incident) {
     }
     assert!(reports.is_empty(), "\n{}", reports.join("\n"));
     for replay in replays {
-        replay.door.shutdown().await;
+        for door in replay.doors {
+            door.shutdown().await;
+        }
     }
+}
+
+/// A word of `reason` names `cause`.
+fn names(reason: &Option<&str>, cause: &str) -> bool {
+    reason.is_some_and(|r| r.to_lowercase().contains(cause))
+}
+
+/// Replays `incident` at both paces through both front ends.
+async fn replay(incident: Incident) {
+    replay_through(incident, &[Front::Lsp, Front::Gateway]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_slowdown_costs_the_whole_team_one_request_and_every_process_names_it() {
+    replay_through(Incident::SilentSlowdown, &[Front::Team]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
