@@ -1139,6 +1139,15 @@ fn config_value() -> impl Strategy<Value = Value> {
     })
 }
 
+/// How many values `value` holds, itself included.
+fn values(value: &Value) -> usize {
+    1 + match value {
+        Value::Object(map) => map.values().map(values).sum(),
+        Value::Array(items) => items.iter().map(values).sum(),
+        _ => 0,
+    }
+}
+
 /// The first segment of an error key (`tiers.large[0]` -> `tiers`).
 fn top_key(key: &str) -> &str {
     key.split(['.', '[']).next().unwrap_or("")
@@ -1173,7 +1182,17 @@ fn config_layers_of_any_shape_resolve_and_every_error_names_a_key_of_its_layer()
             .flatten()
             .filter(|v| !v.is_null())
             .collect();
-        prop_assert!(errors.len() <= layers.len());
+        // Each problem takes at least one value out of its layer.
+        let values: usize = layers.iter().map(|layer| values(layer)).sum();
+        prop_assert!(errors.len() <= values, "{errors:?}");
+        // Only the local model serves exactly when a setting that decides
+        // what leaves the machine could not be applied.
+        prop_assert_eq!(
+            config.fail_closed.is_some(),
+            errors.iter().any(|e| e.decides_what_leaves()),
+            "{:?}",
+            errors
+        );
         for error in &errors {
             prop_assert!(
                 !error.key.is_empty() && !error.reason.is_empty(),

@@ -9,7 +9,7 @@
 //! path rules, redaction, providers, chains) fail closed instead: when one of
 //! them cannot be read, or the file cannot be read at all, only the local
 //! model serves until it can, and the configuration says why
-//! ([`Config::fail_closed`]).
+//! ([`Config::fail_closed`]; ARCHITECTURE.md invariant 18).
 
 use serde_json::Value;
 

@@ -8,7 +8,7 @@
 //! a restart) is cut; text that goes on after a prefill is joined as it is;
 //! anything else is [`Unjoinable`], and the router serves a whole answer
 //! from one entry alone or ends a stream with an error. A garbled success is
-//! never the result of a guess here.
+//! never the result of a guess here (ARCHITECTURE.md invariant 18).
 
 /// Restatements shorter than this (in characters that count, see
 /// [`counts`]) are not told apart from chance: "to" + "town" is no repeat.
