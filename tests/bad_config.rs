@@ -59,6 +59,19 @@ async fn status(client: &mut LspClient) -> Value {
     command(client, "switchyard.status", json!([])).await["result"].clone()
 }
 
+/// The status once `done` holds for it (a pushed change is applied while
+/// other requests are served), or the last one after 20 s.
+async fn status_once(client: &mut LspClient, done: impl Fn(&Value) -> bool) -> Value {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let report = status(client).await;
+        if done(&report) || tokio::time::Instant::now() > deadline {
+            return report;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
 async fn explain(client: &mut LspClient, uri: &str) -> Value {
     command(client, "switchyard.explain", json!([uri, whole_function()])).await
 }
@@ -81,7 +94,7 @@ fn shown(client: &LspClient) -> Vec<String> {
 /// explain goes to the configured base URL and the path rule keeps its
 /// document home.
 async fn privacy_settings_hold(client: &mut LspClient, fake: &FakeProvider) {
-    let report = status(client).await;
+    let report = status_once(client, |r| r["localOnly"] == true).await;
     assert_eq!(report["localOnly"], true, "{report}");
     assert!(explain(client, URI).await.get("error").is_some());
     assert_eq!(fake.request_count(), 0, "local-only: nothing sent");
@@ -132,9 +145,11 @@ async fn a_removed_key_at_start_is_named_and_the_privacy_settings_hold() {
 async fn a_removed_key_pushed_by_the_editor_is_named_and_the_privacy_settings_hold() {
     let fake = FakeProvider::start().await;
     let dir = tempfile::tempdir().unwrap();
-    let path = write(dir.path(), &config_text(&fake, true, ""));
+    let path = write(dir.path(), &config_text(&fake, false, ""));
     let mut client = server(&path).await;
+    // The editor turns local-only on, next to a key an older release had.
     let settings = json!({"switchyard": {
+        "localOnly": true,
         "resilience": {"breaker": {"max_cooldown_ms": 600000}},
         "autocomplete": {"budget_ms": 900}
     }});
@@ -167,7 +182,7 @@ async fn a_privacy_setting_that_cannot_be_read_keeps_everything_local_until_it_c
             json!({"settings": settings}),
         )
         .await;
-    let report = status(&mut client).await;
+    let report = status_once(&mut client, |r| r["localOnlyReason"].is_string()).await;
     assert_eq!(report["localOnly"], true, "{report}");
     let reason = report["localOnlyReason"].as_str().unwrap_or_default();
     assert!(

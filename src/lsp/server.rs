@@ -254,15 +254,15 @@ impl Backend {
             .unwrap_or(false)
     }
 
-    /// Re-resolves the layers after one changed; reports errors, keeps the last good
-    /// config for rejected layers, and reloads the engine when the model settings changed.
+    /// Re-resolves the layers after one changed, puts the result in force,
+    /// reloads the engine when the model settings changed, then tells the
+    /// user what could not be applied.
     async fn apply_layers(&self, change: impl FnOnce(&mut ConfigLayers)) {
         let (config, errors) = {
             let mut layers = self.layers.lock().expect("layers lock");
             change(&mut layers);
             layers.resolve()
         };
-        self.report_config_errors(&errors).await;
         let previous = std::mem::replace(
             &mut *self.config.write().expect("config lock"),
             config.clone(),
@@ -297,6 +297,7 @@ impl Backend {
             tracing::info!("model settings changed; reloading the local engine");
             self.start_engine(config);
         }
+        self.report_config_errors(&errors).await;
     }
 
     async fn report_config_errors(&self, errors: &[ConfigError]) {
