@@ -41,6 +41,17 @@ fn write(dir: &Path, text: &str) -> PathBuf {
     path
 }
 
+/// A fake provider and a config file (in a directory kept as long as the
+/// result) written by `text` for it.
+async fn with_file(
+    text: impl FnOnce(&FakeProvider) -> String,
+) -> (FakeProvider, tempfile::TempDir, PathBuf) {
+    let fake = FakeProvider::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(dir.path(), &text(&fake));
+    (fake, dir, path)
+}
+
 async fn server(config: &Path) -> LspClient {
     let options = ServerOptions {
         model_dir: tempfile::tempdir().unwrap().keep(),
@@ -126,9 +137,7 @@ async fn privacy_settings_hold(client: &mut LspClient, fake: &FakeProvider) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_removed_key_at_start_is_named_and_the_privacy_settings_hold() {
-    let fake = FakeProvider::start().await;
-    let dir = tempfile::tempdir().unwrap();
-    let path = write(dir.path(), &config_text(&fake, true, STALE));
+    let (fake, _dir, path) = with_file(|f| config_text(f, true, STALE)).await;
     let mut client = server(&path).await;
     privacy_settings_hold(&mut client, &fake).await;
     let messages = shown(&client);
@@ -143,9 +152,7 @@ async fn a_removed_key_at_start_is_named_and_the_privacy_settings_hold() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_removed_key_pushed_by_the_editor_is_named_and_the_privacy_settings_hold() {
-    let fake = FakeProvider::start().await;
-    let dir = tempfile::tempdir().unwrap();
-    let path = write(dir.path(), &config_text(&fake, false, ""));
+    let (fake, _dir, path) = with_file(|f| config_text(f, false, "")).await;
     let mut client = server(&path).await;
     // The editor turns local-only on, next to a key an older release had.
     let settings = json!({"switchyard": {
@@ -170,9 +177,7 @@ async fn a_removed_key_pushed_by_the_editor_is_named_and_the_privacy_settings_ho
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_privacy_setting_that_cannot_be_read_keeps_everything_local_until_it_can() {
-    let fake = FakeProvider::start().await;
-    let dir = tempfile::tempdir().unwrap();
-    let path = write(dir.path(), &config_text(&fake, false, ""));
+    let (fake, _dir, path) = with_file(|f| config_text(f, false, "")).await;
     let mut client = server(&path).await;
     // A slip in a privacy key, pushed by the editor.
     let settings = json!({"switchyard": {"privacy": {"local_only_path": ["src/**"]}}});
@@ -223,10 +228,8 @@ async fn a_privacy_setting_that_cannot_be_read_keeps_everything_local_until_it_c
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_file_that_cannot_be_read_keeps_everything_local_and_says_why() {
-    let fake = FakeProvider::start().await;
-    let dir = tempfile::tempdir().unwrap();
-    let text = config_text(&fake, false, "").replace("[privacy]", "[privacy");
-    let path = write(dir.path(), &text);
+    let broken = |f: &FakeProvider| config_text(f, false, "").replace("[privacy]", "[privacy");
+    let (fake, _dir, path) = with_file(broken).await;
     let mut client = server(&path).await;
     let report = status(&mut client).await;
     assert_eq!(report["localOnly"], true, "{report}");
@@ -313,9 +316,7 @@ fn switchyard_status(config: &Path) -> Output {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn switchyard_status_reads_the_file_as_the_server_does() {
-    let fake = FakeProvider::start().await;
-    let dir = tempfile::tempdir().unwrap();
-    let path = write(dir.path(), &config_text(&fake, true, STALE));
+    let (fake, _dir, path) = with_file(|f| config_text(f, true, STALE)).await;
     let output = switchyard_status(&path);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "{stderr}");
@@ -323,7 +324,7 @@ async fn switchyard_status_reads_the_file_as_the_server_does() {
     let report: Value = serde_json::from_slice(&output.stdout).unwrap();
     assert_eq!(report["localOnly"], true, "{report}");
 
-    write(dir.path(), "local_only = false\n[privacy\n");
+    std::fs::write(&path, "local_only = false\n[privacy\n").unwrap();
     let output = switchyard_status(&path);
     assert!(output.status.success());
     let report: Value = serde_json::from_slice(&output.stdout).unwrap();
