@@ -316,7 +316,7 @@ fn switchyard_status(config: &Path) -> Output {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn switchyard_status_reads_the_file_as_the_server_does() {
-    let (fake, _dir, path) = with_file(|f| config_text(f, true, STALE)).await;
+    let (_fake, _dir, path) = with_file(|f| config_text(f, true, STALE)).await;
     let output = switchyard_status(&path);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "{stderr}");
