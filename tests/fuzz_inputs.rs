@@ -663,7 +663,8 @@ fn encode(wire: Wire, ev: &Ev, crlf: bool) -> Vec<u8> {
 }
 
 /// What the reader must make of `events`: the first decisive event wins. A
-/// malformed event is skipped; three in a row end the stream as `Malformed`.
+/// malformed event is skipped; three in a row end the stream as `Malformed`
+/// (a keep-alive comment, `Skip(0)`, is no event and does not break the run).
 /// A body that ends cleanly without the terminal event is complete when a
 /// finish (stop) reason came (`Skip(3)` in both formats), else it is a cut.
 fn expected(events: &[Ev]) -> Result<String, (FailureKind, String)> {
@@ -671,7 +672,7 @@ fn expected(events: &[Ev]) -> Result<String, (FailureKind, String)> {
     let mut finish_reported = false;
     let mut malformed_in_a_row = 0;
     for ev in events {
-        if !matches!(ev, Ev::Malformed(_)) {
+        if !matches!(ev, Ev::Malformed(_) | Ev::Skip(0)) {
             malformed_in_a_row = 0;
         }
         match ev {

@@ -112,6 +112,7 @@ async fn a_stream_streams_and_ends_with_done() {
 #[tokio::test]
 async fn a_stream_cut_after_its_first_bytes_is_continued_where_prefill_is_possible() {
     let text = "one two three four five six";
+    // It restates the last words it was given ("four fi…") before going on.
     let primary = FakeProvider::with_default(Behaviour::ok(" four five six")).await;
     let secondary = FakeProvider::start().await;
     // The cut happens on the secondary; the primary (Anthropic) continues it.
@@ -141,7 +142,8 @@ async fn a_stream_cut_after_its_first_bytes_is_continued_where_prefill_is_possib
         "{events:?}"
     );
     assert_eq!(prefill["content"], before_cut.trim_end());
-    assert_eq!(content(&events), format!("{before_cut} four five six"));
+    // The restated words are cut at the seam: the whole answer, once.
+    assert_eq!(content(&events), text);
 }
 
 #[tokio::test]
@@ -178,8 +180,9 @@ async fn a_cut_stream_is_continued_by_a_fallback_without_prefill() {
         text: "t01 t02 t03 t04".into(),
         after_chunks: 2,
     });
-    secondary.set_default(Behaviour::ok(" t03 t04"));
-    // The fallback speaks OpenAI: no prefill, a continuation request instead.
+    // The fallback speaks OpenAI: no prefill, a continuation request instead,
+    // which it answers as asked, from the last words it was given.
+    secondary.set_default(Behaviour::continues("t01 t02 t03 t04"));
     let gateway = gateway(&primary, &secondary, &["primary/mid", "secondary/gpt-test"]).await;
     let events = events(post(&gateway, ask("switchyard/medium", true)).await).await;
     assert!(events.iter().any(|e| e == "[DONE]"), "{events:?}");
