@@ -1,7 +1,8 @@
 //! Sticky health verdicts, shared by every process: an entry a user request
 //! found slow, degraded or overloaded stays out of the first choice for the
 //! tasks it failed until a canary (never a user request) finds it healthy
-//! again. Lack of samples never clears a verdict; only `clear` does. Like
+//! again. Lack of samples never clears a verdict; only `clear` does
+//! (ARCHITECTURE.md invariant 14). Like
 //! outlier ejection with an active health check.
 
 use std::collections::HashMap;

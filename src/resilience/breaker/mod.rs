@@ -186,18 +186,26 @@ impl Breakers {
                 reason: record.reason,
                 retry_in: Duration::from_millis(record.open_until - now),
             },
-            Phase::HalfOpen => match self
-                .state
-                .try_lease(&lease_key(key), &self.holder, probe_ttl)
-                .await
-            {
-                Ok(true) => self.confirm_probe(key, self.permit(key)).await,
-                Ok(false) => Admission::Open {
-                    reason: format!("{}; another request is probing it", record.reason),
-                    retry_in: probe_ttl,
-                },
-                Err(error) => self.unavailable(&error.to_string()),
-            },
+            Phase::HalfOpen => {
+                // Armed before it is asked for: a request dropped while the
+                // shared state grants it leaves nothing held.
+                let lease = Lease::claim(self.state.clone(), lease_key(key), &self.holder);
+                match self
+                    .state
+                    .try_lease(&lease.key, &lease.holder, probe_ttl)
+                    .await
+                {
+                    Ok(true) => self.confirm_probe(key, ProbePermit(lease)).await,
+                    Ok(false) => {
+                        lease.not_granted();
+                        Admission::Open {
+                            reason: format!("{}; another request is probing it", record.reason),
+                            retry_in: probe_ttl,
+                        }
+                    }
+                    Err(error) => self.unavailable(&error.to_string()),
+                }
+            }
         }
     }
 
@@ -223,16 +231,6 @@ impl Breakers {
                     retry_in: Duration::from_millis(record.open_until - now),
                 }
             }
-        }
-    }
-
-    fn permit(&self, key: &str) -> ProbePermit {
-        ProbePermit {
-            lease: Some(Lease {
-                state: self.state.clone(),
-                key: lease_key(key),
-                holder: self.holder.clone(),
-            }),
         }
     }
 

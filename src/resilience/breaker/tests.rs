@@ -105,14 +105,15 @@ async fn a_lease_taken_after_a_failed_probe_is_not_a_probe() {
     let probe = a.admit("k", TTL).await;
     assert!(probe.is_probe());
     a.record("k", probe, false, "HTTP 503").await;
+    let lease = Lease::claim(state.clone(), lease_key("k"), &b.holder);
     assert!(
         state
-            .try_lease(&lease_key("k"), &b.holder, TTL)
+            .try_lease(&lease.key, &lease.holder, TTL)
             .await
             .unwrap()
     );
     assert!(matches!(
-        b.confirm_probe("k", b.permit("k")).await,
+        b.confirm_probe("k", ProbePermit(lease)).await,
         Admission::Open { .. }
     ));
     assert!(

@@ -33,20 +33,39 @@ use quota::{Meter, headroom, priority_floor, spare_now};
 
 pub use quota::{GovernorConfig, Quota};
 
-/// Tokens held for one request until [`Governor::settle`]. A reservation
-/// dropped unsettled (the request was cancelled or its future dropped) is
-/// settled as a request that used no output: the output share goes back to
-/// the bucket at once.
+/// Tokens held for one request until [`Governor::settle`]. It stays armed
+/// until everything it holds has been given back or settled: dropped at any
+/// point before (the request was cancelled, its future dropped, even while
+/// being settled), it gives back the rest in the background. Before the
+/// request may leave (a reservation still being taken), everything goes back;
+/// after, it is settled as a request that used no output.
 #[derive(Debug)]
 pub struct Reservation {
     key: String,
-    /// (meter, amount reserved, ticket), per governed meter.
+    /// (meter, amount reserved, ticket), per governed meter still held.
     held: Vec<(Meter, f64, f64)>,
     quota: Quota,
     /// When it was granted, on this process's clock.
     at: Instant,
-    /// Who settles it if it is dropped; `None` once settled.
+    /// Every meter was granted: the request may leave.
+    granted: bool,
+    /// What the request used, once known.
+    usage: Option<Usage>,
+    /// Who gives back what is still held if it is dropped.
     governor: Option<Governor>,
+}
+
+impl Reservation {
+    /// What goes back to `meter`'s bucket of the `amount` taken from it.
+    fn refund(&self, meter: Meter, amount: f64) -> f64 {
+        let used = match (self.granted, self.usage) {
+            (false, _) => 0.0,
+            (true, Some(usage)) => meter.amount(usage.input_tokens, usage.output_tokens),
+            (true, None) if meter == Meter::Requests => 1.0,
+            (true, None) => 0.0,
+        };
+        amount - used
+    }
 }
 
 impl Drop for Reservation {
@@ -57,16 +76,18 @@ impl Drop for Reservation {
         if self.held.is_empty() {
             return;
         }
-        let unsettled = Reservation {
+        let mut rest = Reservation {
             key: self.key.clone(),
             held: std::mem::take(&mut self.held),
             quota: self.quota,
             at: self.at,
+            granted: self.granted,
+            usage: self.usage,
             governor: None,
         };
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {
-                runtime.spawn(async move { governor.settle(unsettled, None).await });
+                runtime.spawn(async move { governor.give_back(&mut rest).await });
             }
             Err(_) => tracing::debug!("quota {}: reservation dropped at exit", self.key),
         }
@@ -203,12 +224,15 @@ impl Governor {
         (!left.is_zero()).then_some(left)
     }
 
-    fn reservation(&self, key: &str, held: Vec<(Meter, f64, f64)>, quota: Quota) -> Reservation {
+    /// An armed reservation of nothing yet, to take `key`'s meters into.
+    fn reservation(&self, key: &str, quota: Quota) -> Reservation {
         Reservation {
             key: key.to_owned(),
-            held,
+            held: Vec::new(),
             quota,
             at: Instant::now(),
+            granted: false,
+            usage: None,
             governor: Some(self.clone()),
         }
     }
@@ -255,7 +279,9 @@ impl Governor {
                 Err(error) => match self.when_unavailable {
                     WhenUnavailable::Open => {
                         tracing::warn!("quota state unavailable, sending ungoverned: {error}");
-                        return Ok(self.reservation(key, Vec::new(), configured));
+                        let mut ungoverned = self.reservation(key, configured);
+                        ungoverned.granted = true;
+                        return Ok(ungoverned);
                     }
                     WhenUnavailable::Closed => {
                         return Err(starved(
@@ -298,7 +324,9 @@ impl Governor {
                 self.cold_start(key, meter).await?;
             }
         }
-        let mut held = Vec::new();
+        // What is taken is held by an armed reservation from the first meter
+        // on: a future dropped between two takes gives them back.
+        let mut reservation = self.reservation(key, configured);
         for meter in Meter::ALL {
             let Some(limit) = meter.limit(&quota) else {
                 continue;
@@ -309,6 +337,10 @@ impl Governor {
             // A request too large to ever fit above the floor may draw into it
             // from a full bucket rather than starve forever.
             let floor = floor.min((spec.capacity - amount).max(0.0));
+            // Held before it is asked for: a future dropped while the bucket
+            // grants it gives it back (an answer lost on its way back may then
+            // be given back untaken; never the reverse).
+            reservation.held.push((meter, amount, 0.0));
             let reply = self
                 .state
                 .bucket(
@@ -316,20 +348,31 @@ impl Governor {
                     spec,
                     BucketOp::Take { amount, floor },
                 )
-                .await?;
-            if !reply.granted {
-                self.release(key, &held, &quota, observed).await;
-                let reason = format!(
-                    "{} needs {amount:.0} {} with {:.0} available above the {floor:.0} kept for others",
-                    kind.as_str(),
-                    meter.as_str(),
-                    reply.level
-                );
-                return Ok(Err((reason, reply.wait)));
-            }
-            held.push((meter, amount, reply.ticket));
+                .await;
+            let reply = match reply {
+                Ok(reply) if reply.granted => reply,
+                Ok(refused) => {
+                    reservation.held.pop();
+                    self.give_back(&mut reservation).await;
+                    let reason = format!(
+                        "{} needs {amount:.0} {} with {:.0} available above the {floor:.0} kept for others",
+                        kind.as_str(),
+                        meter.as_str(),
+                        refused.level
+                    );
+                    return Ok(Err((reason, refused.wait)));
+                }
+                Err(error) => {
+                    // Not taken; what was is given back as the reservation drops.
+                    reservation.held.pop();
+                    return Err(error);
+                }
+            };
+            reservation.held.last_mut().expect("pushed above").2 = reply.ticket;
         }
-        Ok(Ok(self.reservation(key, held, configured)))
+        reservation.granted = true;
+        reservation.at = Instant::now();
+        Ok(Ok(reservation))
     }
 
     /// Creates `meter`'s bucket empty unless it exists. Used before any header
@@ -359,22 +402,6 @@ impl Governor {
             )
             .await
             .map(|_| ())
-    }
-
-    async fn release(&self, key: &str, held: &[(Meter, f64, f64)], quota: &Quota, observed: bool) {
-        for (meter, amount, _) in held {
-            let Some(limit) = meter.limit(quota) else {
-                continue;
-            };
-            let op = BucketOp::Adjust { delta: *amount };
-            if let Err(error) = self
-                .state
-                .bucket(&bucket_key(key, *meter), self.spec(limit, observed), op)
-                .await
-            {
-                tracing::warn!("quota {key}: could not give back a reservation: {error}");
-            }
-        }
     }
 
     /// Learns from the response's rate-limit headers (sent before the answer):
@@ -445,38 +472,40 @@ impl Governor {
 
     /// Corrects a finished request's reservation with what it really used.
     /// `None` usage (the request failed before the provider counted it) gives
-    /// back the whole output reservation and keeps the input charged.
+    /// back everything but the request itself.
     pub async fn settle(&self, mut reservation: Reservation, usage: Option<Usage>) {
-        reservation.governor = None;
+        reservation.usage = usage;
+        self.give_back(&mut reservation).await;
+    }
+
+    /// Gives back what `reservation` holds beyond what was used, a meter at
+    /// a time: each leaves the reservation once its bucket has it back, so a
+    /// reservation dropped half-way gives back the rest (an adjustment in
+    /// flight may then be made twice, never lost).
+    async fn give_back(&self, reservation: &mut Reservation) {
         if reservation.held.is_empty() {
             return;
         }
         let (quota, observed) = self.quota(&reservation.key, reservation.quota).await;
-        for (meter, amount, _) in &reservation.held {
-            let used = match usage {
-                Some(usage) => meter.amount(usage.input_tokens, usage.output_tokens),
-                None if *meter == Meter::Requests => 1.0,
-                None => 0.0,
-            };
-            let refund = amount - used;
-            let Some(limit) = meter.limit(&quota) else {
-                continue;
-            };
-            if refund.abs() < f64::EPSILON {
-                continue;
-            }
-            let op = BucketOp::Adjust { delta: refund };
-            if let Err(error) = self
-                .state
-                .bucket(
-                    &bucket_key(&reservation.key, *meter),
-                    self.spec(limit, observed),
-                    op,
-                )
-                .await
+        while let Some(&(meter, amount, _)) = reservation.held.last() {
+            let refund = reservation.refund(meter, amount);
+            if let Some(limit) = meter.limit(&quota)
+                && refund.abs() >= f64::EPSILON
             {
-                tracing::warn!("quota {}: could not settle usage: {error}", reservation.key);
+                let op = BucketOp::Adjust { delta: refund };
+                let key = bucket_key(&reservation.key, meter);
+                if let Err(error) = self
+                    .state
+                    .bucket(&key, self.spec(limit, observed), op)
+                    .await
+                {
+                    tracing::warn!(
+                        "quota {}: could not give back tokens: {error}",
+                        reservation.key
+                    );
+                }
             }
+            reservation.held.pop();
         }
     }
 

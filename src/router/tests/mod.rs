@@ -1,5 +1,6 @@
 //! Router behaviour on a paused clock, with scripted providers below the HTTP line.
 
+mod cancellation;
 mod plan;
 mod routing;
 
