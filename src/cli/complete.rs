@@ -14,6 +14,7 @@ use switchyard::completion::{CompletionRequest, CompletionService, Origin};
 use switchyard::local_setup;
 use switchyard::models::TerminalProgress;
 use switchyard::providers::local::LocalEngine;
+use switchyard::providers::local::chat::EngineSlot;
 
 /// `path:line:col`, 1-based, columns in characters.
 fn parse_location(location: &str) -> Result<(PathBuf, usize, usize), String> {
@@ -78,15 +79,25 @@ async fn complete(
     let rope = Rope::from_str(&text);
     let cursor = cursor_in(&rope, &path, line, col)?;
 
-    let (config, _) = super::file_config(config_file);
+    // The editor's path: the core's configuration, remote entries of
+    // `autocomplete.chain` through its router, its path rules for the file.
+    let core = Arc::new(super::open_core(config_file, EngineSlot::default()));
+    let config = core.config();
+    if let Ok(cwd) = std::env::current_dir() {
+        core.set_roots(vec![cwd]);
+    }
+    let kept_local = std::path::absolute(&path)
+        .ok()
+        .and_then(|path| core.kept_local(&path));
     let model = local_setup::resolve(&config).map_err(|e| e.to_string())?;
     let model_path = local_setup::ensure_present(&model, true, &TerminalProgress)
         .await
         .map_err(|e| e.to_string())?;
     let engine = LocalEngine::spawn(local_setup::engine_options(&model, &model_path, &config));
     let info = engine.wait_ready().await.map_err(|e| e.to_string())?;
-    let service = CompletionService::new(config.autocomplete.clone());
+    let service = CompletionService::following(core.follow_config());
     service.set_engine(Some(Arc::new(engine.clone())));
+    service.set_remote(Some(core.clone()));
     let doc = format!("file://{}", path.display());
 
     let warm_started = Instant::now();
@@ -107,7 +118,7 @@ async fn complete(
         cursor,
         deadline: tokio::time::Instant::now() + budget,
         cancel: CancelFlag::default(),
-        kept_local: false,
+        kept_local: kept_local.is_some(),
     };
     let outcome = service.complete(request).await;
     let latency_ms = outcome.elapsed.as_secs_f64() * 1e3;
@@ -118,11 +129,16 @@ async fn complete(
         },
         Err(_) => None,
     };
+    // Who answered: a remote entry of the chain, or the local model.
+    let answered_by = match outcome.result.as_ref().map(|s| &s.origin) {
+        Ok(Origin::Remote { provider, model }) => format!("{provider}/{model}"),
+        _ => info.name.clone(),
+    };
     if json {
         let value = json!({
             "text": outcome.result.as_ref().ok().map(|s| s.text.clone()),
             "reason": outcome.result.as_ref().err().map(|e| e.to_string()),
-            "model": info.name,
+            "model": answered_by,
             "latency_ms": latency_ms,
             "budget_ms": budget.as_millis() as u64,
             "warm_up_ms": warm_ms,
@@ -148,7 +164,7 @@ async fn complete(
         });
         println!(
             "--- model {} | latency {latency_ms:.0} ms (budget {} ms){detail} | {warm} | model load {} ms",
-            info.name,
+            answered_by,
             budget.as_millis(),
             info.load_ms
         );

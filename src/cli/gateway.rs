@@ -4,6 +4,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use switchyard::config::Config;
 use switchyard::gateway::{self, GatewayOptions};
@@ -13,16 +14,15 @@ use switchyard::providers::local::LocalEngine;
 use switchyard::providers::local::chat::EngineSlot;
 
 pub async fn run(config_file: Option<PathBuf>, listen: SocketAddr, allow_remote: bool) -> ExitCode {
-    let (config, _) = super::file_config(config_file);
     let local = EngineSlot::default();
-    tokio::spawn(load_local(config.clone(), local.clone()));
+    let core = Arc::new(super::open_core(config_file, local.clone()));
+    tokio::spawn(load_local(core.config(), local.clone()));
     match gateway::run(
-        config,
+        core,
         GatewayOptions {
             listen,
             allow_remote,
         },
-        local,
     )
     .await
     {
@@ -36,7 +36,7 @@ pub async fn run(config_file: Option<PathBuf>, listen: SocketAddr, allow_remote:
 
 /// Loads the local model if it is (or may be fetched) here; without it the
 /// small tier has only its remote entries.
-async fn load_local(config: Config, slot: EngineSlot) {
+async fn load_local(config: Arc<Config>, slot: EngineSlot) {
     let model = match local_setup::resolve(&config) {
         Ok(model) => model,
         Err(e) => return tracing::warn!("gateway: no local model: {e}"),

@@ -11,6 +11,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use switchyard::config::{self, Config, ConfigLayers};
+use switchyard::core::Core;
+use switchyard::providers::local::chat::EngineSlot;
 
 /// Reads the config file layer; a file that cannot be read is said on
 /// stderr (an editor's server log) and kept as the error it is, which makes
@@ -32,17 +34,33 @@ pub fn file_layers(file: Option<PathBuf>) -> ConfigLayers {
     }
 }
 
-/// The configuration in force from the config file, as every front end
-/// resolves it, and what could not be applied: that is said on stderr (and
-/// logged), and the rest applies; when it failed closed, that is said too.
+/// The routing core over the config file, as every front end opens it: what
+/// could not be applied is said on stderr (and logged), and the rest applies;
+/// when it failed closed, that is said too.
+pub fn open_core(file: Option<PathBuf>, local: EngineSlot) -> Core {
+    let layers = file_layers(file.clone());
+    let file_error = layers.file_error.clone();
+    let core = Core::open(layers, local, file);
+    say_problems(&core.problems(), file_error.as_ref(), &core.config());
+    core
+}
+
+/// The configuration in force from the config file, said as [`open_core`] says it.
 pub fn file_config(file: Option<PathBuf>) -> (Config, Vec<config::ConfigError>) {
     let layers = file_layers(file);
     let (config, problems) = layers.resolve();
-    // The file's own error was said as it was read.
-    for e in problems
-        .iter()
-        .filter(|e| Some(*e) != layers.file_error.as_ref())
-    {
+    say_problems(&problems, layers.file_error.as_ref(), &config);
+    (config, problems)
+}
+
+/// What could not be applied, on stderr and in the log (the file's own error
+/// was said as it was read), and why only the local model serves, if so.
+fn say_problems(
+    problems: &[config::ConfigError],
+    said: Option<&config::ConfigError>,
+    config: &Config,
+) {
+    for e in problems.iter().filter(|e| Some(*e) != said) {
         tracing::warn!("{e}");
         eprintln!("switchyard: {e}");
     }
@@ -51,7 +69,6 @@ pub fn file_config(file: Option<PathBuf>) -> (Config, Vec<config::ConfigError>) 
             "switchyard: only the local model serves until the configuration can be read: {reason}"
         );
     }
-    (config, problems)
 }
 
 pub async fn serve(config_file: Option<PathBuf>) -> ExitCode {

@@ -4,7 +4,6 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use switchyard::core::Core;
 use switchyard::gateway::wire::StatusResponse;
 use switchyard::providers::local::chat::EngineSlot;
 use switchyard::resilience::park::ParkingLot;
@@ -12,8 +11,7 @@ use switchyard::router::runbook::Runbook;
 use switchyard::router::status::ParkedStatus;
 
 pub async fn run(config_file: Option<PathBuf>, json: bool) -> ExitCode {
-    let (config, _) = super::file_config(config_file);
-    let core = Core::open(&config, EngineSlot::default(), None);
+    let core = super::open_core(config_file, EngineSlot::default());
     let parked = ParkingLot::open(switchyard::paths::state_dir().join("parked"))
         .map(|lot| lot.list())
         .unwrap_or_default()

@@ -4,7 +4,8 @@
 //! It decides whether to complete, answers from the type-through cache when it can,
 //! supersedes the document's previous request, and holds the hard deadline: when
 //! the engine has not answered by then, the request is answered empty and the
-//! engine's work is cancelled.
+//! engine's work is cancelled. Every request gets exactly one answer, a
+//! superseded one too (ARCHITECTURE.md invariant 2).
 
 pub mod postprocess;
 pub mod typethrough;
@@ -18,7 +19,7 @@ use ropey::Rope;
 use tokio::time::Instant;
 
 use crate::cancel::CancelFlag;
-use crate::config::AutocompleteConfig;
+use crate::config::{AutocompleteConfig, Config};
 use crate::context::fim::{self, CHARS_PER_TOKEN, WindowBudget};
 use crate::context::repository::{self, OpenDocuments, RepositoryContext};
 use crate::entry::{ChainEntry, ModelRef};
@@ -27,6 +28,7 @@ use crate::providers::local::{
     StopReason,
 };
 use postprocess::Situation;
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use typethrough::{Spot, TypeThrough};
 
@@ -142,7 +144,8 @@ pub struct CompletionService {
     engine: RwLock<Option<Arc<dyn FimEngine>>>,
     /// For remote entries in `autocomplete.chain`.
     remote: RwLock<Option<Arc<dyn RemoteFim>>>,
-    config: RwLock<AutocompleteConfig>,
+    /// The configuration in force (the core's, followed; or a fixed one).
+    config: watch::Receiver<Arc<Config>>,
     type_through: TypeThrough,
     /// The line each document's prefix window starts at (see `context::fim`).
     anchors: DashMap<String, usize>,
@@ -164,11 +167,21 @@ struct DeferredPrewarm {
 }
 
 impl CompletionService {
-    pub fn new(config: AutocompleteConfig) -> CompletionService {
+    /// A service with fixed settings (the CLI, probes, benchmarks).
+    pub fn new(autocomplete: AutocompleteConfig) -> CompletionService {
+        let config = Config {
+            autocomplete,
+            ..Config::default()
+        };
+        CompletionService::following(watch::channel(Arc::new(config)).1)
+    }
+
+    /// A service that reads the settings in force at each request.
+    pub fn following(config: watch::Receiver<Arc<Config>>) -> CompletionService {
         CompletionService {
             engine: RwLock::new(None),
             remote: RwLock::new(None),
-            config: RwLock::new(config),
+            config,
             type_through: TypeThrough::default(),
             anchors: DashMap::new(),
             inflight: DashMap::new(),
@@ -191,12 +204,8 @@ impl CompletionService {
         *self.open_documents.write().expect("documents lock") = Some(documents);
     }
 
-    pub fn set_config(&self, config: AutocompleteConfig) {
-        *self.config.write().expect("config lock") = config;
-    }
-
     pub fn config(&self) -> AutocompleteConfig {
-        self.config.read().expect("config lock").clone()
+        self.config.borrow().autocomplete.clone()
     }
 
     fn engine(&self) -> Result<(Arc<dyn FimEngine>, ModelInfo), NoSuggestion> {
@@ -497,135 +506,4 @@ impl CompletionService {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::path::PathBuf;
-    use std::sync::Mutex;
-
-    /// An engine that never answers: the deadline is all that ends a request.
-    #[derive(Default)]
-    struct StalledEngine {
-        jobs: Mutex<Vec<CancelFlag>>,
-    }
-
-    impl FimEngine for StalledEngine {
-        fn complete(
-            &self,
-            job: CompletionJob,
-        ) -> BoxFuture<'static, Result<Generation, EngineError>> {
-            self.jobs.lock().unwrap().push(job.cancel.clone());
-            Box::pin(futures::future::pending())
-        }
-        fn prewarm(&self, _: FimText) {}
-        fn model(&self) -> Result<ModelInfo, EngineError> {
-            Ok(ModelInfo {
-                name: "stalled".into(),
-                path: PathBuf::new(),
-                load_ms: 0,
-                prompt_tokens_per_s: 1000.0,
-                input_budget: 2000,
-                context_tokens: 2304,
-            })
-        }
-    }
-
-    fn service_with(engine: Arc<StalledEngine>) -> CompletionService {
-        let service = CompletionService::new(AutocompleteConfig::default());
-        service.set_engine(Some(engine));
-        service
-    }
-
-    fn request(doc: &str, text: &str, deadline: Instant) -> CompletionRequest {
-        let rope = Rope::from_str(text);
-        let cursor = rope.len_chars();
-        CompletionRequest {
-            doc: doc.into(),
-            rope,
-            cursor,
-            deadline,
-            cancel: CancelFlag::default(),
-            kept_local: false,
-        }
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_stalled_engine_is_answered_empty_exactly_at_the_deadline_and_cancelled() {
-        let engine = Arc::new(StalledEngine::default());
-        let service = service_with(engine.clone());
-        let started = Instant::now();
-        let outcome = service
-            .complete(request(
-                "a.rs",
-                "fn main() {\n    let x = ",
-                started + Duration::from_millis(1000),
-            ))
-            .await;
-        assert_eq!(outcome.result.unwrap_err(), NoSuggestion::DeadlineMissed);
-        assert_eq!(started.elapsed(), Duration::from_millis(1000));
-        assert!(
-            engine.jobs.lock().unwrap()[0].is_cancelled(),
-            "engine work is cancelled"
-        );
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_newer_request_for_the_same_document_cancels_the_older() {
-        let engine = Arc::new(StalledEngine::default());
-        let service = Arc::new(service_with(engine.clone()));
-        let deadline = Instant::now() + Duration::from_millis(1000);
-        let first = tokio::spawn({
-            let service = service.clone();
-            async move {
-                service
-                    .complete(request("a.rs", "let x = ", deadline))
-                    .await
-            }
-        });
-        tokio::task::yield_now().await;
-        let second = service.complete(request("a.rs", "let x = 1", deadline));
-        let other_doc = service.complete(request("b.rs", "let y = ", deadline));
-        let _ = tokio::join!(second, other_doc);
-        first.await.unwrap();
-        let jobs = engine.jobs.lock().unwrap();
-        assert_eq!(jobs.len(), 3);
-        assert!(
-            jobs[0].is_cancelled(),
-            "superseded by the newer a.rs request"
-        );
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn no_engine_answers_at_once() {
-        let service = CompletionService::new(AutocompleteConfig::default());
-        let started = Instant::now();
-        let outcome = service
-            .complete(request(
-                "a.rs",
-                "let x = ",
-                started + Duration::from_secs(1),
-            ))
-            .await;
-        assert!(matches!(outcome.result, Err(NoSuggestion::NotReady(_))));
-        assert_eq!(started.elapsed(), Duration::ZERO);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn mid_word_is_skipped_without_asking_the_engine() {
-        let engine = Arc::new(StalledEngine::default());
-        let service = service_with(engine.clone());
-        let rope = Rope::from_str("let value = 1;");
-        let req = CompletionRequest {
-            doc: "a.rs".into(),
-            rope,
-            cursor: 7,
-            deadline: Instant::now() + Duration::from_secs(1),
-            cancel: CancelFlag::default(),
-            kept_local: false,
-        };
-        assert!(matches!(
-            service.complete(req).await.result,
-            Err(NoSuggestion::Skipped(_))
-        ));
-        assert!(engine.jobs.lock().unwrap().is_empty());
-    }
-}
+mod tests;

@@ -3,7 +3,8 @@
 //! documents, of identifiers around the cursor. They form one block in front of
 //! the FIM prompt.
 //!
-//! The block changes only while the user is idle (the way llama.vim's ring
+//! The block changes only while the user is idle (ARCHITECTURE.md
+//! invariant 16), the way llama.vim's ring
 //! buffer does): a pause at a place adds that place and its definitions, for
 //! later, and the engine refills the block and the window in the background
 //! (the completion service decides how long a pause must be).

@@ -18,6 +18,9 @@
 //!   docs/lsp-extensions.md), never the core's.
 //! - Canaries check cooled-down breakers (and, if configured, the primaries)
 //!   in the background, so recovery is noticed without a caller's request.
+//! - A changed config file is applied without a restart: the core reads it
+//!   again every [`RELOAD_EVERY`], and each request is routed by the router
+//!   in force then.
 //!
 //! Loopback only unless `--allow-remote`, which also requires a bearer token.
 
@@ -40,12 +43,10 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::Config;
 use crate::context::chat::PromptParts;
 use crate::core::Core;
 use crate::entry::ModelRef;
 use crate::providers::Secret;
-use crate::providers::local::chat::EngineSlot;
 use crate::router::canary;
 use crate::router::history::History;
 use crate::router::{Answer, Origin, Pin, Progress, RouteError, Router, TaskRequest};
@@ -54,6 +55,9 @@ use crate::task::{TaskKind, Tier};
 /// The header a caller names its task kind with (`explain`, the default, or `refactor`).
 pub const TASK_HEADER: &str = "x-switchyard-task";
 
+/// How often the config file is read again for changes.
+pub const RELOAD_EVERY: Duration = Duration::from_secs(1);
+
 pub struct GatewayOptions {
     pub listen: SocketAddr,
     /// Listening beyond loopback must be asked for explicitly.
@@ -61,13 +65,21 @@ pub struct GatewayOptions {
 }
 
 struct Gateway {
-    router: Arc<Router>,
+    core: Arc<Core>,
     token: Option<Secret>,
     history: Arc<History>,
 }
 
-/// Runs the gateway until the process is interrupted.
-pub async fn run(config: Config, options: GatewayOptions, local: EngineSlot) -> Result<(), String> {
+impl Gateway {
+    /// The router in force now.
+    fn router(&self) -> Arc<Router> {
+        self.core.router()
+    }
+}
+
+/// Runs the gateway over `core` until the process is interrupted.
+pub async fn run(core: Arc<Core>, options: GatewayOptions) -> Result<(), String> {
+    let config = core.config();
     let token = config
         .gateway
         .token_env
@@ -89,7 +101,6 @@ pub async fn run(config: Config, options: GatewayOptions, local: EngineSlot) -> 
             );
         }
     }
-    let router = Core::open(&config, local, None).router();
     let listener = tokio::net::TcpListener::bind(options.listen)
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", options.listen))?;
@@ -102,15 +113,16 @@ pub async fn run(config: Config, options: GatewayOptions, local: EngineSlot) -> 
     let history = Arc::new(History::new(tick));
     let primary_every = (resilience_config.primary_canary_ms > 0)
         .then(|| Duration::from_millis(resilience_config.primary_canary_ms));
-    let (upkept, recorder) = (router.clone(), history.clone());
+    let (upkept, recorder) = (core.clone(), history.clone());
     tokio::spawn(canary::upkeep(
-        move || upkept.clone(),
+        move || upkept.router(),
         tick,
         primary_every,
         move |router| recorder.record(router),
     ));
+    tokio::spawn(follow_file(core.clone()));
     let app = app(Arc::new(Gateway {
-        router,
+        core,
         token,
         history,
     }));
@@ -120,6 +132,20 @@ pub async fn run(config: Config, options: GatewayOptions, local: EngineSlot) -> 
         })
         .await
         .map_err(|e| e.to_string())
+}
+
+/// Applies the config file whenever its text changes, saying what could not
+/// be applied.
+async fn follow_file(core: Arc<Core>) {
+    loop {
+        tokio::time::sleep(RELOAD_EVERY).await;
+        if let Some(changed) = core.reload_file() {
+            tracing::info!("gateway: the config file changed; applied");
+            for problem in &changed.problems {
+                tracing::warn!("{problem}");
+            }
+        }
+    }
 }
 
 fn app(gateway: Arc<Gateway>) -> axum::Router {
@@ -152,7 +178,8 @@ async fn models(State(gateway): State<Arc<Gateway>>, headers: HeaderMap) -> Resp
     if !authorised(&gateway, &headers) {
         return unauthorised();
     }
-    let config = gateway.router.config();
+    let router = gateway.router();
+    let config = router.config();
     let mut ids: Vec<String> = [
         "switchyard",
         "switchyard/large",
@@ -177,7 +204,10 @@ async fn status(State(gateway): State<Arc<Gateway>>, headers: HeaderMap) -> Resp
     if !authorised(&gateway, &headers) {
         return unauthorised();
     }
-    Json(wire::StatusResponse::from(&gateway.router.runbook().await)).into_response()
+    Json(wire::StatusResponse::from(
+        &gateway.router().runbook().await,
+    ))
+    .into_response()
 }
 
 /// The last hour of health, one point per upkeep tick (the dashboard's data).
@@ -217,6 +247,7 @@ fn task(
             &message,
         )
     };
+    let router = gateway.router();
     let request: openai::CompletionRequest =
         serde_json::from_value(body).map_err(|e| invalid(format!("malformed request: {e}")))?;
     let (system, messages) = openai::conversation(&request.messages).map_err(invalid)?;
@@ -235,7 +266,7 @@ fn task(
         "switchyard/medium" => Some(Pin::Tier(Tier::Medium)),
         "switchyard/small" => Some(Pin::Tier(Tier::Small)),
         model => match model.split_once('/') {
-            Some((provider, name)) if gateway.router.provider_config(provider).is_some() => {
+            Some((provider, name)) if router.provider_config(provider).is_some() => {
                 Some(Pin::Entry(ModelRef::new(provider, name)))
             }
             _ => {
@@ -263,7 +294,7 @@ fn task(
             front_end: "gateway",
             subject: caller.chars().take(120).collect(),
         },
-        redact: gateway.router.config().privacy.redact_gateway,
+        redact: router.config().privacy.redact_gateway,
         ..TaskRequest::new(kind, system, PromptParts::default())
     };
     Ok((task, request.stream))
@@ -350,7 +381,7 @@ async fn chat_completions(
     if !stream {
         // Dropping this future (the caller hung up) drops the attempt with it.
         return match gateway
-            .router
+            .router()
             .run(task, CancellationToken::new(), &|_| {})
             .await
         {
@@ -398,7 +429,7 @@ async fn stream_completion(gateway: Arc<Gateway>, task: TaskRequest, id: String)
     // A caller who hangs up at any point, before the first text too, cancels
     // the routed task: its guards give back probe leases and quota at once.
     let guard = CancelOnDrop(cancel.clone());
-    let router = gateway.router.clone();
+    let router = gateway.router();
     let run_cancel = cancel.clone();
     tokio::spawn(async move {
         let progress = events.clone();

@@ -111,7 +111,7 @@ impl Backend {
             }
             STATUS => Ok(Some(wire::result(super::kept_local::status_params(
                 &self.router().status(),
-                &self.path_rules,
+                &self.core,
             )))),
             EXPLAIN | REFACTOR => {
                 let uri: Uri = args
@@ -153,7 +153,6 @@ impl Backend {
                 return Err(invalid(e));
             }
         }
-        self.remember_local_only(on);
         Ok(wire::result(LocalOnlyResult { local_only: on }))
     }
 

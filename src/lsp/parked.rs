@@ -17,7 +17,6 @@ use tower_lsp_server::ls_types::*;
 
 use super::documents::DocumentStore;
 use super::edits;
-use super::kept_local::SharedLocalOnlyRules;
 use super::position::PositionEncoding;
 use super::wire::RefactorParked;
 use crate::context::chat::code_block;
@@ -43,10 +42,9 @@ pub(super) struct Parking {
     lot: ParkingLot,
     client: Client,
     documents: Arc<DocumentStore>,
+    /// The routing core, whose path rules in force at resume keep a document
+    /// local even when its rule was added after the refactor parked.
     core: Arc<Core>,
-    /// The path rules in force now: one added since a refactor parked keeps
-    /// its document from leaving the machine when it resumes.
-    path_rules: SharedLocalOnlyRules,
     /// What status shows: the core's list, shared with every router it builds.
     listed: Arc<Mutex<Vec<ParkedStatus>>>,
     /// This window's workspace: it resumes only its own parked work.
@@ -77,7 +75,6 @@ impl Parking {
         client: Client,
         documents: Arc<DocumentStore>,
         core: Arc<Core>,
-        path_rules: SharedLocalOnlyRules,
     ) -> Parking {
         Parking {
             lot,
@@ -85,7 +82,6 @@ impl Parking {
             documents,
             listed: core.parked(),
             core,
-            path_rules,
             owner: RwLock::new(String::new()),
             encoding: RwLock::new(PositionEncoding::Utf16),
             progress: AtomicBool::new(false),
@@ -209,10 +205,9 @@ impl Parking {
         let answer = match target.ready.clone() {
             Some(answer) => answer,
             None => {
-                let rules = self.path_rules.read().expect("path rules lock").clone();
                 let request = TaskRequest {
                     continuation: checkpoint.partial.clone(),
-                    local_only_rule: rules.rule_for(&target.uri),
+                    local_only_rule: super::kept_local::kept_local(&self.core, &target.uri),
                     origin: Origin {
                         front_end: "lsp",
                         subject: target.uri.as_str().to_owned(),

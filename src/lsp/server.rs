@@ -1,10 +1,10 @@
 //! The `LanguageServer` implementation: lifecycle, document sync, configuration.
 
-use super::kept_local::{LocalOnlyRules, SharedLocalOnlyRules, status_params};
+use super::kept_local::status_params;
 use crate::router::status::StatusReport;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use dashmap::DashMap;
@@ -36,26 +36,19 @@ pub struct Backend {
     pub(super) documents: Arc<DocumentStore>,
     pub(super) completion: Arc<CompletionService>,
     pub(super) encoding: RwLock<PositionEncoding>,
-    layers: Mutex<ConfigLayers>,
-    config: RwLock<Config>,
     capabilities: RwLock<ClientCapabilities>,
     /// Edits and cursor moves per document, so a debounced prewarm can tell
     /// whether it is stale, and in all documents, so an idle refresh can.
     activity: Arc<DashMap<Uri, u64>>,
     any_activity: Arc<AtomicU64>,
-    /// Where `switchyard.toggleLocalOnly` persists the mode.
-    config_path: Option<PathBuf>,
     local_engine: EngineSlot,
-    /// The routing core: health, status, parked work, the router in force.
+    /// The routing core: the configuration, health, status, parked work,
+    /// the router in force.
     pub(super) core: Arc<Core>,
     /// Parked refactors; `None` when the state dir cannot hold them.
     pub(super) parking: Option<Arc<Parking>>,
     /// Cancel buttons of running actions, by progress token.
     pub(super) progress_cancels: DashMap<NumberOrString, CancellationToken>,
-    /// The workspace roots, whose `.switchyardignore` files add path rules.
-    pub(super) roots: RwLock<Vec<PathBuf>>,
-    /// Documents only the local model may serve.
-    pub(super) path_rules: SharedLocalOnlyRules,
 }
 
 /// Runs the server on stdin/stdout until the client exits.
@@ -106,17 +99,11 @@ impl Backend {
         config_path: Option<PathBuf>,
         local_engine: EngineSlot,
     ) -> Backend {
-        let (config, errors) = layers.resolve();
-        for e in &errors {
+        let core = Arc::new(Core::open(layers, local_engine.clone(), config_path));
+        for e in core.problems() {
             tracing::warn!("{e}");
         }
-        let core = Arc::new(Core::open(
-            &config,
-            local_engine.clone(),
-            config_path.clone(),
-        ));
         let documents = Arc::new(DocumentStore::default());
-        let path_rules = LocalOnlyRules::before_initialize(&config.privacy.local_only_paths);
         let parked_dir = crate::paths::state_dir().join("parked");
         let parking = match ParkingLot::open(parked_dir.clone()) {
             Ok(lot) => Some(Arc::new(Parking::new(
@@ -124,7 +111,6 @@ impl Backend {
                 client.clone(),
                 documents.clone(),
                 core.clone(),
-                path_rules.clone(),
             ))),
             Err(error) => {
                 tracing::error!(
@@ -134,7 +120,7 @@ impl Backend {
                 None
             }
         };
-        let completion = Arc::new(CompletionService::new(config.autocomplete.clone()));
+        let completion = Arc::new(CompletionService::following(core.follow_config()));
         completion.set_remote(Some(core.clone()));
         let open = documents.clone();
         completion.set_open_documents(Arc::new(move || open.texts()));
@@ -143,42 +129,18 @@ impl Backend {
             documents,
             completion,
             encoding: RwLock::new(PositionEncoding::Utf16),
-            layers: Mutex::new(layers),
-            config: RwLock::new(config),
             capabilities: RwLock::new(ClientCapabilities::default()),
             activity: Arc::new(DashMap::new()),
             any_activity: Arc::new(AtomicU64::new(0)),
-            config_path,
             local_engine,
             core,
             parking,
             progress_cancels: DashMap::new(),
-            roots: RwLock::new(Vec::new()),
-            path_rules,
         }
     }
 
     pub(super) fn router(&self) -> Arc<Router> {
         self.core.router()
-    }
-
-    fn rebuild_router(&self, config: &Config) {
-        self.core.reconfigure(config);
-    }
-
-    /// Keeps a toggled local-only mode when the configuration is re-resolved later.
-    pub(super) fn remember_local_only(&self, on: bool) {
-        let mut layers = self.layers.lock().expect("layers lock");
-        match (&mut layers.file, &self.config_path) {
-            (Some((_, Value::Object(file))), _) => {
-                file.insert("local_only".into(), Value::Bool(on));
-            }
-            (None, Some(path)) => {
-                layers.file = Some((path.clone(), serde_json::json!({"local_only": on})))
-            }
-            _ => {}
-        }
-        self.config.write().expect("config lock").local_only = on;
     }
 
     async fn cancel_progress(&self, params: WorkDoneProgressCancelParams) {
@@ -192,8 +154,8 @@ impl Backend {
     fn watch_status(&self) {
         let (client, mut rx) = (self.client.clone(), self.core.subscribe());
         let notify = self.config().status_notifications;
-        let rules = self.path_rules.clone();
-        let params = move |report: &StatusReport| status_params(report, &rules);
+        let core = self.core.clone();
+        let params = move |report: &StatusReport| status_params(report, &core);
         tokio::spawn(async move {
             let mut before = rx.borrow_and_update().clone();
             if notify {
@@ -224,8 +186,8 @@ impl Backend {
         *self.encoding.read().expect("encoding lock")
     }
 
-    pub(super) fn config(&self) -> Config {
-        self.config.read().expect("config lock").clone()
+    pub(super) fn config(&self) -> Arc<Config> {
+        self.core.config()
     }
 
     pub(super) fn supports_progress(&self) -> bool {
@@ -254,50 +216,16 @@ impl Backend {
             .unwrap_or(false)
     }
 
-    /// Re-resolves the layers after one changed, puts the result in force,
-    /// reloads the engine when the model settings changed, then tells the
-    /// user what could not be applied.
+    /// Changes a layer and puts the result in force (the core rebuilds the
+    /// router where needed), reloads the engine when the model settings
+    /// changed, then tells the user what could not be applied.
     async fn apply_layers(&self, change: impl FnOnce(&mut ConfigLayers)) {
-        let (config, errors) = {
-            let mut layers = self.layers.lock().expect("layers lock");
-            change(&mut layers);
-            layers.resolve()
-        };
-        let previous = std::mem::replace(
-            &mut *self.config.write().expect("config lock"),
-            config.clone(),
-        );
-        self.completion.set_config(config.autocomplete.clone());
-        if previous.privacy != config.privacy {
-            self.refresh_path_rules();
-        }
-        let engine_changed = previous.local != config.local
-            || previous.autocomplete.input_tokens != config.autocomplete.input_tokens
-            || previous.autocomplete.suffix_tokens != config.autocomplete.suffix_tokens
-            || previous.autocomplete.repository_tokens != config.autocomplete.repository_tokens
-            || previous.autocomplete.output_tokens != config.autocomplete.output_tokens;
-        if (
-            &previous.providers,
-            &previous.tiers,
-            &previous.tasks,
-            previous.local_only,
-            &previous.resilience,
-            &previous.fail_closed,
-        ) != (
-            &config.providers,
-            &config.tiers,
-            &config.tasks,
-            config.local_only,
-            &config.resilience,
-            &config.fail_closed,
-        ) {
-            self.rebuild_router(&config);
-        }
-        if engine_changed {
+        let changed = self.core.reconfigure(change);
+        if changed.engine {
             tracing::info!("model settings changed; reloading the local engine");
-            self.start_engine(config);
+            self.start_engine(&changed.config);
         }
-        self.report_config_errors(&errors).await;
+        self.report_config_errors(&changed.problems).await;
     }
 
     async fn report_config_errors(&self, errors: &[ConfigError]) {
@@ -323,7 +251,8 @@ impl Backend {
         }
     }
 
-    fn start_engine(&self, config: Config) {
+    fn start_engine(&self, config: &Config) {
+        let config = config.clone();
         let (client, service, slot) = (
             self.client.clone(),
             self.completion.clone(),
@@ -429,17 +358,11 @@ impl LanguageServer for Backend {
         if let Some(parking) = &self.parking {
             parking.set_session(workspace_owner(&params), encoding, progress);
         }
-        *self.roots.write().expect("roots lock") = super::kept_local::workspace_roots(&params);
+        self.core
+            .set_roots(super::kept_local::workspace_roots(&params));
         *self.capabilities.write().expect("capabilities lock") = params.capabilities;
-        {
-            let mut layers = self.layers.lock().expect("layers lock");
-            layers.initialization_options = params.initialization_options;
-            let (config, _) = layers.resolve();
-            self.completion.set_config(config.autocomplete.clone());
-            self.rebuild_router(&config);
-            *self.config.write().expect("config lock") = config;
-        }
-        self.refresh_path_rules();
+        self.core
+            .reconfigure(|layers| layers.initialization_options = params.initialization_options);
         let position_encoding = match encoding {
             PositionEncoding::Utf8 => PositionEncodingKind::UTF8,
             PositionEncoding::Utf16 => PositionEncodingKind::UTF16,
@@ -478,11 +401,10 @@ impl LanguageServer for Backend {
         // Applying the workspace layer reports every layer's errors; without
         // it, report them here (once either way).
         if !self.fetch_workspace_configuration().await {
-            let errors = self.layers.lock().expect("layers lock").resolve().1;
-            self.report_config_errors(&errors).await;
+            self.report_config_errors(&self.core.problems()).await;
         }
-        self.start_engine(self.config());
-        let resilience = self.config().resilience;
+        self.start_engine(&self.config());
+        let resilience = self.config().resilience.clone();
         if let Some(parking) = &self.parking {
             let every = Duration::from_millis(resilience.resume_interval_ms);
             tokio::spawn(parking.clone().run(every));

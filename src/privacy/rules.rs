@@ -143,6 +143,71 @@ fn anywhere(pattern: &str) -> String {
     }
 }
 
+/// What keeps a document local: the path rules and the local-only
+/// workspaces (`privacy.local_only_workspaces`), built when the configuration,
+/// the workspace roots or an ignore file change rather than on every request
+/// (completion asks on each keystroke).
+pub struct LocalOnlyRules {
+    paths: PathRules,
+    /// `privacy.local_only_workspaces`, `~/` expanded.
+    folders: Vec<PathBuf>,
+    /// The rule making one of the roots local-only, for the status.
+    pub workspace: Option<String>,
+}
+
+impl LocalOnlyRules {
+    /// The rules of `privacy` for the workspace `roots`; unreadable ignore
+    /// files and bad patterns are reported, not fatal.
+    pub fn new(
+        privacy: &crate::config::PrivacyConfig,
+        roots: &[PathBuf],
+    ) -> (LocalOnlyRules, Vec<String>) {
+        let (paths, problems) = PathRules::new(&privacy.local_only_paths, roots);
+        let folders = local_only_folders(&privacy.local_only_workspaces);
+        let workspace = roots
+            .iter()
+            .find_map(|root| folders.iter().find(|f| root.starts_with(f)))
+            .map(|folder| workspace_rule(folder));
+        let rules = LocalOnlyRules {
+            paths,
+            folders,
+            workspace,
+        };
+        (rules, problems)
+    }
+
+    /// Why the document at `path` may be served only by the local model, if
+    /// a rule says so.
+    pub fn rule_for(&self, path: &Path) -> Option<String> {
+        if let Some(folder) = self.folders.iter().find(|f| path.starts_with(f)) {
+            return Some(format!("{}: {}", path.display(), workspace_rule(folder)));
+        }
+        self.paths
+            .matching(path)
+            .map(|rule| format!("{} matches the local-only path rule {rule}", path.display()))
+    }
+}
+
+/// The configured local-only folders, `~/` expanded.
+fn local_only_folders(configured: &[String]) -> Vec<PathBuf> {
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    configured
+        .iter()
+        .map(|folder| match (folder.strip_prefix("~/"), &home) {
+            (Some(rest), Some(home)) => home.join(rest),
+            _ => PathBuf::from(folder),
+        })
+        .collect()
+}
+
+/// The rule that makes a workspace folder local-only, as the status names it.
+fn workspace_rule(folder: &Path) -> String {
+    format!(
+        "workspace {} is local-only (privacy.local_only_workspaces)",
+        folder.display()
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -11,7 +11,9 @@
 //! ```
 //!
 //! The retry policy ([`super::retry`]) decides after each failed attempt
-//! whether the same entry is tried again.
+//! whether the same entry is tried again. No remote attempt leaves any other
+//! way (ARCHITECTURE.md invariant 5), and each guard settles on drop
+//! (invariant 6).
 
 use crate::entry::LOCAL;
 use crate::privacy::audit::AuditRecord;

@@ -1,7 +1,8 @@
 //! Who may serve a task now: one plan, asked by everything that needs the
 //! answer. `run` tries its candidates in order; status and the runbook call
 //! the first usable one "now"; canaries, history, the gateway's `/v1/models`
-//! and the probe targets list the same entries. Nobody else re-derives it.
+//! and the probe targets list the same entries. Nobody else re-derives it
+//! (ARCHITECTURE.md invariant 7).
 
 use std::fmt;
 

@@ -2,6 +2,8 @@
 //! entry's input budget, continuing a partial answer whatever the provider:
 //! as an assistant prefill where the model takes one, otherwise as its own
 //! previous turn followed by an instruction to go on from where it stopped.
+//! It is the one place remote prompts are built, so every one passes
+//! `privacy::redact` (ARCHITECTURE.md invariant 17).
 
 use crate::context::chat::{self, OverBudget};
 use crate::entry::{LOCAL, ModelRef};

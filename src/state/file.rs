@@ -1,5 +1,5 @@
 //! Shared state in a directory: every switchyard process of this user on this
-//! machine. One JSON file per key, `{"key":…, "value":…, "expires": ms|null}`,
+//! machine. It survives crashes (ARCHITECTURE.md invariant 10). One JSON file per key, `{"key":…, "value":…, "expires": ms|null}`,
 //! on the wall clock (ms since the Unix epoch).
 //!
 //! - Atomicity across processes: a read-modify-write holds an exclusive lock on

@@ -1,4 +1,5 @@
-//! The editor protocol's own payloads: every custom notification and command
+//! The editor protocol's own payloads (protocol types live at the edge:
+//! ARCHITECTURE.md invariant 13): every custom notification and command
 //! result switchyard sends, as explicit wire types (rust-analyzer's
 //! `lsp_ext` pattern). The core's types (`router::status::StatusReport` and
 //! friends) are free to change; these change only with the protocol, and

@@ -2,6 +2,8 @@
 //!
 //! [`LocalEngine`] is a cheap handle; the model and its context live on one
 //! inference thread (`engine.rs`) that receives jobs over a channel (ARCHITECTURE.md invariant 4).
+//! That thread alone measures with `std::time::Instant`; everything else
+//! keeps time through `tokio::time` (invariant 9).
 
 pub mod chat;
 mod engine;

@@ -1,0 +1,215 @@
+//! Generation: greedy decoding with speculative drafts (ARCHITECTURE.md
+//! invariant 15), the text as it is emitted, and the step costs that decide
+//! how long a draft pays.
+
+use std::time::{Duration, Instant};
+
+use llama_cpp_2::sampling::LlamaSampler;
+use llama_cpp_2::token::LlamaToken;
+
+use super::{Engine, Interrupt, MAIN, NEAR_TIE, Stopped};
+use crate::providers::local::lookup;
+use crate::providers::local::{CompletionJob, EngineError, Generation, StopReason};
+
+impl Engine<'_> {
+    /// Greedy generation. With drafting on, each step decodes the sampled token
+    /// together with an n-gram lookup draft of what may follow; a draft token
+    /// stands only where greedy sampling picks it from the batch's logits, so the
+    /// text is the same as one token at a time, in fewer decode steps.
+    pub(super) fn generate(
+        &mut self,
+        job: &mut CompletionJob,
+        answer: &mut Generation,
+    ) -> Result<(), EngineError> {
+        let mut sampler = LlamaSampler::greedy();
+        let mut bytes = Vec::new();
+        let room = (self.context_tokens as usize).saturating_sub(self.cached.len());
+        let max_tokens = job.max_tokens.min(room);
+        let interrupt = Interrupt {
+            cancel: Some(&job.cancel),
+            deadline: Some(job.deadline),
+            preemptible: false,
+        };
+        loop {
+            if answer.tokens_generated >= max_tokens {
+                answer.stop = StopReason::MaxTokens;
+                break;
+            }
+            match self.check(&interrupt, self.token_cost) {
+                Some(Stopped::Deadline) => {
+                    answer.stop = StopReason::Deadline;
+                    break;
+                }
+                Some(_) => {
+                    answer.stop = StopReason::Cancelled;
+                    break;
+                }
+                None => {}
+            }
+            let token = sampler.sample(&self.ctx, self.logits_index);
+            let index = self.logits_index;
+            if let Some(stop) = self.emit(token, index, &mut job.stop, answer, &mut bytes) {
+                answer.stop = stop;
+                break;
+            }
+            let position = self.cached.len();
+            self.cached.push(token.0);
+            let draft = self.draft(max_tokens - answer.tokens_generated, job.deadline);
+            self.batch.clear();
+            for (offset, &t) in std::iter::once(&token.0).chain(&draft).enumerate() {
+                // Capacity is CHUNK and drafts are shorter.
+                let _ = self
+                    .batch
+                    .add(LlamaToken(t), (position + offset) as i32, &[MAIN], true);
+            }
+            let decode_started = Instant::now();
+            let decoded = self.ctx.decode(&mut self.batch);
+            self.note_generation_step(draft.len(), decode_started.elapsed());
+            if let Err(e) = decoded {
+                self.reset_cache();
+                return Err(EngineError::Failed(format!("llama.cpp decode failed: {e}")));
+            }
+            let (accepted, stop) =
+                self.verify(&draft, &mut sampler, &mut job.stop, answer, &mut bytes)?;
+            self.logits_index = accepted as i32;
+            if let Some(stop) = stop {
+                answer.stop = stop;
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// Keeps the draft tokens greedy sampling picks from the step's logits (the
+    /// logits at batch index i predict the token after index i), adds them to
+    /// the answer and drops the rest from the cache. Returns how many stood and
+    /// why generation ends, if it does.
+    fn verify(
+        &mut self,
+        draft: &[i32],
+        sampler: &mut LlamaSampler,
+        rule: &mut crate::providers::local::StopRule,
+        answer: &mut Generation,
+        bytes: &mut Vec<u8>,
+    ) -> Result<(usize, Option<StopReason>), EngineError> {
+        let mut stop = None;
+        let mut accepted = 0;
+        for &drafted in draft {
+            let predicted = sampler.sample(&self.ctx, accepted as i32);
+            if predicted.0 != drafted {
+                break;
+            }
+            self.cached.push(drafted);
+            accepted += 1;
+            stop = self.emit(predicted, accepted as i32 - 1, rule, answer, bytes);
+            if stop.is_some() {
+                break;
+            }
+        }
+        answer.tokens_drafted += draft.len();
+        answer.tokens_accepted += accepted;
+        if !draft.is_empty() {
+            self.drafting.note(draft.len(), accepted);
+        }
+        if accepted < draft.len() {
+            let kept = self.cached.len() as u32;
+            if let Err(e) = self.ctx.kv_cache_seq_rm(MAIN, Some(kept), None) {
+                self.reset_cache();
+                return Err(EngineError::Failed(format!(
+                    "dropping a rejected draft from the cache: {e}"
+                )));
+            }
+        }
+        Ok((accepted, stop))
+    }
+
+    /// Adds a token sampled from the logits at batch `index` to the answer, or
+    /// says why generation ends here.
+    fn emit(
+        &self,
+        token: LlamaToken,
+        index: i32,
+        stop: &mut crate::providers::local::StopRule,
+        answer: &mut Generation,
+        bytes: &mut Vec<u8>,
+    ) -> Option<StopReason> {
+        let vocab = self.model.vocab();
+        if vocab.is_eog(token)
+            || vocab.is_control(token)
+            || [self.fim.prefix, self.fim.suffix, self.fim.middle].contains(&token.0)
+        {
+            return Some(StopReason::EndOfText);
+        }
+        if answer.near_tie_at.is_none() && self.margin(index, token) < NEAR_TIE {
+            answer.near_tie_at = Some(bytes.len());
+        }
+        bytes.extend(vocab.token_to_piece(token, false, None));
+        answer.tokens_generated += 1;
+        answer.text = complete_utf8(bytes);
+        stop(&answer.text).then_some(StopReason::Rule)
+    }
+
+    /// How far the chosen token's logit at batch `index` is ahead of the next best.
+    fn margin(&self, index: i32, chosen: LlamaToken) -> f32 {
+        let logits = self.ctx.get_logits_ith(index);
+        let best = logits[chosen.0 as usize];
+        let runner_up = logits
+            .iter()
+            .enumerate()
+            .filter(|&(t, _)| t != chosen.0 as usize)
+            .map(|(_, &l)| l)
+            .fold(f32::NEG_INFINITY, f32::max);
+        best - runner_up
+    }
+
+    /// What to verify after the last cached token: a lookup draft as long as
+    /// it pays, no longer than `left` tokens, cut to what the step can decode
+    /// before `deadline`.
+    fn draft(&mut self, left: usize, deadline: Instant) -> Vec<i32> {
+        let time_left = deadline.saturating_duration_since(Instant::now());
+        let affordable = time_left.saturating_sub(self.token_cost).as_secs_f64()
+            / self.draft_token_cost.as_secs_f64().max(1e-6);
+        let mut worth = self.drafting.worth(self.token_cost, self.draft_token_cost);
+        if worth == 0 && self.drafting.explore() {
+            worth = 1;
+        }
+        let max = self
+            .draft_tokens
+            .min(left)
+            .min(affordable as usize)
+            .min(worth);
+        lookup::draft(&self.cached, max).to_vec()
+    }
+
+    /// Folds a generation step's time into the cost of one token and of each
+    /// extra draft token in the same batch.
+    fn note_generation_step(&mut self, drafted: usize, took: Duration) {
+        if drafted == 0 {
+            self.token_cost = (self.token_cost + took) / 2;
+        } else {
+            let extra = took.saturating_sub(self.token_cost) / drafted as u32;
+            self.draft_token_cost = (self.draft_token_cost * 3 + extra) / 4;
+        }
+    }
+}
+
+/// The longest valid UTF-8 prefix: a multi-byte character split across tokens
+/// appears once its last byte has been generated.
+fn complete_utf8(bytes: &[u8]) -> String {
+    match std::str::from_utf8(bytes) {
+        Ok(s) => s.to_owned(),
+        Err(e) => String::from_utf8_lossy(&bytes[..e.valid_up_to()]).into_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn split_multibyte_character_waits_for_its_last_byte() {
+        let bytes = "é".as_bytes();
+        assert_eq!(complete_utf8(&bytes[..1]), "");
+        assert_eq!(complete_utf8(bytes), "é");
+    }
+}
