@@ -29,12 +29,14 @@ use super::beacon::Outcome;
 use super::hedge::Racer;
 use super::judge::Seen;
 use super::plan::Candidate;
+use super::prompt::Prompt;
 use super::request::{OnProgress, Progress, TaskRequest};
-use super::seam::Seam;
+use super::seam::{Seam, Unjoinable};
 use crate::entry::EntryKey;
 use crate::providers::{Provider, Usage};
 use crate::resilience::backoff::WaitBudget;
 use crate::resilience::breaker::Admission;
+use crate::resilience::governor::{Quota, Reservation};
 use crate::resilience::prefill;
 use crate::task::TaskProfile;
 
@@ -116,19 +118,6 @@ impl Router {
         EntryKey::new(account, entry.clone())
     }
 
-    fn provider(&self, candidate: &Candidate) -> Result<Arc<dyn Provider>, Failure> {
-        self.providers
-            .get(&candidate.entry.provider)
-            .cloned()
-            .ok_or_else(|| {
-                Failure::failed(
-                    format!("provider `{}` is not configured", candidate.entry.provider),
-                    Outcome::Failed,
-                    None,
-                )
-            })
-    }
-
     /// Serves a request from one entry through the pipeline, retrying it
     /// while the retry policy allows. Fatal errors never retry here; the
     /// caller moves on.
@@ -141,217 +130,379 @@ impl Router {
         cancel: &CancellationToken,
         progress: OnProgress<'_>,
     ) -> Result<(String, Usage), Failure> {
-        let provider = self.provider(candidate)?;
-        let key = self.key(&candidate.entry);
-        let (breaker_key, quota_key) = (key.breaker_key(), key.quota_key());
-        let quota = self
-            .provider_config(&key.model.provider)
-            .map(|p| p.quota)
-            .unwrap_or_default();
-        let probe_ttl = profile.total_ceiling() + Duration::from_secs(5);
-        let resilience = &self.resilience;
+        let serving = Serving {
+            entry: self.entry(candidate, profile)?,
+            request,
+            profile,
+            cancel,
+            progress,
+        };
         let mut last_error: Option<String> = None;
         for retry in 0u32.. {
-            // Breakered: the admission (a probe permit when half-open) lives
-            // until the verdict is recorded or this future is dropped.
-            let admission = resilience.breakers.admit(&breaker_key, probe_ttl).await;
-            if let Admission::Open { reason, retry_in } = &admission {
-                run.retry_later = true;
-                let reason = format!(
-                    "circuit open ({reason}), next probe in {:.0} s",
-                    retry_in.as_secs_f64()
-                );
-                return Err(Failure::failed(
-                    join_reasons(last_error, reason),
-                    Outcome::Failed,
-                    None,
-                ));
+            let admission = self.breakered(&serving, run, &last_error).await?;
+            let governed = self.governed(&serving, run, &last_error).await?;
+            if retry == 0 {
+                self.resilience.retries.earn(&serving.entry.key.account);
             }
-            let prompt = self
-                .prompt(
-                    &candidate.entry,
-                    request,
-                    profile,
-                    (&run.partial, run.input_scale),
-                    provider.supports_prefill() && !resilience.prefills.rejected(&key.path()),
-                )
-                .map_err(Failure::OverBudget)?;
-            // Governed: the reservation is settled below, or refunded if this
-            // future is dropped while the request runs.
-            let waited_from = Instant::now();
-            let admit_by = (waited_from + run.waits.left()).min(run.deadline);
-            let admitted = resilience.governor.admit(
-                &quota_key,
-                request.kind,
-                quota,
-                prompt.input_tokens() as u64,
-                u64::from(prompt.request.max_tokens),
-                admit_by,
-            );
-            // A request cancelled while it waits for quota stops waiting at once
-            // (and drops its breaker admission with it).
-            let reservation = tokio::select! {
-                _ = cancel.cancelled() => return Err(Failure::Cancelled),
-                reservation = admitted => reservation,
-            };
-            run.waits.try_spend(waited_from.elapsed());
-            let reservation = reservation.map_err(|starved| {
-                run.retry_later = true;
+            self.announce(&serving, &governed.prompt);
+            let attempted = self.attempt(&serving, run, governed).await;
+            let after = (admission, attempted, retry, &last_error);
+            match self.next(&serving, run, after).await {
+                Next::Served(text, usage) => return Ok((text, usage)),
+                Next::Stop(failure) => return Err(failure),
+                Next::AgainNow(reason) => last_error = reason.or(last_error),
+                Next::RetryAfter(delay, failed) => {
+                    self.wait_to_retry(&serving, run, delay, &failed).await?;
+                    last_error = Some(failed.reason);
+                }
+            }
+        }
+        unreachable!("the retry loop returns")
+    }
+
+    /// The entry's provider, shared-state identity and quota.
+    fn entry(&self, candidate: &Candidate, profile: &TaskProfile) -> Result<Entry, Failure> {
+        let provider = self
+            .providers
+            .get(&candidate.entry.provider)
+            .cloned()
+            .ok_or_else(|| {
                 Failure::failed(
-                    join_reasons(last_error.clone(), starved.to_string()),
+                    format!("provider `{}` is not configured", candidate.entry.provider),
                     Outcome::Failed,
                     None,
                 )
             })?;
-            if retry == 0 {
-                resilience.retries.earn(&key.account);
-            }
-            progress(Progress::Trying {
-                entry: candidate.entry.clone(),
-                tier: candidate.tier,
-            });
-            if candidate.entry.provider != LOCAL {
-                self.audit.record(&AuditRecord {
-                    at_ms: crate::resilience::park::now_ms(),
-                    task: request.kind.as_str().into(),
-                    front_end: request.origin.front_end.into(),
-                    provider: candidate.entry.provider.clone(),
-                    model: candidate.entry.model.clone(),
-                    subject: request.origin.subject.clone(),
-                    bytes: prompt.bytes(),
-                    estimated_tokens: prompt.input_tokens(),
-                    redactions: prompt.redactions,
-                });
-            }
-            // Deadlined and beaconed.
-            let mut deadlines = Deadlines::new(profile, run.deadline, run.racer.is_some());
-            if run.interactive {
-                // A stall shows against the entry's own pace, in seconds, not
-                // only after the task's whole idle ceiling.
-                deadlines.idle = self
-                    .beacons
-                    .summary(&candidate.entry)
-                    .stall_limit(deadlines.idle);
-            }
-            let mut beacon =
-                Beaconed::new(self.beacons.clone(), candidate.entry.clone(), &deadlines);
-            // What the caller has beyond what the model is shown: the
-            // whitespace the partial answer ends with.
-            let shown = &run.partial[run.partial.trim_end().len()..];
-            let mut seam = Seam::new(prompt.form, &prompt.continues, shown);
-            let prefilled = prompt.prefilled();
-            let (result, rate_limits) = attempt::call(
-                provider.as_ref(),
-                prompt.request,
-                (deadlines, &mut seam),
-                &mut beacon,
-                cancel,
-                (run.racer.as_ref(), progress),
-            )
-            .await;
-            let (first_token, waited) = beacon.timing();
-            let seen = Seen {
-                result: &result,
-                first_token,
-                waited,
-                skipped: beacon.skipped,
-                lost_race: run.racer.as_ref().is_some_and(Racer::lost),
-            };
-            drop(beacon);
-            self.judge(&key, profile, seen).await;
-            resilience
-                .governor
-                .observe(&reservation, &rate_limits)
-                .await;
-            resilience
-                .governor
-                .settle(reservation, result.as_ref().ok().copied())
-                .await;
-            let failed = match result {
-                Ok(usage) => {
-                    resilience
-                        .breakers
-                        .record(&breaker_key, admission, true, "")
-                        .await;
-                    return Ok((seam.joined(), usage));
-                }
-                Err(Failure::Unjoinable(why)) => {
-                    resilience
-                        .breakers
-                        .record(&breaker_key, admission, true, "")
-                        .await;
-                    let reason = format!(
-                        "its continuation could not be joined to the answer so far: {}",
-                        why.0
-                    );
-                    if request.streamed {
-                        // The caller has the answer so far: no other text can replace it.
-                        return Err(Failure::failed(
-                            join_reasons(last_error, reason),
-                            Outcome::Ok,
-                            None,
-                        ));
-                    }
-                    // The caller has seen nothing: a whole answer from this entry alone.
-                    tracing::info!(
-                        "{}: {reason}; asking it for a whole answer instead",
-                        candidate.entry
-                    );
-                    run.partial.clear();
-                    last_error = Some(reason);
-                    continue;
-                }
-                Err(Failure::Failed(failed)) => failed,
-                Err(other) => return Err(other),
-            };
-            let was_probe = admission.is_probe();
-            let healthy_answer = failed
-                .class
-                .as_ref()
-                .is_none_or(|class| !class.counts_against_health());
-            resilience
-                .breakers
-                .record(&breaker_key, admission, healthy_answer, &failed.reason)
-                .await;
-            // A model that refuses the prefill is asked again at once as a
-            // continuation request, and every process learns to ask it so.
-            if prefilled && prefill::rejects_prefill(&failed.reason) {
-                resilience.prefills.learn_rejected(&key.path()).await;
-                tracing::info!(
-                    "{}: no prefill; continuing with a continuation request",
-                    candidate.entry
-                );
-                continue;
-            }
-            let joined = seam.joined();
-            if joined.len() > run.partial.len() {
-                run.partial = joined;
-            }
-            let delay = self
-                .retry_delay(&key, failed.clone(), retry, was_probe, run)
-                .await
-                .map_err(Failure::Failed)?;
-            tracing::info!(
-                "{}: {}, retrying in {:.1} s",
-                candidate.entry,
-                failed.reason,
-                delay.as_secs_f64()
-            );
-            // A breaker that opens meanwhile (another request's verdict) ends the wait.
-            let tripped = resilience.breakers.tripped(&breaker_key);
-            tokio::select! {
-                _ = cancel.cancelled() => return Err(Failure::Cancelled),
-                _ = tripped.notified() => {
-                    run.retry_later = true;
-                    return Err(Failure::Failed(Failed {
-                        reason: format!("{}; its circuit opened while waiting to retry", failed.reason),
-                        ..failed
-                    }));
-                }
-                _ = tokio::time::sleep(delay) => {}
-            }
-            last_error = Some(failed.reason);
-        }
-        unreachable!("the retry loop returns")
+        let key = self.key(&candidate.entry);
+        let quota = self
+            .provider_config(&key.model.provider)
+            .map(|p| p.quota)
+            .unwrap_or_default();
+        Ok(Entry {
+            candidate: candidate.clone(),
+            provider,
+            key,
+            quota,
+            probe_ttl: profile.total_ceiling() + Duration::from_secs(5),
+        })
     }
+
+    /// Breakered: the admission (a probe permit when half-open) lives until
+    /// the verdict is recorded or this future is dropped.
+    async fn breakered(
+        &self,
+        serving: &Serving<'_>,
+        run: &mut RunState,
+        last_error: &Option<String>,
+    ) -> Result<Admission, Failure> {
+        let entry = &serving.entry;
+        let admission = self
+            .resilience
+            .breakers
+            .admit(&entry.key.breaker_key(), entry.probe_ttl)
+            .await;
+        if let Admission::Open { reason, retry_in } = &admission {
+            run.retry_later = true;
+            let reason = format!(
+                "circuit open ({reason}), next probe in {:.0} s",
+                retry_in.as_secs_f64()
+            );
+            return Err(Failure::failed(
+                join_reasons(last_error.clone(), reason),
+                Outcome::Failed,
+                None,
+            ));
+        }
+        Ok(admission)
+    }
+
+    /// The prompt for the entry, governed: its reservation is settled after
+    /// the attempt, or refunded if this future is dropped while it runs. A
+    /// request cancelled while it waits for quota stops waiting at once.
+    async fn governed(
+        &self,
+        serving: &Serving<'_>,
+        run: &mut RunState,
+        last_error: &Option<String>,
+    ) -> Result<Governed, Failure> {
+        let (entry, request) = (&serving.entry, serving.request);
+        let prefill = entry.provider.supports_prefill()
+            && !self.resilience.prefills.rejected(&entry.key.path());
+        let prompt = self
+            .prompt(
+                &entry.candidate.entry,
+                request,
+                serving.profile,
+                (&run.partial, run.input_scale),
+                prefill,
+            )
+            .map_err(Failure::OverBudget)?;
+        let waited_from = Instant::now();
+        let admit_by = (waited_from + run.waits.left()).min(run.deadline);
+        let quota_key = entry.key.quota_key();
+        let admitted = self.resilience.governor.admit(
+            &quota_key,
+            request.kind,
+            entry.quota,
+            prompt.input_tokens() as u64,
+            u64::from(prompt.request.max_tokens),
+            admit_by,
+        );
+        let reservation = tokio::select! {
+            _ = serving.cancel.cancelled() => return Err(Failure::Cancelled),
+            reservation = admitted => reservation,
+        };
+        run.waits.try_spend(waited_from.elapsed());
+        let reservation = reservation.map_err(|starved| {
+            run.retry_later = true;
+            Failure::failed(
+                join_reasons(last_error.clone(), starved.to_string()),
+                Outcome::Failed,
+                None,
+            )
+        })?;
+        Ok(Governed {
+            prompt,
+            reservation,
+        })
+    }
+
+    /// Tells the front end who is tried, and the outbound audit what leaves.
+    fn announce(&self, serving: &Serving<'_>, prompt: &Prompt) {
+        let (candidate, request) = (&serving.entry.candidate, serving.request);
+        (serving.progress)(Progress::Trying {
+            entry: candidate.entry.clone(),
+            tier: candidate.tier,
+        });
+        if candidate.entry.provider != LOCAL {
+            self.audit.record(&AuditRecord {
+                at_ms: crate::resilience::park::now_ms(),
+                task: request.kind.as_str().into(),
+                front_end: request.origin.front_end.into(),
+                provider: candidate.entry.provider.clone(),
+                model: candidate.entry.model.clone(),
+                subject: request.origin.subject.clone(),
+                bytes: prompt.bytes(),
+                estimated_tokens: prompt.input_tokens(),
+                redactions: prompt.redactions,
+            });
+        }
+    }
+
+    /// Deadlined and beaconed: one call, its answer joined to what it
+    /// continues; then the verdict on the entry and the quota settled.
+    async fn attempt(
+        &self,
+        serving: &Serving<'_>,
+        run: &RunState,
+        Governed {
+            prompt,
+            reservation,
+        }: Governed,
+    ) -> Attempted {
+        let entry = &serving.entry;
+        let mut deadlines = Deadlines::new(serving.profile, run.deadline, run.racer.is_some());
+        if run.interactive {
+            // A stall shows against the entry's own pace, in seconds, not
+            // only after the task's whole idle ceiling.
+            let summary = self.beacons.summary(&entry.candidate.entry);
+            deadlines.idle = summary.stall_limit(deadlines.idle);
+        }
+        let mut beacon = Beaconed::new(
+            self.beacons.clone(),
+            entry.candidate.entry.clone(),
+            &deadlines,
+        );
+        // What the caller has beyond what the model is shown: the
+        // whitespace the partial answer ends with.
+        let shown = &run.partial[run.partial.trim_end().len()..];
+        let mut seam = Seam::new(prompt.form, &prompt.continues, shown);
+        let prefilled = prompt.prefilled();
+        let (result, rate_limits) = attempt::call(
+            entry.provider.as_ref(),
+            prompt.request,
+            (deadlines, &mut seam),
+            &mut beacon,
+            serving.cancel,
+            (run.racer.as_ref(), serving.progress),
+        )
+        .await;
+        let (first_token, waited) = beacon.timing();
+        let seen = Seen {
+            result: &result,
+            first_token,
+            waited,
+            skipped: beacon.skipped,
+            lost_race: run.racer.as_ref().is_some_and(Racer::lost),
+        };
+        drop(beacon);
+        self.judge(&entry.key, serving.profile, seen).await;
+        let governor = &self.resilience.governor;
+        governor.observe(&reservation, &rate_limits).await;
+        governor
+            .settle(reservation, result.as_ref().ok().copied())
+            .await;
+        Attempted {
+            result,
+            seam,
+            prefilled,
+        }
+    }
+
+    /// What follows an attempt: the breaker records it, and the retry policy
+    /// ([`super::retry`]) decides whether this entry is asked again.
+    async fn next(
+        &self,
+        serving: &Serving<'_>,
+        run: &mut RunState,
+        (admission, attempted, retry, last_error): (Admission, Attempted, u32, &Option<String>),
+    ) -> Next {
+        let breakers = &self.resilience.breakers;
+        let breaker = serving.entry.key.breaker_key();
+        let failed = match attempted.result {
+            Ok(usage) => {
+                breakers.record(&breaker, admission, true, "").await;
+                return Next::Served(attempted.seam.joined(), usage);
+            }
+            Err(Failure::Unjoinable(why)) => {
+                breakers.record(&breaker, admission, true, "").await;
+                return unjoinable(serving, run, why, last_error);
+            }
+            Err(Failure::Failed(failed)) => failed,
+            Err(other) => return Next::Stop(other),
+        };
+        let was_probe = admission.is_probe();
+        let healthy_answer = failed
+            .class
+            .as_ref()
+            .is_none_or(|class| !class.counts_against_health());
+        breakers
+            .record(&breaker, admission, healthy_answer, &failed.reason)
+            .await;
+        // A model that refuses the prefill is asked again at once as a
+        // continuation request, and every process learns to ask it so.
+        if attempted.prefilled && prefill::rejects_prefill(&failed.reason) {
+            let path = serving.entry.key.path();
+            self.resilience.prefills.learn_rejected(&path).await;
+            tracing::info!(
+                "{}: no prefill; continuing with a continuation request",
+                serving.entry.candidate.entry
+            );
+            return Next::AgainNow(None);
+        }
+        let joined = attempted.seam.joined();
+        if joined.len() > run.partial.len() {
+            run.partial = joined;
+        }
+        match self
+            .retry_delay(&serving.entry.key, failed.clone(), retry, was_probe, run)
+            .await
+        {
+            Ok(delay) => Next::RetryAfter(delay, failed),
+            Err(failed) => Next::Stop(Failure::Failed(failed)),
+        }
+    }
+
+    /// Waits `delay` to retry; a breaker that opens meanwhile (another
+    /// request's verdict) or a cancel ends the wait.
+    async fn wait_to_retry(
+        &self,
+        serving: &Serving<'_>,
+        run: &mut RunState,
+        delay: Duration,
+        failed: &Failed,
+    ) -> Result<(), Failure> {
+        tracing::info!(
+            "{}: {}, retrying in {:.1} s",
+            serving.entry.candidate.entry,
+            failed.reason,
+            delay.as_secs_f64()
+        );
+        let tripped = self
+            .resilience
+            .breakers
+            .tripped(&serving.entry.key.breaker_key());
+        tokio::select! {
+            _ = serving.cancel.cancelled() => Err(Failure::Cancelled),
+            _ = tripped.notified() => {
+                run.retry_later = true;
+                Err(Failure::Failed(Failed {
+                    reason: format!("{}; its circuit opened while waiting to retry", failed.reason),
+                    ..failed.clone()
+                }))
+            }
+            _ = tokio::time::sleep(delay) => Ok(()),
+        }
+    }
+}
+
+/// A continuation that cannot be joined: a whole answer from the same entry
+/// when the caller has seen nothing, else the end of this entry's turn
+/// (ARCHITECTURE.md invariant 18).
+fn unjoinable(
+    serving: &Serving<'_>,
+    run: &mut RunState,
+    why: Unjoinable,
+    last_error: &Option<String>,
+) -> Next {
+    let reason = format!(
+        "its continuation could not be joined to the answer so far: {}",
+        why.0
+    );
+    if serving.request.streamed {
+        // The caller has the answer so far: no other text can replace it.
+        let reason = join_reasons(last_error.clone(), reason);
+        return Next::Stop(Failure::failed(reason, Outcome::Ok, None));
+    }
+    tracing::info!(
+        "{}: {reason}; asking it for a whole answer instead",
+        serving.entry.candidate.entry
+    );
+    run.partial.clear();
+    Next::AgainNow(Some(reason))
+}
+
+/// One request served by one entry: what every step of its attempts reads.
+struct Serving<'a> {
+    entry: Entry,
+    request: &'a TaskRequest,
+    profile: &'a TaskProfile,
+    cancel: &'a CancellationToken,
+    progress: OnProgress<'a>,
+}
+
+/// An entry as the pipeline serves it.
+struct Entry {
+    candidate: Candidate,
+    provider: Arc<dyn Provider>,
+    key: EntryKey,
+    quota: Quota,
+    /// How long a probe may hold the half-open lease: the attempt's ceiling.
+    probe_ttl: Duration,
+}
+
+/// A prompt with its quota in hand.
+struct Governed {
+    prompt: Prompt,
+    reservation: Reservation,
+}
+
+/// What one call brought back.
+struct Attempted {
+    result: Result<Usage, Failure>,
+    /// The answer joined to what it continues (so far, when it failed).
+    seam: Seam,
+    /// It went out with the answer so far as a prefill.
+    prefilled: bool,
+}
+
+/// What the pipeline does after an attempt.
+enum Next {
+    Served(String, Usage),
+    /// Ask the same entry again at once (a prefill refused; a whole answer
+    /// in place of a continuation that cannot be joined), noting why.
+    AgainNow(Option<String>),
+    /// Ask the same entry again after the delay, unless its circuit opens.
+    RetryAfter(Duration, Failed),
+    Stop(Failure),
 }
