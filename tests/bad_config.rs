@@ -23,6 +23,7 @@ const KEY: &str = "sk-ant-test-bad-config-0123456789";
 const STALE_KEY: &str = "resilience.breaker.max_cooldown_ms";
 const STALE: &str = "\n[resilience.breaker]\nmax_cooldown_ms = 600000\nfailures = 4\n";
 const BILLING: &str = "file:///work/billing.rs";
+const QUESTION: &str = "What does HashMap::entry do?";
 
 /// The user's settings: local-only as given, a path rule, the Anthropic
 /// provider behind `fake`, plus `extra`.
@@ -99,6 +100,18 @@ fn shown(client: &LspClient) -> Vec<String> {
         .filter(|m| m["method"] == "window/showMessage")
         .filter_map(|m| m["params"]["message"].as_str().map(str::to_owned))
         .collect()
+}
+
+/// Only the local model serves, and the status (`/status`, `switchyard
+/// status --json`) says the config file is why.
+fn kept_local_for_the_file(report: &Value) {
+    assert_eq!(report["localOnly"], true, "{report}");
+    assert!(
+        report["localOnlyReason"]
+            .as_str()
+            .is_some_and(|r| r.contains("config.toml")),
+        "{report}"
+    );
 }
 
 /// The privacy settings hold: local-only is on and nothing is sent; off, an
@@ -246,44 +259,20 @@ async fn a_file_that_cannot_be_read_keeps_everything_local_and_says_why() {
     client.shutdown().await;
 }
 
-/// One chat completion through a gateway; the HTTP status and body.
-async fn ask_gateway(gateway: &GatewayProcess) -> (u16, Value) {
-    let body = json!({"model": "switchyard/medium", "messages": [{"role": "user", "content": "What does HashMap::entry do?"}]});
-    let response = reqwest::Client::new()
-        .post(format!("{}/v1/chat/completions", gateway.url))
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    (
-        response.status().as_u16(),
-        response.json().await.unwrap_or(Value::Null),
-    )
-}
-
-async fn gateway_status(gateway: &GatewayProcess) -> Value {
-    reqwest::get(format!("{}/status", gateway.url))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gateway_started_with_a_removed_key_names_it_and_applies_the_rest() {
     let fake = FakeProvider::start().await;
     let env = [("ANTHROPIC_API_KEY", KEY)];
     // Local-only as the file says: nothing sent.
     let local = GatewayProcess::start(&config_text(&fake, true, STALE), &env).await;
-    assert_eq!(gateway_status(&local).await["localOnly"], true);
-    let (status, _) = ask_gateway(&local).await;
+    assert_eq!(local.status().await["localOnly"], true);
+    let (status, _) = local.chat(QUESTION).await;
     assert_ne!(status, 200);
     assert_eq!(fake.request_count(), 0);
     assert!(local.log().contains(STALE_KEY), "the log names the key");
     // Remote allowed: served at the configured base URL.
     let open = GatewayProcess::start(&config_text(&fake, false, STALE), &env).await;
-    let (status, body) = ask_gateway(&open).await;
+    let (status, body) = open.chat(QUESTION).await;
     assert_eq!(
         (status, body["model"].as_str()),
         (200, Some("anthropic/claude-haiku-4-5")),
@@ -293,15 +282,8 @@ async fn a_gateway_started_with_a_removed_key_names_it_and_applies_the_rest() {
     // A file that cannot be read: everything local, and the status says why.
     let broken = config_text(&fake, false, "").replace("[privacy]", "[privacy");
     let closed = GatewayProcess::start(&broken, &env).await;
-    let report = gateway_status(&closed).await;
-    assert_eq!(report["localOnly"], true, "{report}");
-    assert!(
-        report["localOnlyReason"]
-            .as_str()
-            .is_some_and(|r| r.contains("config.toml")),
-        "{report}"
-    );
-    assert_ne!(ask_gateway(&closed).await.0, 200);
+    kept_local_for_the_file(&closed.status().await);
+    assert_ne!(closed.chat(QUESTION).await.0, 200);
     assert_eq!(fake.user_request_count(), 1);
 }
 
@@ -327,12 +309,5 @@ async fn switchyard_status_reads_the_file_as_the_server_does() {
     std::fs::write(&path, "local_only = false\n[privacy\n").unwrap();
     let output = switchyard_status(&path);
     assert!(output.status.success());
-    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
-    assert_eq!(report["localOnly"], true, "{report}");
-    assert!(
-        report["localOnlyReason"]
-            .as_str()
-            .is_some_and(|r| r.contains("config.toml")),
-        "{report}"
-    );
+    kept_local_for_the_file(&serde_json::from_slice(&output.stdout).unwrap());
 }

@@ -113,15 +113,7 @@ fn gateway_config(provider: &str, fake: &FakeProvider) -> String {
 
 /// The model that answered one request, or the error.
 async fn served_by(gateway: &GatewayProcess) -> String {
-    let body =
-        json!({"model": "switchyard/medium", "messages": [{"role": "user", "content": "Hi"}]});
-    let response = reqwest::Client::new()
-        .post(format!("{}/v1/chat/completions", gateway.url))
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    let body: Value = response.json().await.unwrap();
+    let (_, body) = gateway.chat("Hi").await;
     body["model"]
         .as_str()
         .map_or_else(|| body.to_string(), str::to_owned)
@@ -150,11 +142,6 @@ async fn the_gateway_routes_by_a_config_file_edited_while_it_runs() {
     assert_eq!(served, "second/m", "{}", gateway.log());
     // And it stays there.
     assert_eq!(served_by(&gateway).await, "second/m");
-    let status: Value = reqwest::get(format!("{}/status", gateway.url))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let status = gateway.status().await;
     assert!(status.to_string().contains("second"), "{status}");
 }

@@ -65,9 +65,7 @@ fn say_problems(
         eprintln!("switchyard: {e}");
     }
     if let Some(reason) = &config.fail_closed {
-        eprintln!(
-            "switchyard: only the local model serves until the configuration can be read: {reason}"
-        );
+        eprintln!("switchyard: {}", config::failed_closed_notice(reason));
     }
 }
 

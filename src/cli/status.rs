@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use switchyard::config;
 use switchyard::gateway::wire::StatusResponse;
 use switchyard::providers::local::chat::EngineSlot;
 use switchyard::resilience::park::ParkingLot;
@@ -39,11 +40,7 @@ fn human(runbook: &Runbook) -> String {
         runbook.shared_state
     );
     match (&runbook.status.local_only_reason, runbook.status.local_only) {
-        (Some(reason), _) => {
-            out += &format!(
-                "only the local model serves until the configuration can be read: {reason}\n"
-            )
-        }
+        (Some(reason), _) => out += &format!("{}\n", config::failed_closed_notice(reason)),
         (None, true) => out += "local-only mode is on: only the local model serves\n",
         (None, false) => {}
     }

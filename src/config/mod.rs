@@ -328,6 +328,11 @@ impl Default for AutocompleteConfig {
     }
 }
 
+/// What the user is told when the configuration failed closed for `reason`.
+pub fn failed_closed_notice(reason: &str) -> String {
+    format!("only the local model serves until the configuration can be read: {reason}")
+}
+
 impl Config {
     /// Configured providers over the well-known defaults.
     pub fn all_providers(&self) -> BTreeMap<String, ProviderConfig> {

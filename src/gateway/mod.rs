@@ -234,11 +234,7 @@ fn unauthorised() -> Response {
 
 /// What the caller asked for, as a routed task, or the response refusing it.
 #[allow(clippy::result_large_err)] // the refusal is the handler's own response
-fn task(
-    gateway: &Gateway,
-    headers: &HeaderMap,
-    body: Value,
-) -> Result<(TaskRequest, bool), Response> {
+fn task(router: &Router, headers: &HeaderMap, body: Value) -> Result<TaskRequest, Response> {
     let invalid = |message: String| {
         error(
             StatusCode::BAD_REQUEST,
@@ -247,7 +243,6 @@ fn task(
             &message,
         )
     };
-    let router = gateway.router();
     let request: openai::CompletionRequest =
         serde_json::from_value(body).map_err(|e| invalid(format!("malformed request: {e}")))?;
     let (system, messages) = openai::conversation(&request.messages).map_err(invalid)?;
@@ -295,9 +290,10 @@ fn task(
             subject: caller.chars().take(120).collect(),
         },
         redact: router.config().privacy.redact_gateway,
+        streamed: request.stream,
         ..TaskRequest::new(kind, system, PromptParts::default())
     };
-    Ok((task, request.stream))
+    Ok(task)
 }
 
 fn route_error(e: &RouteError) -> Response {
@@ -373,18 +369,16 @@ async fn chat_completions(
             );
         }
     };
-    let (task, stream) = match self::task(&gateway, &headers, body) {
+    // One router serves the whole request, whatever a reload does meanwhile.
+    let router = gateway.router();
+    let task = match self::task(&router, &headers, body) {
         Ok(task) => task,
         Err(response) => return response,
     };
     let id = format!("chatcmpl-sy{:016x}", fastrand::u64(..));
-    if !stream {
+    if !task.streamed {
         // Dropping this future (the caller hung up) drops the attempt with it.
-        return match gateway
-            .router()
-            .run(task, CancellationToken::new(), &|_| {})
-            .await
-        {
+        return match router.run(task, CancellationToken::new(), &|_| {}).await {
             Ok(answer) => Json(openai::completion(
                 &id,
                 now_secs(),
@@ -396,11 +390,7 @@ async fn chat_completions(
             Err(e) => route_error(&e),
         };
     }
-    let task = TaskRequest {
-        streamed: true,
-        ..task
-    };
-    stream_completion(gateway, task, id).await
+    stream_completion(router, task, id).await
 }
 
 /// What the routed task reports while it runs.
@@ -423,13 +413,12 @@ fn sse(value: &Value) -> Bytes {
     Bytes::from(format!("data: {value}\n\n"))
 }
 
-async fn stream_completion(gateway: Arc<Gateway>, task: TaskRequest, id: String) -> Response {
+async fn stream_completion(router: Arc<Router>, task: TaskRequest, id: String) -> Response {
     let (events, mut rx) = mpsc::unbounded_channel();
     let cancel = CancellationToken::new();
     // A caller who hangs up at any point, before the first text too, cancels
     // the routed task: its guards give back probe leases and quota at once.
     let guard = CancelOnDrop(cancel.clone());
-    let router = gateway.router();
     let run_cancel = cancel.clone();
     tokio::spawn(async move {
         let progress = events.clone();

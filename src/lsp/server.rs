@@ -230,23 +230,17 @@ impl Backend {
 
     async fn report_config_errors(&self, errors: &[ConfigError]) {
         for e in errors {
-            let (kind, text) = match (e.ignored, e.decides_what_leaves()) {
+            // An ignored key that decides nothing is a warning; the rest are errors.
+            let (kind, then) = match (e.ignored, e.decides_what_leaves()) {
                 (_, true) => (
                     MessageType::ERROR,
-                    format!(
-                        "switchyard: {e} (only the local model serves until it can be applied)"
-                    ),
+                    " (only the local model serves until it can be applied)",
                 ),
-                (true, false) => (MessageType::WARNING, format!("switchyard: {e}")),
-                (false, false) => (
-                    MessageType::ERROR,
-                    format!("switchyard: {e} (keeping the previous value)"),
-                ),
+                (true, false) => (MessageType::WARNING, ""),
+                (false, false) => (MessageType::ERROR, " (keeping the previous value)"),
             };
-            match kind {
-                MessageType::WARNING => tracing::warn!("{e}"),
-                _ => tracing::error!("{e}"),
-            }
+            tracing::warn!("{e}");
+            let text = format!("switchyard: {e}{then}");
             self.client.show_message(kind, text).await;
         }
     }

@@ -365,9 +365,9 @@ fn finished(finish: crate::providers::Finish, seen: &Seen, asked: u32) -> Result
     };
     match finish.reason {
         FinishReason::MaxTokens => {
-            // Providers that report no usage: about four characters a token.
+            // Providers that report no usage: the prompts' own estimate.
             let written = match finish.usage.output_tokens {
-                0 => seen.text.len().div_ceil(4) as u64,
+                0 => crate::context::chat::estimate_tokens(&seen.text) as u64,
                 n => n,
             };
             let cut_short = written < u64::from(asked);

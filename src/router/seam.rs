@@ -46,6 +46,8 @@ pub(super) struct Seam {
     before: String,
     /// Whitespace after `before` that the caller already has.
     shown: String,
+    /// The tails of `before` a restatement may be, worked out once.
+    tails: Tails,
     /// Continuation text not yet released.
     pending: String,
     stage: Stage,
@@ -72,10 +74,15 @@ impl Seam {
             _ if before.is_empty() => Stage::Whitespace,
             _ => Stage::Deciding,
         };
+        let tails = match stage {
+            Stage::Deciding => Tails::of(before),
+            _ => Tails::default(),
+        };
         Seam {
             form,
             before: before.to_owned(),
             shown: shown.to_owned(),
+            tails,
             pending: String::new(),
             stage,
             released: String::new(),
@@ -137,7 +144,7 @@ impl Seam {
     /// Where the new text of the continuation starts (bytes of `pending` to
     /// drop), `None` while it cannot be told yet, or why it never will be.
     fn decide(&self, end: bool) -> Option<Result<usize, Unjoinable>> {
-        let (cut, restated) = match restatement(&self.before, &self.pending, end) {
+        let (cut, restated) = match self.tails.restated_in(&self.pending, end) {
             Restatement::Undecided => return None,
             Restatement::Cut(cut) => (cut, true),
             Restatement::StoppedInside => {
@@ -193,37 +200,53 @@ enum Restatement {
     None,
 }
 
-/// Whether `next` begins by restating a tail of `before` that starts a word
-/// (the whole of `before` when the model started over), comparing only the
-/// characters that count. The longest such tail wins.
-fn restatement(before: &str, next: &str, end: bool) -> Restatement {
-    let before_counted: Vec<char> = counted(before).into_iter().map(|(c, _)| c).collect();
-    let next_counted = counted(next);
-    let mut longest_possible = false;
-    for start in tail_starts(before) {
-        let tail = &before_counted[start..];
-        let shared = tail.len().min(next_counted.len());
-        if tail[..shared]
-            .iter()
-            .zip(&next_counted[..shared])
-            .any(|(a, (b, _))| a != b)
-        {
-            continue;
+/// What a restatement of the answer so far may be: its characters that
+/// count, and where the tails it may begin with start (see [`tail_starts`]).
+#[derive(Default)]
+struct Tails {
+    counted: Vec<char>,
+    starts: Vec<usize>,
+}
+
+impl Tails {
+    fn of(before: &str) -> Tails {
+        Tails {
+            counted: counted(before).into_iter().map(|(c, _)| c).collect(),
+            starts: tail_starts(before),
         }
-        if next_counted.len() >= tail.len() {
-            let cut = next_counted[tail.len() - 1].1;
-            return Restatement::Cut(close_marks(next, cut));
-        }
-        // A longer tail is still possible: wait for it, unless the stream ended.
-        if !end {
-            return Restatement::Undecided;
-        }
-        longest_possible = true;
     }
-    if longest_possible {
-        Restatement::StoppedInside
-    } else {
-        Restatement::None
+
+    /// Whether `next` begins by restating a tail of the answer so far that
+    /// starts a word (the whole of it when the model started over),
+    /// comparing only the characters that count. The longest such tail wins.
+    fn restated_in(&self, next: &str, end: bool) -> Restatement {
+        let next_counted = counted(next);
+        let mut longest_possible = false;
+        for &start in &self.starts {
+            let tail = &self.counted[start..];
+            let shared = tail.len().min(next_counted.len());
+            if tail[..shared]
+                .iter()
+                .zip(&next_counted[..shared])
+                .any(|(a, (b, _))| a != b)
+            {
+                continue;
+            }
+            if next_counted.len() >= tail.len() {
+                let cut = next_counted[tail.len() - 1].1;
+                return Restatement::Cut(close_marks(next, cut));
+            }
+            // A longer tail is still possible: wait for it, unless the stream ended.
+            if !end {
+                return Restatement::Undecided;
+            }
+            longest_possible = true;
+        }
+        if longest_possible {
+            Restatement::StoppedInside
+        } else {
+            Restatement::None
+        }
     }
 }
 

@@ -130,7 +130,8 @@ impl StatusReport {
             self.local_only_reason != before.local_only_reason,
         ) {
             return Some(format!(
-                "switchyard: only the local model serves until the configuration can be read: {reason}"
+                "switchyard: {}",
+                crate::config::failed_closed_notice(reason)
             ));
         }
         if self.local_only != before.local_only {

@@ -44,6 +44,31 @@ impl GatewayProcess {
         GatewayProcess { child, url, home }
     }
 
+    /// One chat completion on the medium tier asking `question`: the HTTP
+    /// status and the body (`null` when it is not JSON).
+    pub async fn chat(&self, question: &str) -> (u16, serde_json::Value) {
+        let body = serde_json::json!({"model": "switchyard/medium",
+            "messages": [{"role": "user", "content": question}]});
+        let response = reqwest::Client::new()
+            .post(format!("{}/v1/chat/completions", self.url))
+            .json(&body)
+            .send()
+            .await
+            .expect("the gateway answers HTTP");
+        let status = response.status().as_u16();
+        (status, response.json().await.unwrap_or_default())
+    }
+
+    /// `GET /status`.
+    pub async fn status(&self) -> serde_json::Value {
+        reqwest::get(format!("{}/status", self.url))
+            .await
+            .expect("the gateway answers /status")
+            .json()
+            .await
+            .expect("/status is JSON")
+    }
+
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.home.path().join("gateway.log")).unwrap_or_default()
     }
