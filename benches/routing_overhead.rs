@@ -131,7 +131,7 @@ async fn main() {
         providers,
         HashMap::new(),
         EngineSlot::default(),
-        switchyard::core::Lasting::new(Arc::new(Resilience::in_memory())),
+        switchyard::router::Lasting::new(Arc::new(Resilience::in_memory())),
     );
 
     // The direct call sends exactly what the router would.
@@ -209,7 +209,7 @@ async fn main() {
         memory,
         HashMap::new(),
         EngineSlot::default(),
-        switchyard::core::Lasting::new(Arc::new(Resilience::in_memory())),
+        switchyard::router::Lasting::new(Arc::new(Resilience::in_memory())),
     );
     let mut own = Vec::with_capacity(n);
     for _ in 0..n {

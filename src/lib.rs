@@ -1,6 +1,7 @@
 //! switchyard: a language server between code editors and the models that write code.
 
 pub mod cancel;
+pub mod clock;
 pub mod completion;
 pub mod config;
 pub mod context;

@@ -4,8 +4,8 @@
 
 use std::process::ExitCode;
 
+use switchyard::clock::now_ms;
 use switchyard::privacy::audit::{self, AuditRecord};
-use switchyard::resilience::park::now_ms;
 
 pub fn run(since: &str, json: bool) -> ExitCode {
     let window_ms = match parse_duration_ms(since) {

@@ -5,10 +5,10 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use switchyard::config;
+use switchyard::core::runbook::Runbook;
 use switchyard::gateway::wire::StatusResponse;
 use switchyard::providers::local::chat::EngineSlot;
 use switchyard::resilience::park::ParkingLot;
-use switchyard::router::runbook::Runbook;
 use switchyard::router::status::ParkedStatus;
 
 pub async fn run(config_file: Option<PathBuf>, json: bool) -> ExitCode {
@@ -20,7 +20,7 @@ pub async fn run(config_file: Option<PathBuf>, json: bool) -> ExitCode {
         .map(ParkedStatus::from)
         .collect();
     *core.parked().lock().expect("parked lock") = parked;
-    let runbook = core.router().runbook().await;
+    let runbook = switchyard::core::runbook::runbook(&core.router()).await;
     if json {
         // The same documented JSON as the gateway's `GET /status`.
         let wire = StatusResponse::from(&runbook);

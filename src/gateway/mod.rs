@@ -31,7 +31,7 @@ pub mod wire;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use axum::Json;
 use axum::body::{Body, Bytes};
@@ -205,7 +205,7 @@ async fn status(State(gateway): State<Arc<Gateway>>, headers: HeaderMap) -> Resp
         return unauthorised();
     }
     Json(wire::StatusResponse::from(
-        &gateway.router().runbook().await,
+        &crate::core::runbook::runbook(&gateway.router()).await,
     ))
     .into_response()
 }
@@ -345,9 +345,7 @@ fn model_of(answer: &Answer) -> String {
 }
 
 fn now_secs() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
+    crate::clock::now_ms() / 1000
 }
 
 async fn chat_completions(

@@ -12,11 +12,13 @@ use tokio_util::sync::CancellationToken;
 use tower_lsp_server::jsonrpc::{Error, Result};
 use tower_lsp_server::ls_types::*;
 
+use super::backend::Backend;
 use super::edits;
 use super::parked::ParkRequest;
 use super::position;
-use super::server::Backend;
-use super::wire::{self, ExplainResult, LocalOnlyResult, RefactorDone, RefactorResult};
+use super::wire::{
+    self, ExplainResult, LocalOnlyResult, RefactorDone, RefactorResult, StatusParams,
+};
 use crate::context::chat::{PromptParts, code_block};
 use crate::core::LocalOnlyError;
 use crate::prompts::{EXPLAIN_INSTRUCTION, EXPLAIN_SYSTEM, PRESETS, REFACTOR_SYSTEM};
@@ -109,9 +111,9 @@ impl Backend {
                     .ok_or_else(|| invalid("switchyard.setLocalOnly takes one boolean argument"))?;
                 self.set_local_only(on).await.map(Some)
             }
-            STATUS => Ok(Some(wire::result(super::kept_local::status_params(
+            STATUS => Ok(Some(wire::result(StatusParams::for_workspace(
                 &self.router().status(),
-                &self.core,
+                self.core.workspace_rule(),
             )))),
             EXPLAIN | REFACTOR => {
                 let uri: Uri = args

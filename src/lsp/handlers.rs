@@ -10,8 +10,8 @@ use ropey::Rope;
 use tower_lsp_server::jsonrpc::{Error, Result};
 use tower_lsp_server::ls_types::*;
 
+use super::backend::Backend;
 use super::position;
-use super::server::Backend;
 use crate::cancel::CancelFlag;
 use crate::completion::{CompletionRequest, Origin, Suggestion};
 

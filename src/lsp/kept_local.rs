@@ -1,7 +1,7 @@
 //! The editor's side of the documents that never leave the machine: the
 //! core's local-only rules (`privacy::rules::LocalOnlyRules`, kept by the
-//! core) asked about the editor's documents, the workspace's rule in the
-//! status, and the watch on `.switchyardignore` files.
+//! core) asked about the editor's documents, the workspace roots they are
+//! relative to, and the watch on `.switchyardignore` files.
 
 use std::path::PathBuf;
 
@@ -10,24 +10,8 @@ use tower_lsp_server::ls_types::{
     GlobPattern, InitializeParams, Registration, Uri,
 };
 
-use super::server::Backend;
-use super::wire::StatusParams;
-use crate::core::Core;
+use super::backend::Backend;
 use crate::privacy::rules::IGNORE_FILE;
-use crate::router::status::StatusReport;
-
-/// The status as this editor sees it: the router's, and the workspace's rule.
-pub(super) fn status_params(report: &StatusReport, core: &Core) -> StatusParams {
-    StatusParams {
-        local_only_rule: core.workspace_rule(),
-        ..StatusParams::from(report)
-    }
-}
-
-/// Why the document at `uri` may be served only by the local model, if a rule says so.
-pub(super) fn kept_local(core: &Core, uri: &Uri) -> Option<String> {
-    core.kept_local(&uri.to_file_path()?)
-}
 
 /// The workspace roots the editor named (folders, else the root URI).
 #[allow(deprecated)] // root_uri: older clients send only it.
@@ -49,7 +33,7 @@ pub(super) fn workspace_roots(params: &InitializeParams) -> Vec<PathBuf> {
 impl Backend {
     /// Why `uri` may be served only by the local model, if a rule says so.
     pub(super) fn kept_local(&self, uri: &Uri) -> Option<String> {
-        kept_local(&self.core, uri)
+        self.core.kept_local(&uri.to_file_path()?)
     }
 
     /// Asks the client to say when a `.switchyardignore` changes, where it

@@ -3,6 +3,7 @@
 //! (notifications, command results) is [`wire`], documented in docs/lsp-extensions.md.
 
 mod actions;
+mod backend;
 pub mod documents;
 mod edits;
 mod framing;
@@ -14,4 +15,5 @@ pub mod position;
 mod server;
 pub mod wire;
 
-pub use server::{Backend, serve_stdio};
+pub use backend::Backend;
+pub use server::serve_stdio;

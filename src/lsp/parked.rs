@@ -19,9 +19,10 @@ use super::documents::DocumentStore;
 use super::edits;
 use super::position::PositionEncoding;
 use super::wire::RefactorParked;
+use crate::clock::now_ms;
 use crate::context::chat::code_block;
 use crate::core::Core;
-use crate::resilience::park::{Checkpoint, DocumentVersion, ParkingLot, new_id, now_ms};
+use crate::resilience::park::{Checkpoint, DocumentVersion, ParkingLot, new_id};
 use crate::router::status::ParkedStatus;
 use crate::router::{Origin, RouteError, Router, TaskRequest};
 use crate::task::TaskKind;
@@ -207,7 +208,10 @@ impl Parking {
             None => {
                 let request = TaskRequest {
                     continuation: checkpoint.partial.clone(),
-                    local_only_rule: super::kept_local::kept_local(&self.core, &target.uri),
+                    local_only_rule: target
+                        .uri
+                        .to_file_path()
+                        .and_then(|path| self.core.kept_local(&path)),
                     origin: Origin {
                         front_end: "lsp",
                         subject: target.uri.as_str().to_owned(),

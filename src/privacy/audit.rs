@@ -11,7 +11,7 @@ use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
 
-use crate::resilience::park::now_ms;
+use crate::clock::now_ms;
 
 /// Past this size the log moves to `<name>.1` (replacing the one before).
 pub const ROTATE_BYTES: u64 = 8 * 1024 * 1024;

@@ -8,15 +8,16 @@ pub mod classify;
 pub mod governor;
 pub mod park;
 pub mod prefill;
+mod settings;
 pub mod verdict;
 
 use std::sync::Arc;
 
-use crate::config::ResilienceConfig;
 use crate::state::{SharedState, StateError};
 use backoff::{AccountRetries, BackoffConfig};
 use breaker::Breakers;
 use governor::Governor;
+pub use settings::ResilienceConfig;
 
 /// The resilience machinery one process uses, over one shared state.
 pub struct Resilience {

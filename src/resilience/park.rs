@@ -11,7 +11,9 @@
 //! another takes over.
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
+
+use crate::clock::now_ms;
 
 use serde::{Deserialize, Serialize};
 
@@ -160,12 +162,6 @@ impl ParkingLot {
 
 pub fn new_id() -> String {
     format!("{}-{:08x}", now_ms(), fastrand::u32(..))
-}
-
-pub fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }
 
 #[cfg(test)]

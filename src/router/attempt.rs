@@ -14,7 +14,6 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::beacon::{Beacons, Degradation, Outcome, Sample};
-use super::hedge::Racer;
 use super::request::{OnProgress, Progress};
 use super::seam::{Seam, Unjoinable};
 use crate::entry::ModelRef;
@@ -37,7 +36,7 @@ pub(super) enum Failure {
 }
 
 /// An attempt that ended without an answer.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub(super) struct Failed {
     pub reason: String,
     pub outcome: Outcome,
@@ -232,15 +231,14 @@ pub(super) struct Seen {
 
 /// One call: streams the answer within `deadlines` through `seam` (which
 /// joins it to any answer it continues, and holds the whole answer),
-/// forwards text through `progress` (once this side of a hedged race has
-/// won), classifies the end.
+/// forwards text through `progress`, classifies the end.
 pub(super) async fn call(
     provider: &dyn Provider,
     request: ChatRequest,
     (deadlines, seam): (Deadlines, &mut Seam),
     beacon: &mut Beaconed,
     cancel: &CancellationToken,
-    (racer, progress): (Option<&Racer>, OnProgress<'_>),
+    progress: OnProgress<'_>,
 ) -> (Result<Usage, Failure>, RateLimits) {
     let mut seen = Seen::default();
     let total_ceiling = deadlines.total_ceiling;
@@ -250,7 +248,7 @@ pub(super) async fn call(
         (deadlines, seam),
         beacon,
         &mut seen,
-        (racer, progress),
+        progress,
     );
     let result = tokio::select! {
         _ = cancel.cancelled() => Err(Failure::Cancelled),
@@ -280,7 +278,7 @@ async fn consume(
     (deadlines, seam): (Deadlines, &mut Seam),
     beacon: &mut Beaconed,
     seen: &mut Seen,
-    (racer, progress): (Option<&Racer>, OnProgress<'_>),
+    progress: OnProgress<'_>,
 ) -> Result<Usage, Failure> {
     let ceiling_breach = || {
         Failure::too_slow(format!(
@@ -318,9 +316,6 @@ async fn consume(
         };
         match next {
             Some(Ok(StreamEvent::Delta(delta))) => {
-                if racer.is_some_and(|r| !r.claim()) {
-                    return Err(Failure::Cancelled);
-                }
                 got_text = true;
                 beacon.delta();
                 seen.text.push_str(&delta);

@@ -9,9 +9,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::Router;
 use super::attempt::Failure;
-use super::pipeline::RunState;
 use super::plan::Candidate;
 use super::request::{Origin, TaskRequest};
+use super::run_state::{Lane, RunState};
 use crate::context::chat::PromptParts;
 use crate::entry::{ChainEntry, ModelRef};
 use crate::privacy::redact;
@@ -85,7 +85,13 @@ impl Router {
             // No waiting: a miss goes to the next entry or the local engine at once.
             let mut run = RunState::new(deadline, Duration::ZERO, String::new(), true);
             match self
-                .serve_entry(&candidate, &request, &profile, &mut run, cancel, &|_| {})
+                .serve_entry(
+                    &candidate,
+                    &request,
+                    &profile,
+                    &mut run,
+                    Lane::alone(cancel, &|_| {}),
+                )
                 .await
             {
                 Ok((text, _)) => {

@@ -137,7 +137,7 @@ impl Router {
             error.as_deref().unwrap_or("ok")
         );
         CanaryResult {
-            at_ms: crate::resilience::park::now_ms(),
+            at_ms: crate::clock::now_ms(),
             provider: entry.provider.clone(),
             model: entry.model.clone(),
             ok: error.is_none(),
@@ -192,7 +192,7 @@ impl Router {
             (deadlines, &mut seam),
             &mut beacon,
             &CancellationToken::new(),
-            (None, &|_| {}),
+            &|_| {},
         )
         .await;
         let (first_token, _) = beacon.timing();

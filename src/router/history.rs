@@ -102,7 +102,7 @@ impl History {
                 })
             })
             .collect();
-        let at_ms = crate::resilience::park::now_ms();
+        let at_ms = crate::clock::now_ms();
         let mut points = self.points.lock().expect("history lock");
         let since = points.back().map_or(0, |p| p.at_ms);
         let canaries = router

@@ -14,13 +14,14 @@ pub mod canary;
 mod hedge;
 pub mod history;
 mod judge;
+mod lasting;
 mod pipeline;
 pub mod plan;
 mod prompt;
 mod request;
 mod retry;
 mod run;
-pub mod runbook;
+mod run_state;
 mod seam;
 pub mod status;
 #[cfg(test)]
@@ -29,7 +30,7 @@ mod tests;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-pub use crate::core::Lasting;
+pub use lasting::Lasting;
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::watch;
@@ -161,7 +162,7 @@ impl Router {
 
     /// Records a served task as its kind's route and tells the status.
     fn served(&self, kind: TaskKind, route: Route) {
-        let at_ms = crate::resilience::park::now_ms();
+        let at_ms = crate::clock::now_ms();
         self.active
             .lock()
             .expect("active lock")

@@ -21,7 +21,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 
 use super::Router;
 use super::attempt::{self, Beaconed, Deadlines, Failed, Failure};
@@ -30,77 +29,17 @@ use super::hedge::Racer;
 use super::judge::Seen;
 use super::plan::Candidate;
 use super::prompt::Prompt;
-use super::request::{OnProgress, Progress, TaskRequest};
+use super::request::{Progress, TaskRequest};
+use super::retry::{self, Facts, Then};
+use super::run_state::{Lane, RunState};
 use super::seam::{Seam, Unjoinable};
 use crate::entry::EntryKey;
 use crate::providers::{Provider, Usage};
-use crate::resilience::backoff::WaitBudget;
 use crate::resilience::breaker::Admission;
 use crate::resilience::governor::{Quota, Reservation};
 use crate::resilience::prefill;
+use crate::state::WhenUnavailable;
 use crate::task::TaskProfile;
-
-/// What one task has left as it walks its plan.
-pub(super) struct RunState {
-    pub deadline: Instant,
-    pub waits: WaitBudget,
-    /// The longest answer streamed so far, continued by the next attempt.
-    pub partial: String,
-    /// Something temporary (an open breaker, an empty quota, a spent wait
-    /// budget) stood in the way: the task can be parked and resumed.
-    pub retry_later: bool,
-    /// This run's side of a hedged race, while one is on.
-    pub racer: Option<Racer>,
-    /// Share of the input budget prompts are rendered to; halved when a
-    /// model says the prompt is too long.
-    pub input_scale: f64,
-    /// An interactive task (explain, autocomplete): little patience per entry.
-    pub interactive: bool,
-    /// Another usable entry could take the request after this one.
-    pub alternative: bool,
-}
-
-impl RunState {
-    pub fn new(
-        deadline: Instant,
-        wait_budget: Duration,
-        partial: String,
-        interactive: bool,
-    ) -> RunState {
-        RunState {
-            deadline,
-            waits: WaitBudget::new(wait_budget),
-            partial,
-            retry_later: false,
-            racer: None,
-            input_scale: 1.0,
-            interactive,
-            alternative: false,
-        }
-    }
-
-    /// The hedge's own state: same deadline and wait budget left.
-    pub fn fork(&self, racer: Racer) -> RunState {
-        RunState {
-            deadline: self.deadline,
-            waits: self.waits,
-            partial: self.partial.clone(),
-            retry_later: false,
-            racer: Some(racer),
-            input_scale: self.input_scale,
-            interactive: self.interactive,
-            alternative: self.alternative,
-        }
-    }
-
-    /// Takes in what the hedge learned.
-    pub fn absorb(&mut self, hedge: RunState) {
-        self.retry_later |= hedge.retry_later;
-        if hedge.partial.len() > self.partial.len() {
-            self.partial = hedge.partial;
-        }
-    }
-}
 
 pub(super) fn join_reasons(earlier: Option<String>, now: String) -> String {
     match earlier {
@@ -127,15 +66,13 @@ impl Router {
         request: &TaskRequest,
         profile: &TaskProfile,
         run: &mut RunState,
-        cancel: &CancellationToken,
-        progress: OnProgress<'_>,
+        lane: Lane<'_>,
     ) -> Result<(String, Usage), Failure> {
         let serving = Serving {
             entry: self.entry(candidate, profile)?,
             request,
             profile,
-            cancel,
-            progress,
+            lane,
         };
         let mut last_error: Option<String> = None;
         for retry in 0u32.. {
@@ -249,7 +186,7 @@ impl Router {
             admit_by,
         );
         let reservation = tokio::select! {
-            _ = serving.cancel.cancelled() => return Err(Failure::Cancelled),
+            _ = serving.lane.cancel.cancelled() => return Err(Failure::Cancelled),
             reservation = admitted => reservation,
         };
         run.waits.try_spend(waited_from.elapsed());
@@ -270,13 +207,13 @@ impl Router {
     /// Tells the front end who is tried, and the outbound audit what leaves.
     fn announce(&self, serving: &Serving<'_>, prompt: &Prompt) {
         let (candidate, request) = (&serving.entry.candidate, serving.request);
-        (serving.progress)(Progress::Trying {
+        (serving.lane.progress)(Progress::Trying {
             entry: candidate.entry.clone(),
             tier: candidate.tier,
         });
         if candidate.entry.provider != LOCAL {
             self.audit.record(&AuditRecord {
-                at_ms: crate::resilience::park::now_ms(),
+                at_ms: crate::clock::now_ms(),
                 task: request.kind.as_str().into(),
                 front_end: request.origin.front_end.into(),
                 provider: candidate.entry.provider.clone(),
@@ -301,7 +238,8 @@ impl Router {
         }: Governed,
     ) -> Attempted {
         let entry = &serving.entry;
-        let mut deadlines = Deadlines::new(serving.profile, run.deadline, run.racer.is_some());
+        let racer = serving.lane.racer;
+        let mut deadlines = Deadlines::new(serving.profile, run.deadline, racer.is_some());
         if run.interactive {
             // A stall shows against the entry's own pace, in seconds, not
             // only after the task's whole idle ceiling.
@@ -323,8 +261,8 @@ impl Router {
             prompt.request,
             (deadlines, &mut seam),
             &mut beacon,
-            serving.cancel,
-            (run.racer.as_ref(), serving.progress),
+            serving.lane.cancel,
+            serving.lane.progress,
         )
         .await;
         let (first_token, waited) = beacon.timing();
@@ -333,7 +271,7 @@ impl Router {
             first_token,
             waited,
             skipped: beacon.skipped,
-            lost_race: run.racer.as_ref().is_some_and(Racer::lost),
+            lost_race: racer.is_some_and(Racer::lost),
         };
         drop(beacon);
         self.judge(&entry.key, serving.profile, seen).await;
@@ -394,13 +332,45 @@ impl Router {
         if joined.len() > run.partial.len() {
             run.partial = joined;
         }
-        match self
-            .retry_delay(&serving.entry.key, failed.clone(), retry, was_probe, run)
-            .await
-        {
-            Ok(delay) => Next::RetryAfter(delay, failed),
-            Err(failed) => Next::Stop(Failure::Failed(failed)),
+        let facts = Facts {
+            retry,
+            was_probe,
+            interactive: run.interactive,
+            alternative: run.alternative,
+            room_to_wait: run.room_to_wait(),
+            provider: &serving.entry.key.model.provider,
+        };
+        let decision = retry::decide(&self.resilience.backoff, failed.clone(), facts);
+        if let Some(pause) = decision.pause_quota {
+            let quota = serving.entry.key.quota_key();
+            self.resilience.governor.pause(&quota, pause).await;
         }
+        match decision.then {
+            Then::Retry(delay) if self.spend_retry(&serving.entry.key.account).await => {
+                run.waits.try_spend(delay);
+                Next::RetryAfter(delay, failed)
+            }
+            Then::Retry(_) => {
+                run.retry_later = true;
+                Next::Stop(Failure::Failed(retry::budget_spent(failed)))
+            }
+            Then::MoveOn(failed) => Next::Stop(Failure::Failed(failed)),
+            Then::Later(failed) => {
+                run.retry_later = true;
+                Next::Stop(Failure::Failed(failed))
+            }
+        }
+    }
+
+    async fn spend_retry(&self, account: &str) -> bool {
+        self.resilience
+            .retries
+            .spend(self.resilience.state.as_ref(), account)
+            .await
+            .unwrap_or_else(|error| {
+                tracing::warn!("retry budget unavailable: {error}");
+                self.config.resilience.when_unavailable == WhenUnavailable::Open
+            })
     }
 
     /// Waits `delay` to retry; a breaker that opens meanwhile (another
@@ -423,7 +393,7 @@ impl Router {
             .breakers
             .tripped(&serving.entry.key.breaker_key());
         tokio::select! {
-            _ = serving.cancel.cancelled() => Err(Failure::Cancelled),
+            _ = serving.lane.cancel.cancelled() => Err(Failure::Cancelled),
             _ = tripped.notified() => {
                 run.retry_later = true;
                 Err(Failure::Failed(Failed {
@@ -467,8 +437,7 @@ struct Serving<'a> {
     entry: Entry,
     request: &'a TaskRequest,
     profile: &'a TaskProfile,
-    cancel: &'a CancellationToken,
-    progress: OnProgress<'a>,
+    lane: Lane<'a>,
 }
 
 /// An entry as the pipeline serves it.

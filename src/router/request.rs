@@ -5,8 +5,6 @@ use crate::entry::ModelRef;
 use crate::providers::{ChatMessage, Usage};
 use crate::task::{TaskKind, Tier};
 
-use super::status::Route;
-
 /// A remote-grade task as a front end asked it.
 #[derive(Clone, Debug)]
 pub struct TaskRequest {
@@ -173,3 +171,14 @@ pub enum Progress {
 
 /// How a front end hears of [`Progress`].
 pub type OnProgress<'a> = &'a (dyn Fn(Progress) + Send + Sync);
+
+/// Where a task kind was last served (or would be served next).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Route {
+    pub provider: String,
+    pub model: String,
+    pub tier: Tier,
+    pub downshifted_from: Option<Tier>,
+    /// Why the task downshifted.
+    pub reason: Option<String>,
+}

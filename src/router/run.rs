@@ -8,14 +8,14 @@ use tokio_util::sync::CancellationToken;
 
 use super::Router;
 use super::attempt::Failure;
-use super::hedge::{HedgeRan, Side};
-use super::pipeline::RunState;
+use super::hedge::{self, Contender, HedgeRan, Side};
 use super::plan::{Candidate, Plan, Skip};
-use super::request::{Answer, Attempt, OnProgress, Pin, RouteError, TaskRequest};
-use super::status::Route;
+use super::request::{Answer, Attempt, OnProgress, Pin, Route, RouteError, TaskRequest};
+use super::run_state::{Lane, RunState};
 use crate::context::chat;
 use crate::entry::{LOCAL, ModelRef};
 use crate::privacy::redact;
+use crate::providers::Usage;
 use crate::resilience::classify::{ErrorClass, Fatal};
 use crate::task::{TaskKind, TaskProfile, Tier};
 
@@ -211,145 +211,252 @@ impl Router {
         cancel: &CancellationToken,
         progress: OnProgress<'_>,
     ) -> Result<Answer, Walked> {
-        let kind = request.kind;
         let mut pass = Pass::default();
         let candidates = &plan.candidates;
         let mut already_tried = vec![false; candidates.len()];
-        // Judged entries are tried last, when nothing else could serve: a
-        // verdict keeps an entry from being the first choice, never the only one.
-        let last_resort = candidates
-            .iter()
-            .enumerate()
-            .filter(|(_, c)| c.skip.as_ref().is_some_and(Skip::last_resort))
-            .map(|(i, _)| i);
-        let order: Vec<(usize, bool)> = (0..candidates.len())
-            .map(|i| (i, false))
-            .chain(last_resort.map(|i| (i, true)))
-            .collect();
-        for (i, as_last_resort) in order {
+        for (i, as_last_resort) in walk_order(plan) {
             let candidate = &candidates[i];
-            if already_tried[i] {
+            if already_tried[i] || !pass.may_try(candidate, as_last_resort, run) {
                 continue;
             }
-            match &candidate.skip {
-                None => {}
-                Some(_) if as_last_resort => {}
-                Some(Skip::LocalOnly) => continue,
-                Some(skip @ Skip::NoKey(_)) => {
-                    pass.note(candidate, format!("skipped: {skip}"), false);
-                    continue;
-                }
-                Some(skip @ (Skip::Unhealthy(_) | Skip::Verdict(_))) => {
-                    pass.note(candidate, format!("skipped: {skip}"), true);
-                    continue;
-                }
-                Some(skip @ (Skip::BreakerOpen { .. } | Skip::Paused { .. })) => {
-                    // Temporary: the task may wait for the breaker to close.
-                    run.retry_later = true;
-                    pass.note(candidate, skip.to_string(), true);
-                    continue;
-                }
-            }
             run.alternative = candidates[i + 1..].iter().any(Candidate::usable);
-            // Interactive tasks race a slow entry against the next usable one of its tier.
-            let hedge = (profile.hedge && !matches!(request.pin, Some(Pin::Entry(_))))
-                .then(|| {
-                    (i + 1..candidates.len())
-                        .find(|&j| candidates[j].tier == candidate.tier && candidates[j].usable())
-                })
-                .flatten();
-            let (result, served_by) = match hedge {
+            let (result, served_by) = match self.hedge_for(plan, i, request, profile) {
                 Some(j) => {
+                    let pair = (candidate, &candidates[j]);
                     let (result, side, hedge_ran) = self
-                        .hedged(
-                            candidate,
-                            &candidates[j],
-                            request,
-                            profile,
-                            run,
-                            cancel,
-                            progress,
-                        )
+                        .hedged(pair, request, profile, run, (cancel, progress))
                         .await;
                     already_tried[j] = hedge_ran.tried();
-                    if let HedgeRan::Failed(Failure::Failed(failed)) = hedge_ran {
-                        pass.note(&candidates[j], format!("hedge: {}", failed.reason), true);
-                    }
-                    match side {
-                        Side::Primary => (result, i),
-                        Side::Hedge => {
-                            let outcome = format!(
-                                "slow: no first token within {:.1} s; the hedge {} answered first",
-                                profile.first_token_ceiling().as_secs_f64(),
-                                candidates[j].entry
-                            );
-                            pass.note(candidate, outcome, true);
-                            (result, j)
-                        }
-                    }
+                    (result, pass.after_race(pair, side, hedge_ran, profile))
                 }
-                None => (
-                    self.serve_entry(candidate, request, profile, run, cancel, progress)
-                        .await,
-                    i,
-                ),
+                None => {
+                    let lane = Lane::alone(cancel, progress);
+                    let result = self
+                        .serve_entry(candidate, request, profile, run, lane)
+                        .await;
+                    (result, candidate)
+                }
             };
-            let served = &candidates[served_by];
             match result {
                 Ok((text, usage)) => {
-                    let route = Route {
-                        provider: served.entry.provider.clone(),
-                        model: served.entry.model.clone(),
-                        tier: served.tier,
-                        downshifted_from: (served.tier != plan.first_tier)
-                            .then_some(plan.first_tier),
-                        reason: pass.why_moved(plan, served),
-                    };
-                    tracing::info!(
-                        task = kind.as_str(),
-                        "served by {} ({} tier), {} input + {} output tokens",
-                        served.entry,
-                        served.tier,
-                        usage.input_tokens,
-                        usage.output_tokens
-                    );
-                    self.served(kind, route.clone());
-                    return Ok(Answer {
-                        text,
-                        route,
-                        usage,
-                        attempts: pass.tried,
-                    });
+                    return Ok(self.answered(plan, served_by, pass, text, usage, request.kind));
                 }
-                Err(Failure::Cancelled) => return Err(Walked::Stop(RouteError::Cancelled)),
-                Err(Failure::OverBudget(e)) => pass.note(served, format!("skipped: {e}"), false),
-                Err(Failure::Unjoinable(why)) => pass.note(served, why.0, true),
-                Err(Failure::Failed(failed)) => {
-                    tracing::warn!(
-                        task = kind.as_str(),
-                        "{} ({} tier) failed: {}",
-                        served.entry,
-                        served.tier,
-                        failed.reason
-                    );
-                    match failed.class {
-                        Some(ErrorClass::Fatal(Fatal::Refusal)) => {
-                            return Err(Walked::Stop(RouteError::Refused {
-                                by: served.entry.to_string(),
-                                reason: failed.reason,
-                            }));
-                        }
-                        Some(ErrorClass::Fatal(Fatal::ContextLength)) => {
-                            pass.too_long.push(served.entry.clone())
-                        }
-                        _ => {}
-                    }
-                    pass.note(served, failed.reason, true);
-                }
+                Err(failure) => pass.failed(served_by, failure, request.kind)?,
             }
         }
         self.publish();
         Err(Walked::Exhausted(pass))
+    }
+
+    /// Interactive tasks race a slow entry against the next usable one of
+    /// its tier (never when the caller pinned one entry).
+    fn hedge_for(
+        &self,
+        plan: &Plan,
+        i: usize,
+        request: &TaskRequest,
+        profile: &TaskProfile,
+    ) -> Option<usize> {
+        if !profile.hedge || matches!(request.pin, Some(Pin::Entry(_))) {
+            return None;
+        }
+        let tier = plan.candidates[i].tier;
+        (i + 1..plan.candidates.len())
+            .find(|&j| plan.candidates[j].tier == tier && plan.candidates[j].usable())
+    }
+
+    /// Serves `primary`, hedged by `hedge` after the first-token ceiling.
+    async fn hedged(
+        &self,
+        (primary, hedge): (&Candidate, &Candidate),
+        request: &TaskRequest,
+        profile: &TaskProfile,
+        run: &mut RunState,
+        (cancel, progress): (&CancellationToken, OnProgress<'_>),
+    ) -> (Result<(String, Usage), Failure>, Side, HedgeRan) {
+        let mut hedge_run = run.fork();
+        let ceiling = profile.first_token_ceiling();
+        let outcome = hedge::race(
+            ceiling,
+            cancel,
+            progress,
+            |side| self.contend(primary, request, profile, run, side),
+            |side| {
+                tracing::info!(
+                    "{} has no first token after {:.1} s; hedging with {}",
+                    primary.entry,
+                    ceiling.as_secs_f64(),
+                    hedge.entry
+                );
+                self.contend(hedge, request, profile, &mut hedge_run, side)
+            },
+        )
+        .await;
+        run.absorb(hedge_run);
+        outcome
+    }
+
+    /// Serves one side of a hedged race.
+    async fn contend(
+        &self,
+        candidate: &Candidate,
+        request: &TaskRequest,
+        profile: &TaskProfile,
+        run: &mut RunState,
+        side: Contender<'_>,
+    ) -> Result<(String, Usage), Failure> {
+        let forward = |event| side.forward(event);
+        let lane = Lane {
+            cancel: &side.cancel,
+            progress: &forward,
+            racer: Some(&side.racer),
+        };
+        self.serve_entry(candidate, request, profile, run, lane)
+            .await
+    }
+
+    /// The answer, its route recorded as the task kind's.
+    fn answered(
+        &self,
+        plan: &Plan,
+        served: &Candidate,
+        pass: Pass,
+        text: String,
+        usage: Usage,
+        kind: TaskKind,
+    ) -> Answer {
+        let route = Route {
+            provider: served.entry.provider.clone(),
+            model: served.entry.model.clone(),
+            tier: served.tier,
+            downshifted_from: (served.tier != plan.first_tier).then_some(plan.first_tier),
+            reason: pass.why_moved(plan, served),
+        };
+        tracing::info!(
+            task = kind.as_str(),
+            "served by {} ({} tier), {} input + {} output tokens",
+            served.entry,
+            served.tier,
+            usage.input_tokens,
+            usage.output_tokens
+        );
+        self.served(kind, route.clone());
+        Answer {
+            text,
+            route,
+            usage,
+            attempts: pass.tried,
+        }
+    }
+}
+
+/// The order a pass tries the plan's candidates in, each with whether it is
+/// tried as a last resort: judged entries come last, when nothing else could
+/// serve (a verdict keeps an entry from being the first choice, never the
+/// only one).
+fn walk_order(plan: &Plan) -> Vec<(usize, bool)> {
+    let candidates = &plan.candidates;
+    let last_resort = candidates
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| c.skip.as_ref().is_some_and(Skip::last_resort))
+        .map(|(i, _)| (i, true));
+    (0..candidates.len())
+        .map(|i| (i, false))
+        .chain(last_resort)
+        .collect()
+}
+
+impl Pass {
+    /// Whether the candidate is tried in this place of the order; a skipped
+    /// one is noted with why.
+    fn may_try(&mut self, candidate: &Candidate, as_last_resort: bool, run: &mut RunState) -> bool {
+        match &candidate.skip {
+            None => true,
+            Some(_) if as_last_resort => true,
+            Some(Skip::LocalOnly) => false,
+            Some(skip @ Skip::NoKey(_)) => {
+                self.note(candidate, format!("skipped: {skip}"), false);
+                false
+            }
+            Some(skip @ (Skip::Unhealthy(_) | Skip::Verdict(_))) => {
+                self.note(candidate, format!("skipped: {skip}"), true);
+                false
+            }
+            Some(skip @ (Skip::BreakerOpen { .. } | Skip::Paused { .. })) => {
+                // Temporary: the task may wait for the breaker to close.
+                run.retry_later = true;
+                self.note(candidate, skip.to_string(), true);
+                false
+            }
+        }
+    }
+
+    /// Notes what a race showed; returns the side that served.
+    fn after_race<'c>(
+        &mut self,
+        (primary, hedge): (&'c Candidate, &'c Candidate),
+        side: Side,
+        hedge_ran: HedgeRan,
+        profile: &TaskProfile,
+    ) -> &'c Candidate {
+        if let HedgeRan::Failed(Failure::Failed(failed)) = hedge_ran {
+            self.note(hedge, format!("hedge: {}", failed.reason), true);
+        }
+        match side {
+            Side::Primary => primary,
+            Side::Hedge => {
+                let outcome = format!(
+                    "slow: no first token within {:.1} s; the hedge {} answered first",
+                    profile.first_token_ceiling().as_secs_f64(),
+                    hedge.entry
+                );
+                self.note(primary, outcome, true);
+                hedge
+            }
+        }
+    }
+
+    /// Notes a failed candidate; a refusal or a cancel stops the walk.
+    fn failed(
+        &mut self,
+        served: &Candidate,
+        failure: Failure,
+        kind: TaskKind,
+    ) -> Result<(), Walked> {
+        let failed = match failure {
+            Failure::Cancelled => return Err(Walked::Stop(RouteError::Cancelled)),
+            Failure::OverBudget(e) => {
+                self.note(served, format!("skipped: {e}"), false);
+                return Ok(());
+            }
+            Failure::Unjoinable(why) => {
+                self.note(served, why.0, true);
+                return Ok(());
+            }
+            Failure::Failed(failed) => failed,
+        };
+        tracing::warn!(
+            task = kind.as_str(),
+            "{} ({} tier) failed: {}",
+            served.entry,
+            served.tier,
+            failed.reason
+        );
+        match failed.class {
+            Some(ErrorClass::Fatal(Fatal::Refusal)) => {
+                return Err(Walked::Stop(RouteError::Refused {
+                    by: served.entry.to_string(),
+                    reason: failed.reason,
+                }));
+            }
+            Some(ErrorClass::Fatal(Fatal::ContextLength)) => {
+                self.too_long.push(served.entry.clone())
+            }
+            _ => {}
+        }
+        self.note(served, failed.reason, true);
+        Ok(())
     }
 }
 

@@ -3,21 +3,11 @@
 
 use super::Router;
 use super::canary::CanaryResult;
+pub use super::request::Route;
 use crate::entry::{LOCAL, ModelRef};
 use crate::resilience::breaker::BreakerView;
 use crate::resilience::governor::MeterView;
 use crate::task::{TaskKind, Tier};
-
-/// Where a task kind was last served (or would be served next).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Route {
-    pub provider: String,
-    pub model: String,
-    pub tier: Tier,
-    pub downshifted_from: Option<Tier>,
-    /// Why the task downshifted.
-    pub reason: Option<String>,
-}
 
 /// A task kind's route and when it was served (ms since the epoch).
 #[derive(Clone, Debug)]

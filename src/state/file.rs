@@ -33,7 +33,9 @@ use std::fs::{self, File};
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
+
+use crate::clock::now_ms;
 
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
@@ -288,11 +290,4 @@ impl SharedState for FileState {
             Ok(())
         })
     }
-}
-
-/// Wall-clock ms since the Unix epoch: the clock every process on the machine shares.
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }

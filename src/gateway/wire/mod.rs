@@ -10,12 +10,12 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::core::runbook as core_runbook;
 use crate::probe::history::ProbeRecord;
 use crate::resilience::breaker::BreakerView;
 use crate::resilience::governor::MeterView;
 use crate::router::canary::CanaryResult;
 use crate::router::history as core_history;
-use crate::router::runbook as core_runbook;
 use crate::router::status as core;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

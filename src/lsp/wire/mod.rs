@@ -219,6 +219,20 @@ pub struct CanaryStatus {
     pub reason: String,
 }
 
+impl StatusParams {
+    /// The status as this editor sees it: the router's, and the rule that
+    /// keeps the whole workspace local, if one does.
+    pub fn for_workspace(
+        report: &core::StatusReport,
+        local_only_rule: Option<String>,
+    ) -> StatusParams {
+        StatusParams {
+            local_only_rule,
+            ..StatusParams::from(report)
+        }
+    }
+}
+
 impl From<&core::StatusReport> for StatusParams {
     fn from(r: &core::StatusReport) -> StatusParams {
         StatusParams {

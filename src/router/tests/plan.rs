@@ -122,7 +122,7 @@ proptest::proptest! {
                     arrange(&router, entry, EntryState { beacon: 0, paused: false, ..*state }).await;
                 }
             }
-            let runbook = router.runbook().await;
+            let runbook = crate::core::runbook::runbook(&router).await;
             let now = runbook.routes.iter().find(|r| r.kind == TaskKind::Explain).unwrap().now.clone();
             let _ = run(&router, explain()).await;
             let first = calls.lock().unwrap().first().cloned();

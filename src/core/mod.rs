@@ -6,6 +6,8 @@
 //! results and the shared state. It holds the router in force, swapped whole
 //! when a change reaches what the router reads.
 
+pub mod runbook;
+
 use crate::privacy::audit::AuditLog;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -17,39 +19,9 @@ use crate::config::{Config, ConfigError, ConfigLayers, ResilienceConfig};
 use crate::privacy::rules::LocalOnlyRules;
 use crate::providers::local::chat::EngineSlot;
 use crate::resilience::Resilience;
-use crate::router::Router;
-use crate::router::beacon::Beacons;
-use crate::router::canary::CanaryResult;
 use crate::router::status::{ParkedStatus, StatusReport};
+use crate::router::{Lasting, Router};
 use crate::state::WhenUnavailable;
-
-/// What every router a core builds shares, and what outlives each of them.
-#[derive(Clone)]
-pub struct Lasting {
-    pub beacons: Arc<Beacons>,
-    pub status: watch::Sender<StatusReport>,
-    pub parked: Arc<Mutex<Vec<ParkedStatus>>>,
-    pub canaries: Arc<Mutex<Vec<CanaryResult>>>,
-    pub local_only: Arc<AtomicBool>,
-    pub resilience: Arc<Resilience>,
-    /// The outbound audit (in memory only unless opened on its file).
-    pub audit: Arc<AuditLog>,
-}
-
-impl Lasting {
-    /// Fresh long-lived state over `resilience` (tests, benchmarks).
-    pub fn new(resilience: Arc<Resilience>) -> Lasting {
-        Lasting {
-            beacons: Arc::default(),
-            status: watch::channel(StatusReport::default()).0,
-            parked: Arc::default(),
-            canaries: Arc::default(),
-            local_only: Arc::default(),
-            resilience,
-            audit: Arc::new(AuditLog::in_memory()),
-        }
-    }
-}
 
 /// Why `set_local_only` did not do all it was asked.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

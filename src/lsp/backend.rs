@@ -1,0 +1,306 @@
+//! The language server's state, and what its handlers share: the client's
+//! capabilities, the configuration (through the core), status reporting,
+//! model loading and prewarming.
+
+use crate::router::status::StatusReport;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use dashmap::DashMap;
+use serde_json::Value;
+use tower_lsp_server::ls_types::*;
+use tower_lsp_server::Client;
+
+use tokio_util::sync::CancellationToken;
+
+use super::documents::DocumentStore;
+use super::parked::Parking;
+use super::position::PositionEncoding;
+use super::wire::{StatusNotification, StatusParams};
+use crate::completion::CompletionService;
+use crate::config::{Config, ConfigError, ConfigLayers};
+use crate::core::Core;
+use crate::providers::local::chat::EngineSlot;
+use crate::resilience::park::ParkingLot;
+use crate::router::Router;
+
+pub struct Backend {
+    pub(super) client: Client,
+    pub(super) documents: Arc<DocumentStore>,
+    pub(super) completion: Arc<CompletionService>,
+    pub(super) encoding: RwLock<PositionEncoding>,
+    pub(super) capabilities: RwLock<ClientCapabilities>,
+    /// Edits and cursor moves per document, so a debounced prewarm can tell
+    /// whether it is stale, and in all documents, so an idle refresh can.
+    pub(super) activity: Arc<DashMap<Uri, u64>>,
+    pub(super) any_activity: Arc<AtomicU64>,
+    pub(super) local_engine: EngineSlot,
+    /// The routing core: the configuration, health, status, parked work,
+    /// the router in force.
+    pub(super) core: Arc<Core>,
+    /// Parked refactors; `None` when the state dir cannot hold them.
+    pub(super) parking: Option<Arc<Parking>>,
+    /// Cancel buttons of running actions, by progress token.
+    pub(super) progress_cancels: DashMap<NumberOrString, CancellationToken>,
+}
+
+#[allow(deprecated)] // root_uri: older clients send only it.
+pub(super) fn workspace_owner(params: &InitializeParams) -> String {
+    params
+        .workspace_folders
+        .as_ref()
+        .and_then(|folders| folders.first())
+        .map(|f| f.uri.to_string())
+        .or_else(|| params.root_uri.as_ref().map(|u| u.to_string()))
+        .unwrap_or_default()
+}
+
+impl Backend {
+    pub(super) fn new(
+        client: Client,
+        layers: ConfigLayers,
+        config_path: Option<PathBuf>,
+        local_engine: EngineSlot,
+    ) -> Backend {
+        let core = Arc::new(Core::open(layers, local_engine.clone(), config_path));
+        for e in core.problems() {
+            tracing::warn!("{e}");
+        }
+        let documents = Arc::new(DocumentStore::default());
+        let parked_dir = crate::paths::state_dir().join("parked");
+        let parking = match ParkingLot::open(parked_dir.clone()) {
+            Ok(lot) => Some(Arc::new(Parking::new(
+                lot,
+                client.clone(),
+                documents.clone(),
+                core.clone(),
+            ))),
+            Err(error) => {
+                tracing::error!(
+                    "cannot keep parked tasks in {}: {error}; refactors that cannot be served now will fail instead",
+                    parked_dir.display()
+                );
+                None
+            }
+        };
+        let completion = Arc::new(CompletionService::following(core.follow_config()));
+        completion.set_remote(Some(core.clone()));
+        let open = documents.clone();
+        completion.set_open_documents(Arc::new(move || open.texts()));
+        Backend {
+            client,
+            documents,
+            completion,
+            encoding: RwLock::new(PositionEncoding::Utf16),
+            capabilities: RwLock::new(ClientCapabilities::default()),
+            activity: Arc::new(DashMap::new()),
+            any_activity: Arc::new(AtomicU64::new(0)),
+            local_engine,
+            core,
+            parking,
+            progress_cancels: DashMap::new(),
+        }
+    }
+
+    pub(super) fn router(&self) -> Arc<Router> {
+        self.core.router()
+    }
+
+    pub(super) async fn cancel_progress(&self, params: WorkDoneProgressCancelParams) {
+        if let Some((_, cancel)) = self.progress_cancels.remove(&params.token) {
+            cancel.cancel();
+        }
+    }
+
+    /// Tells the editor about status changes: `switchyard/status` to clients that
+    /// opted in, otherwise `window/showMessage` on meaningful changes only.
+    pub(super) fn watch_status(&self) {
+        let (client, mut rx) = (self.client.clone(), self.core.subscribe());
+        let notify = self.config().status_notifications;
+        let core = self.core.clone();
+        let params =
+            move |report: &StatusReport| StatusParams::for_workspace(report, core.workspace_rule());
+        tokio::spawn(async move {
+            let mut before = rx.borrow_and_update().clone();
+            if notify {
+                client
+                    .send_notification::<StatusNotification>(params(&before))
+                    .await;
+            }
+            while rx.changed().await.is_ok() {
+                let now = rx.borrow_and_update().clone();
+                if notify {
+                    client
+                        .send_notification::<StatusNotification>(params(&now))
+                        .await;
+                } else if let Some(message) = now.change_message(&before) {
+                    let kind = if now.downshifted_from.is_some() {
+                        MessageType::WARNING
+                    } else {
+                        MessageType::INFO
+                    };
+                    client.show_message(kind, message).await;
+                }
+                before = now;
+            }
+        });
+    }
+
+    pub(super) fn encoding(&self) -> PositionEncoding {
+        *self.encoding.read().expect("encoding lock")
+    }
+
+    pub(super) fn config(&self) -> Arc<Config> {
+        self.core.config()
+    }
+
+    pub(super) fn supports_progress(&self) -> bool {
+        let caps = self.capabilities.read().expect("capabilities lock");
+        caps.window
+            .as_ref()
+            .and_then(|w| w.work_done_progress)
+            .unwrap_or(false)
+    }
+
+    pub(super) fn supports_configuration(&self) -> bool {
+        let caps = self.capabilities.read().expect("capabilities lock");
+        caps.workspace
+            .as_ref()
+            .and_then(|w| w.configuration)
+            .unwrap_or(false)
+    }
+
+    /// The client watches files for the server when asked to.
+    pub(super) fn watches_files(&self) -> bool {
+        let caps = self.capabilities.read().expect("capabilities lock");
+        caps.workspace
+            .as_ref()
+            .and_then(|w| w.did_change_watched_files)
+            .and_then(|w| w.dynamic_registration)
+            .unwrap_or(false)
+    }
+
+    /// Changes a layer and puts the result in force (the core rebuilds the
+    /// router where needed), reloads the engine when the model settings
+    /// changed, then tells the user what could not be applied.
+    pub(super) async fn apply_layers(&self, change: impl FnOnce(&mut ConfigLayers)) {
+        let changed = self.core.reconfigure(change);
+        if changed.engine {
+            tracing::info!("model settings changed; reloading the local engine");
+            self.start_engine(&changed.config);
+        }
+        self.report_config_errors(&changed.problems).await;
+    }
+
+    pub(super) async fn report_config_errors(&self, errors: &[ConfigError]) {
+        for e in errors {
+            // An ignored key that decides nothing is a warning; the rest are errors.
+            let (kind, then) = match (e.ignored, e.decides_what_leaves()) {
+                (_, true) => (
+                    MessageType::ERROR,
+                    " (only the local model serves until it can be applied)",
+                ),
+                (true, false) => (MessageType::WARNING, ""),
+                (false, false) => (MessageType::ERROR, " (keeping the previous value)"),
+            };
+            tracing::warn!("{e}");
+            let text = format!("switchyard: {e}{then}");
+            self.client.show_message(kind, text).await;
+        }
+    }
+
+    pub(super) fn start_engine(&self, config: &Config) {
+        let config = config.clone();
+        let (client, service, slot) = (
+            self.client.clone(),
+            self.completion.clone(),
+            self.local_engine.clone(),
+        );
+        tokio::spawn(super::loader::load(
+            client,
+            service,
+            slot,
+            config,
+            self.supports_progress(),
+        ));
+    }
+
+    /// Whether the workspace layer was fetched and applied.
+    pub(super) async fn fetch_workspace_configuration(&self) -> bool {
+        if !self.supports_configuration() {
+            return false;
+        }
+        let item = ConfigurationItem {
+            scope_uri: None,
+            section: Some("switchyard".into()),
+        };
+        match self.client.configuration(vec![item]).await {
+            Ok(mut values) => {
+                let value = values.pop().unwrap_or(Value::Null);
+                self.apply_layers(|layers| layers.workspace = Some(value))
+                    .await;
+                true
+            }
+            Err(e) => {
+                tracing::warn!("workspace/configuration failed: {e}");
+                false
+            }
+        }
+    }
+
+    /// Prewarms the engine's cache where the user is once they pause: after
+    /// an edit, or at a cursor the editor revealed.
+    pub(super) fn schedule_prewarm(&self, uri: Uri) {
+        let count = {
+            let mut entry = self.activity.entry(uri.clone()).or_insert(0);
+            *entry += 1;
+            *entry
+        };
+        let debounce = Duration::from_millis(self.completion.config().prewarm_debounce_ms);
+        let Ok(doc) = self.documents.get(&uri) else {
+            return;
+        };
+        let any = self.any_activity.fetch_add(1, Ordering::Relaxed) + 1;
+        let (counts, all, service) = (
+            self.activity.clone(),
+            self.any_activity.clone(),
+            self.completion.clone(),
+        );
+        tokio::spawn(async move {
+            tokio::time::sleep(debounce).await;
+            if counts.get(&uri).is_none_or(|c| *c != count)
+                || doc.unsuitable_for_completion().is_some()
+            {
+                return;
+            }
+            let cursor = doc.cursor.unwrap_or_else(|| opening_cursor(&doc.rope));
+            service.prewarm(uri.as_str(), &doc.rope, cursor);
+            // Repository context changes only while the user is idle.
+            tokio::time::sleep(service.context_refresh_idle()).await;
+            if all.load(Ordering::Relaxed) == any {
+                service.refresh_context(uri.as_str(), &doc.rope, cursor);
+            }
+        });
+    }
+}
+
+/// Where to prewarm a just-opened document: the end of its first window, so the
+/// cache holds the top of the file, which a later window anchored at line 0 shares.
+pub(super) fn opening_cursor(rope: &ropey::Rope) -> usize {
+    let chars = 1_500.min(rope.len_chars());
+    rope.line_to_char(rope.char_to_line(chars))
+}
+
+pub(super) fn negotiate_encoding(caps: &ClientCapabilities) -> PositionEncoding {
+    let offered = caps
+        .general
+        .as_ref()
+        .and_then(|g| g.position_encodings.as_ref());
+    if offered.is_some_and(|encodings| encodings.contains(&PositionEncodingKind::UTF8)) {
+        PositionEncoding::Utf8
+    } else {
+        PositionEncoding::Utf16
+    }
+}
