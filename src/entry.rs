@@ -25,6 +25,12 @@ impl ModelRef {
         }
     }
 
+    /// The local engine (`local/<model>`), not a remote provider: nothing
+    /// sent to it leaves the machine.
+    pub fn is_local(&self) -> bool {
+        self.provider == LOCAL
+    }
+
     /// `provider/model`; the model may itself contain `/` (OpenRouter ids).
     pub fn parse(text: &str) -> Option<ModelRef> {
         let (provider, model) = text.split_once('/')?;

@@ -5,7 +5,7 @@
 
 use crate::probe::history::{self, ProbeRecord};
 use crate::router::Router;
-use crate::router::plan::Candidate;
+use crate::router::plan::{Ask, Candidate};
 use crate::router::status::StatusReport;
 use crate::task::{TaskKind, Tier};
 
@@ -37,7 +37,7 @@ pub async fn runbook(router: &Router) -> Runbook {
     let routes = [TaskKind::Explain, TaskKind::Refactor]
         .into_iter()
         .map(|kind| {
-            let plan = router.candidates(kind, None);
+            let plan = router.plan(Ask::task(kind));
             let name = |c: &Candidate| format!("{} ({})", c.entry, c.tier);
             TaskRunbook {
                 kind,

@@ -260,9 +260,9 @@ fn task(router: &Router, headers: &HeaderMap, body: Value) -> Result<TaskRequest
         "switchyard/large" => Some(Pin::Tier(Tier::Large)),
         "switchyard/medium" => Some(Pin::Tier(Tier::Medium)),
         "switchyard/small" => Some(Pin::Tier(Tier::Small)),
-        model => match model.split_once('/') {
-            Some((provider, name)) if router.provider_config(provider).is_some() => {
-                Some(Pin::Entry(ModelRef::new(provider, name)))
+        model => match ModelRef::parse(model) {
+            Some(entry) if router.provider_config(&entry.provider).is_some() => {
+                Some(Pin::Entry(entry))
             }
             _ => {
                 return Err(error(

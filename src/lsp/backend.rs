@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use dashmap::DashMap;
 use serde_json::Value;
-use tower_lsp_server::ls_types::*;
 use tower_lsp_server::Client;
+use tower_lsp_server::ls_types::*;
 
 use tokio_util::sync::CancellationToken;
 

@@ -16,8 +16,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::Router;
 use super::attempt::{self, Beaconed, Deadlines, Failure};
+use super::plan::{Candidate, Skip};
 use super::seam::{Form, Seam};
-use crate::entry::{EntryKey, LOCAL, ModelRef};
 use crate::providers::{ChatMessage, ChatRequest, Role};
 use crate::resilience::breaker::Phase;
 use crate::task::{TaskKind, Tier};
@@ -50,52 +50,15 @@ impl Router {
             // Nothing leaves the machine in local-only mode, canaries included.
             return Vec::new();
         }
-        let mut due: Vec<(ModelRef, &'static str)> = Vec::new();
-        let breakers = self.shared_views().breakers;
-        let out = breakers
-            .iter()
-            .filter(|b| b.phase != Phase::Closed)
-            .map(|b| (b.key.clone(), "breaker recovery check"));
-        let judged = self
-            .resilience
-            .verdicts
-            .judged()
-            .into_iter()
-            .map(|path| (path, "verdict recovery check"));
-        for (path, reason) in out.chain(judged) {
-            if let Some(key) = EntryKey::parse_path(&path)
-                && self.providers.contains_key(&key.model.provider)
-                && !due.iter().any(|(e, _)| *e == key.model)
-            {
-                due.push((key.model, reason));
-            }
-        }
-        if watch_primaries {
-            for tier in [Tier::Large, Tier::Medium] {
-                let primary = self
-                    .chain(tier, TaskKind::Explain)
-                    .into_iter()
-                    .find(|e| e.provider != LOCAL && !self.missing_keys.contains_key(&e.provider));
-                if let Some(entry) = primary
-                    && !due.iter().any(|(e, _)| *e == entry)
-                {
-                    due.push((entry, "primary watch"));
-                }
-            }
-        }
+        let due = self.canaries_due(watch_primaries);
         let every = Duration::from_millis(self.config.resilience.canary_interval_ms.max(1));
         let mut results = Vec::new();
-        for (entry, reason) in due {
-            let key = self.key(&entry);
-            if !self
-                .resilience
-                .breakers
-                .canary_turn(&key.breaker_key(), every)
-                .await
-            {
+        for (candidate, reason) in due {
+            let turn = candidate.key.breaker_key();
+            if !self.resilience.breakers.canary_turn(&turn, every).await {
                 continue; // another process sends this one
             }
-            results.push(self.canary(&entry, reason).await);
+            results.push(self.canary(&candidate, reason).await);
         }
         if !results.is_empty() {
             let mut kept = self.canaries.lock().expect("canaries lock");
@@ -107,16 +70,50 @@ impl Router {
         results
     }
 
+    /// The plan's remote entries out of user traffic (a breaker not closed,
+    /// a health verdict), and with `watch_primaries` the first remote entry
+    /// with a key of the large and medium tiers, each once.
+    fn canaries_due(&self, watch_primaries: bool) -> Vec<(Candidate, &'static str)> {
+        let entries: Vec<Candidate> = self
+            .planned_entries()
+            .into_iter()
+            .filter(|c| !c.entry.is_local() && !matches!(c.skip, Some(Skip::NoKey(_))))
+            .collect();
+        let breakers = self.shared_views().breakers;
+        let judged = self.resilience.verdicts.judged();
+        let mut due: Vec<(Candidate, &'static str)> = Vec::new();
+        for candidate in &entries {
+            let out = breakers
+                .iter()
+                .any(|b| b.key == candidate.key.breaker_key() && b.phase != Phase::Closed);
+            if out {
+                due.push((candidate.clone(), "breaker recovery check"));
+            } else if judged.contains(&candidate.key.path()) {
+                due.push((candidate.clone(), "verdict recovery check"));
+            }
+        }
+        let primaries = [Tier::Large, Tier::Medium]
+            .into_iter()
+            .filter(|_| watch_primaries)
+            .filter_map(|tier| entries.iter().find(|c| c.tier == tier));
+        for primary in primaries {
+            if !due.iter().any(|(c, _)| c.entry == primary.entry) {
+                due.push((primary.clone(), "primary watch"));
+            }
+        }
+        due
+    }
+
     /// One canary, outside user traffic: no breaker admission, no route, no
     /// status message. It is governed like any request, and its verdict is
     /// shared: a healthy answer within the explain task's first-token ceiling
     /// closes the entry's breaker, ends its health verdict and starts its
     /// beacon afresh; a failed one leaves both as they are.
-    async fn canary(&self, entry: &ModelRef, reason: &str) -> CanaryResult {
+    async fn canary(&self, candidate: &Candidate, reason: &str) -> CanaryResult {
+        let (entry, key) = (&candidate.entry, &candidate.key);
         let started = Instant::now();
-        let outcome = self.probe(entry).await;
+        let outcome = self.probe(candidate).await;
         let error = outcome.err();
-        let key = self.key(entry);
         match &error {
             None => {
                 self.resilience.verdicts.clear(&key.path()).await;
@@ -148,14 +145,14 @@ impl Router {
     }
 
     /// Sends the known-token prompt to `entry`; `Err` says why it is not healthy.
-    async fn probe(&self, entry: &ModelRef) -> Result<(), String> {
+    async fn probe(&self, candidate: &Candidate) -> Result<(), String> {
+        let (entry, key) = (&candidate.entry, &candidate.key);
         let provider = self
             .providers
             .get(&entry.provider)
             .cloned()
             .ok_or_else(|| format!("provider `{}` is not configured", entry.provider))?;
         let profile = self.profile(TaskKind::Explain);
-        let key = self.key(entry);
         let request = ChatRequest {
             model: entry.model.clone(),
             system: Some("You are a health check.".into()),

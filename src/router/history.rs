@@ -66,19 +66,14 @@ impl History {
     /// Adds a point from the router's current view (call after refreshing it).
     pub fn record(&self, router: &Router) {
         let status = router.status();
-        let mut entries = Vec::new();
-        for tier in [Tier::Large, Tier::Medium, Tier::Small] {
-            for entry in router.chain(tier, TaskKind::Explain) {
-                if entries
-                    .iter()
-                    .any(|e: &EntryPoint| e.provider == entry.provider && e.model == entry.model)
-                {
-                    continue;
-                }
-                let summary = router.beacons().summary(&entry);
-                let crate::entry::ModelRef { provider, model } = entry;
-                let ms = |d: Option<Duration>| d.map(|d| d.as_millis() as u64);
-                entries.push(EntryPoint {
+        let ms = |d: Option<Duration>| d.map(|d| d.as_millis() as u64);
+        let entries = router
+            .planned_entries()
+            .into_iter()
+            .map(|candidate| {
+                let summary = router.beacons().summary(&candidate.entry);
+                let crate::entry::ModelRef { provider, model } = candidate.entry;
+                EntryPoint {
                     samples: summary.samples,
                     p95_first_token_ms: ms(summary.p95_first_token),
                     p95_total_ms: ms(summary.p95_total),
@@ -86,9 +81,9 @@ impl History {
                     degraded_rate: summary.degraded_rate,
                     provider,
                     model,
-                });
-            }
-        }
+                }
+            })
+            .collect();
         let downshifts = status
             .tasks
             .iter()

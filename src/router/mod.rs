@@ -41,7 +41,7 @@ use crate::providers::local::chat::{EngineSlot, LOCAL, LocalProvider};
 use crate::resilience::Resilience;
 use crate::resilience::breaker::BreakerView;
 use crate::resilience::governor::MeterView;
-use crate::task::{TaskKind, TaskProfile};
+use crate::task::{TaskKind, TaskProfile, Tier};
 use beacon::Beacons;
 use status::{ParkedStatus, Route, Served, StatusReport};
 
@@ -156,8 +156,26 @@ impl Router {
         });
     }
 
+    /// The task's limits; autocomplete's come from `[autocomplete]`.
     fn profile(&self, kind: TaskKind) -> TaskProfile {
-        self.config.tasks.get(kind)
+        if kind != TaskKind::Autocomplete {
+            return self.config.tasks.get(kind);
+        }
+        // The ceilings are the completion budget, the same for every request,
+        // so a slow verdict on an entry holds for the next keystroke; each
+        // attempt is still cut at its request's share of it.
+        let autocomplete = &self.config.autocomplete;
+        let budget_ms = autocomplete.budget_ms;
+        TaskProfile {
+            tier: Tier::Small,
+            input_tokens: autocomplete.input_tokens,
+            output_tokens: autocomplete.output_tokens,
+            first_token_ms: budget_ms,
+            total_ms: budget_ms,
+            idle_ms: budget_ms,
+            wait_ms: 0,
+            hedge: false,
+        }
     }
 
     /// Records a served task as its kind's route and tells the status.
@@ -183,9 +201,9 @@ impl Router {
     /// Re-reads breakers and quota headroom from the shared state (other
     /// processes change them too) and publishes the status if it changed.
     pub async fn refresh_shared(&self) {
-        for entry in plan::chain_entries(&self.config) {
-            if let Some(model) = entry.remote() {
-                let key = self.key(model).quota_key();
+        for candidate in self.planned_entries() {
+            if !candidate.entry.is_local() {
+                let key = candidate.key.quota_key();
                 self.resilience.governor.refresh(&key).await;
             }
         }
@@ -213,10 +231,6 @@ impl Router {
 
     pub(crate) fn config(&self) -> &Config {
         &self.config
-    }
-
-    pub(crate) fn missing_keys(&self) -> &HashMap<String, String> {
-        &self.missing_keys
     }
 
     pub(crate) fn active_routes(&self) -> HashMap<TaskKind, Served> {

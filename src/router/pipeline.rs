@@ -15,7 +15,6 @@
 //! way (ARCHITECTURE.md invariant 5), and each guard settles on drop
 //! (invariant 6).
 
-use crate::entry::LOCAL;
 use crate::privacy::audit::AuditRecord;
 use std::sync::Arc;
 use std::time::Duration;
@@ -33,7 +32,6 @@ use super::request::{Progress, TaskRequest};
 use super::retry::{self, Facts, Then};
 use super::run_state::{Lane, RunState};
 use super::seam::{Seam, Unjoinable};
-use crate::entry::EntryKey;
 use crate::providers::{Provider, Usage};
 use crate::resilience::breaker::Admission;
 use crate::resilience::governor::{Quota, Reservation};
@@ -49,14 +47,6 @@ pub(super) fn join_reasons(earlier: Option<String>, now: String) -> String {
 }
 
 impl Router {
-    /// The entry's identity in the shared state (its account's breaker and quota).
-    pub(crate) fn key(&self, entry: &crate::entry::ModelRef) -> EntryKey {
-        let account = self
-            .provider_config(&entry.provider)
-            .map_or(entry.provider.as_str(), |p| p.account(&entry.provider));
-        EntryKey::new(account, entry.clone())
-    }
-
     /// Serves a request from one entry through the pipeline, retrying it
     /// while the retry policy allows. Fatal errors never retry here; the
     /// caller moves on.
@@ -79,7 +69,9 @@ impl Router {
             let admission = self.breakered(&serving, run, &last_error).await?;
             let governed = self.governed(&serving, run, &last_error).await?;
             if retry == 0 {
-                self.resilience.retries.earn(&serving.entry.key.account);
+                self.resilience
+                    .retries
+                    .earn(&serving.entry.candidate.key.account);
             }
             self.announce(&serving, &governed.prompt);
             let attempted = self.attempt(&serving, run, governed).await;
@@ -110,15 +102,13 @@ impl Router {
                     None,
                 )
             })?;
-        let key = self.key(&candidate.entry);
         let quota = self
-            .provider_config(&key.model.provider)
+            .provider_config(&candidate.entry.provider)
             .map(|p| p.quota)
             .unwrap_or_default();
         Ok(Entry {
             candidate: candidate.clone(),
             provider,
-            key,
             quota,
             probe_ttl: profile.total_ceiling() + Duration::from_secs(5),
         })
@@ -136,7 +126,7 @@ impl Router {
         let admission = self
             .resilience
             .breakers
-            .admit(&entry.key.breaker_key(), entry.probe_ttl)
+            .admit(&entry.candidate.key.breaker_key(), entry.probe_ttl)
             .await;
         if let Admission::Open { reason, retry_in } = &admission {
             run.retry_later = true;
@@ -164,7 +154,10 @@ impl Router {
     ) -> Result<Governed, Failure> {
         let (entry, request) = (&serving.entry, serving.request);
         let prefill = entry.provider.supports_prefill()
-            && !self.resilience.prefills.rejected(&entry.key.path());
+            && !self
+                .resilience
+                .prefills
+                .rejected(&entry.candidate.key.path());
         let prompt = self
             .prompt(
                 &entry.candidate.entry,
@@ -176,7 +169,7 @@ impl Router {
             .map_err(Failure::OverBudget)?;
         let waited_from = Instant::now();
         let admit_by = (waited_from + run.waits.left()).min(run.deadline);
-        let quota_key = entry.key.quota_key();
+        let quota_key = entry.candidate.key.quota_key();
         let admitted = self.resilience.governor.admit(
             &quota_key,
             request.kind,
@@ -211,7 +204,7 @@ impl Router {
             entry: candidate.entry.clone(),
             tier: candidate.tier,
         });
-        if candidate.entry.provider != LOCAL {
+        if !candidate.entry.is_local() {
             self.audit.record(&AuditRecord {
                 at_ms: crate::clock::now_ms(),
                 task: request.kind.as_str().into(),
@@ -274,7 +267,8 @@ impl Router {
             lost_race: racer.is_some_and(Racer::lost),
         };
         drop(beacon);
-        self.judge(&entry.key, serving.profile, seen).await;
+        self.judge(&entry.candidate.key, serving.profile, seen)
+            .await;
         let governor = &self.resilience.governor;
         governor.observe(&reservation, &rate_limits).await;
         governor
@@ -296,7 +290,7 @@ impl Router {
         (admission, attempted, retry, last_error): (Admission, Attempted, u32, &Option<String>),
     ) -> Next {
         let breakers = &self.resilience.breakers;
-        let breaker = serving.entry.key.breaker_key();
+        let breaker = serving.entry.candidate.key.breaker_key();
         let failed = match attempted.result {
             Ok(usage) => {
                 breakers.record(&breaker, admission, true, "").await;
@@ -320,7 +314,7 @@ impl Router {
         // A model that refuses the prefill is asked again at once as a
         // continuation request, and every process learns to ask it so.
         if attempted.prefilled && prefill::rejects_prefill(&failed.reason) {
-            let path = serving.entry.key.path();
+            let path = serving.entry.candidate.key.path();
             self.resilience.prefills.learn_rejected(&path).await;
             tracing::info!(
                 "{}: no prefill; continuing with a continuation request",
@@ -338,15 +332,15 @@ impl Router {
             interactive: run.interactive,
             alternative: run.alternative,
             room_to_wait: run.room_to_wait(),
-            provider: &serving.entry.key.model.provider,
+            provider: &serving.entry.candidate.key.model.provider,
         };
         let decision = retry::decide(&self.resilience.backoff, failed.clone(), facts);
         if let Some(pause) = decision.pause_quota {
-            let quota = serving.entry.key.quota_key();
+            let quota = serving.entry.candidate.key.quota_key();
             self.resilience.governor.pause(&quota, pause).await;
         }
         match decision.then {
-            Then::Retry(delay) if self.spend_retry(&serving.entry.key.account).await => {
+            Then::Retry(delay) if self.spend_retry(&serving.entry.candidate.key.account).await => {
                 run.waits.try_spend(delay);
                 Next::RetryAfter(delay, failed)
             }
@@ -391,7 +385,7 @@ impl Router {
         let tripped = self
             .resilience
             .breakers
-            .tripped(&serving.entry.key.breaker_key());
+            .tripped(&serving.entry.candidate.key.breaker_key());
         tokio::select! {
             _ = serving.lane.cancel.cancelled() => Err(Failure::Cancelled),
             _ = tripped.notified() => {
@@ -444,7 +438,6 @@ struct Serving<'a> {
 struct Entry {
     candidate: Candidate,
     provider: Arc<dyn Provider>,
-    key: EntryKey,
     quota: Quota,
     /// How long a probe may hold the half-open lease: the attempt's ceiling.
     probe_ttl: Duration,

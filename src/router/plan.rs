@@ -1,7 +1,12 @@
-//! Who may serve a task now: one plan, asked by everything that needs the
-//! answer. `run` tries its candidates in order; status and the runbook call
-//! the first usable one "now"; canaries, history, the gateway's `/v1/models`
-//! and the probe targets list the same entries. Nobody else re-derives it
+//! Who may serve a request now: one plan, asked by everything that needs the
+//! answer. It takes what the request brings ([`Ask`]: the task, a pin, a
+//! path rule that keeps the document local) and what this process knows
+//! (keys, local-only mode, the local-first window, beacons, verdicts, the
+//! shared breakers and quota), and gives typed candidates with their keys.
+//! `run` and remote autocomplete try its candidates in order; status and the
+//! runbook call the first usable one "now"; canaries, history and status
+//! health list the same entries; the gateway's `/v1/models` and the probe
+//! targets list the chains it is made from. Nobody else re-derives it
 //! (ARCHITECTURE.md invariant 7).
 
 use std::fmt;
@@ -9,16 +14,20 @@ use std::fmt;
 use super::Router;
 use super::request::Pin;
 use crate::config::Config;
-use crate::entry::{ChainEntry, LOCAL, ModelRef};
+use crate::entry::{ChainEntry, EntryKey, LOCAL, ModelRef};
 use crate::resilience::breaker::Phase;
-use crate::task::{TaskKind, Tier};
+use crate::task::{TaskKind, TaskProfile, Tier};
 
 /// Why a candidate may not serve now.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Skip {
+    /// A path rule keeps the request's document on the machine (the rule).
+    KeptLocal(String),
     /// Its provider's key variable is unset.
     NoKey(String),
     LocalOnly,
+    /// The local-first window is open: completions stay local.
+    LocalFirst,
     /// Its beacon judges it too slow or degraded for the task.
     Unhealthy(String),
     /// A user request found it slow, degraded or overloaded, and no canary
@@ -42,11 +51,44 @@ impl Skip {
     }
 }
 
+/// What a request brings to the plan.
+#[derive(Clone, Copy, Debug)]
+pub struct Ask<'a> {
+    pub kind: TaskKind,
+    /// Serve from this tier or entry rather than the task's own tier.
+    pub pin: Option<&'a Pin>,
+    /// The path rule that keeps the request's document on the machine.
+    pub kept_local: Option<&'a str>,
+}
+
+impl<'a> Ask<'a> {
+    pub fn task(kind: TaskKind) -> Ask<'a> {
+        Ask {
+            kind,
+            pin: None,
+            kept_local: None,
+        }
+    }
+
+    pub fn pinned(self, pin: Option<&'a Pin>) -> Ask<'a> {
+        Ask { pin, ..self }
+    }
+
+    pub fn kept_local(self, rule: Option<&'a str>) -> Ask<'a> {
+        Ask {
+            kept_local: rule,
+            ..self
+        }
+    }
+}
+
 impl fmt::Display for Skip {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            Skip::KeptLocal(rule) => write!(f, "kept local by {rule}"),
             Skip::NoKey(var) => write!(f, "no API key in ${var}"),
             Skip::LocalOnly => f.write_str("local-only mode"),
+            Skip::LocalFirst => f.write_str("the local-first window is open"),
             Skip::Unhealthy(reason) | Skip::Verdict(reason) => f.write_str(reason),
             Skip::BreakerOpen { reason, retry_in_s } => {
                 write!(f, "circuit open ({reason}), next probe in {retry_in_s} s")
@@ -61,6 +103,8 @@ impl fmt::Display for Skip {
 pub struct Candidate {
     /// The model that would answer (the local engine as `local/<model>`).
     pub entry: ModelRef,
+    /// Its breaker and quota in the shared state.
+    pub key: EntryKey,
     pub tier: Tier,
     pub skip: Option<Skip>,
 }
@@ -141,11 +185,12 @@ impl Router {
         ModelRef::new(LOCAL, name)
     }
 
-    /// The plan for `kind` now, from what this process knows: keys, local-only
-    /// mode, beacons, and the breakers as last read from the shared state.
-    pub fn candidates(&self, kind: TaskKind, pin: Option<&Pin>) -> Plan {
-        let profile = self.profile(kind);
-        let first_tier = match pin {
+    /// The plan for what `ask` brings, now, from what this process knows:
+    /// keys, local-only mode, beacons, verdicts, and the breakers and quota
+    /// as last read from the shared state.
+    pub fn plan(&self, ask: Ask<'_>) -> Plan {
+        let profile = self.profile(ask.kind);
+        let first_tier = match ask.pin {
             Some(Pin::Tier(tier)) => *tier,
             Some(Pin::Entry(entry)) => self.tier_of(entry).unwrap_or(profile.tier),
             None => profile.tier,
@@ -153,20 +198,17 @@ impl Router {
         let mut candidates = Vec::new();
         let mut tier = Some(first_tier);
         while let Some(current) = tier {
-            let entries = match pin {
+            let entries = match ask.pin {
                 Some(Pin::Entry(entry)) => vec![entry.clone()],
-                _ => self.chain(current, kind),
+                _ if ask.kind == TaskKind::Autocomplete => self.remote_autocomplete(),
+                _ => self.chain(current, ask.kind),
             };
             for entry in entries {
-                let skip = self.skip(&entry, &profile, kind != TaskKind::Refactor);
-                candidates.push(Candidate {
-                    entry,
-                    tier: current,
-                    skip,
-                });
+                candidates.push(self.candidate(entry, current, &ask, &profile));
             }
-            tier = match pin {
+            tier = match ask.pin {
                 Some(Pin::Entry(_)) => None,
+                _ if ask.kind == TaskKind::Autocomplete => None,
                 _ => current.smaller(),
             };
         }
@@ -176,22 +218,65 @@ impl Router {
         }
     }
 
-    pub(super) fn skip(
+    fn candidate(
+        &self,
+        entry: ModelRef,
+        tier: Tier,
+        ask: &Ask<'_>,
+        profile: &TaskProfile,
+    ) -> Candidate {
+        let key = self.key(&entry);
+        let ruled_out = match ask.kept_local {
+            _ if entry.is_local() => None,
+            Some(rule) => Some(Skip::KeptLocal(rule.to_owned())),
+            None if self.local_only() => Some(Skip::LocalOnly),
+            None if ask.kind == TaskKind::Autocomplete && self.local_first_now() => {
+                Some(Skip::LocalFirst)
+            }
+            None => None,
+        };
+        let skip = ruled_out
+            .or_else(|| self.standing(&entry, &key, profile, ask.kind != TaskKind::Refactor));
+        Candidate {
+            entry,
+            key,
+            tier,
+            skip,
+        }
+    }
+
+    /// The remote entries `autocomplete.chain` puts before `local`.
+    fn remote_autocomplete(&self) -> Vec<ModelRef> {
+        self.config
+            .autocomplete
+            .chain
+            .iter()
+            .take_while(|entry| !entry.is_local())
+            .filter_map(ChainEntry::remote)
+            .cloned()
+            .collect()
+    }
+
+    fn local_first_now(&self) -> bool {
+        let window = &self.config.autocomplete.local_first;
+        window.as_ref().is_some_and(|w| w.is_open_now())
+    }
+
+    /// What stands in the way of the entry itself, whoever asks: a missing
+    /// key, its health, its breaker, its quota.
+    pub(super) fn standing(
         &self,
         entry: &ModelRef,
-        profile: &crate::task::TaskProfile,
+        key: &EntryKey,
+        profile: &TaskProfile,
         interactive: bool,
     ) -> Option<Skip> {
         if let Some(var) = self.missing_keys.get(&entry.provider) {
             return Some(Skip::NoKey(var.clone()));
         }
-        if self.local_only() && entry.provider != LOCAL {
-            return Some(Skip::LocalOnly);
-        }
         if let Some(reason) = self.beacons.summary(entry).unhealthy_reason(profile) {
             return Some(Skip::Unhealthy(reason));
         }
-        let key = self.key(entry);
         if let Some(verdict) = self.resilience.verdicts.last_known(&key.path())
             && verdict.applies(profile.first_token_ceiling(), interactive)
         {
@@ -211,6 +296,33 @@ impl Router {
             }),
             _ => None,
         }
+    }
+
+    /// Every entry the plans of this configuration can name, once each, in
+    /// tier order (explain's chains, then remote autocomplete's), with its
+    /// standing for explain: what status health, history and canaries list.
+    pub(crate) fn planned_entries(&self) -> Vec<Candidate> {
+        let explain = self.plan(Ask::task(TaskKind::Explain).pinned(Some(&Pin::Tier(Tier::Large))));
+        let autocomplete = self.plan(Ask::task(TaskKind::Autocomplete));
+        let mut entries: Vec<Candidate> = Vec::new();
+        for candidate in explain
+            .candidates
+            .into_iter()
+            .chain(autocomplete.candidates)
+        {
+            if !entries.iter().any(|c| c.entry == candidate.entry) {
+                entries.push(candidate);
+            }
+        }
+        entries
+    }
+
+    /// The entry's identity in the shared state (its account's breaker and quota).
+    pub(crate) fn key(&self, entry: &ModelRef) -> EntryKey {
+        let account = self
+            .provider_config(&entry.provider)
+            .map_or(entry.provider.as_str(), |p| p.account(&entry.provider));
+        EntryKey::new(account, entry.clone())
     }
 
     /// The first tier whose chain lists this entry.

@@ -6,7 +6,7 @@
 //! `privacy::redact` (ARCHITECTURE.md invariant 17).
 
 use crate::context::chat::{self, OverBudget};
-use crate::entry::{LOCAL, ModelRef};
+use crate::entry::ModelRef;
 use crate::privacy::redact;
 use crate::providers::{ChatMessage, ChatRequest, Role};
 use crate::task::TaskProfile;
@@ -112,7 +112,7 @@ impl Router {
         // No system message when there is none (never an empty one).
         let mut system = (!request.system.is_empty()).then(|| request.system.clone());
         let mut redactions = 0;
-        if request.redact && entry.provider != LOCAL {
+        if request.redact && !entry.is_local() {
             let mut scrub = |text: &mut String| {
                 let redacted = redact::redact(text);
                 redactions += redacted.count;
@@ -137,10 +137,7 @@ impl Router {
 
     /// Input and output token limits for an entry: the task's, or what the local model holds.
     fn limits(&self, entry: &ModelRef, profile: &TaskProfile) -> (usize, usize) {
-        match (entry.provider == LOCAL)
-            .then(|| self.local.model())
-            .flatten()
-        {
+        match entry.is_local().then(|| self.local.model()).flatten() {
             Some(info) => (
                 profile.input_tokens.min(info.input_budget),
                 profile

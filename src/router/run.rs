@@ -9,11 +9,11 @@ use tokio_util::sync::CancellationToken;
 use super::Router;
 use super::attempt::Failure;
 use super::hedge::{self, Contender, HedgeRan, Side};
-use super::plan::{Candidate, Plan, Skip};
+use super::plan::{Ask, Candidate, Plan, Skip};
 use super::request::{Answer, Attempt, OnProgress, Pin, Route, RouteError, TaskRequest};
 use super::run_state::{Lane, RunState};
 use crate::context::chat;
-use crate::entry::{LOCAL, ModelRef};
+use crate::entry::ModelRef;
 use crate::privacy::redact;
 use crate::providers::Usage;
 use crate::resilience::classify::{ErrorClass, Fatal};
@@ -147,11 +147,10 @@ impl Router {
             kind != TaskKind::Refactor,
         );
         self.resilience.verdicts.refresh().await;
-        let mut plan = self.candidates(kind, request.pin.as_ref());
-        if request.local_only_rule.is_some() {
-            // Nothing of this document leaves the machine.
-            plan.candidates.retain(|c| c.entry.provider == LOCAL);
-        }
+        let ask = Ask::task(kind)
+            .pinned(request.pin.as_ref())
+            .kept_local(request.local_only_rule.as_deref());
+        let mut plan = self.plan(ask);
         let mut tried = Vec::new();
         // Entries that said the prompt is too long get it again, trimmed (less
         // of the code around the selection, never the selection itself), once
@@ -374,7 +373,7 @@ impl Pass {
         match &candidate.skip {
             None => true,
             Some(_) if as_last_resort => true,
-            Some(Skip::LocalOnly) => false,
+            Some(Skip::KeptLocal(_) | Skip::LocalOnly | Skip::LocalFirst) => false,
             Some(skip @ Skip::NoKey(_)) => {
                 self.note(candidate, format!("skipped: {skip}"), false);
                 false

@@ -3,11 +3,12 @@
 
 use super::Router;
 use super::canary::CanaryResult;
+use super::plan::{Ask, Candidate, Skip};
 pub use super::request::Route;
-use crate::entry::{LOCAL, ModelRef};
+use crate::entry::ModelRef;
 use crate::resilience::breaker::BreakerView;
 use crate::resilience::governor::MeterView;
-use crate::task::{TaskKind, Tier};
+use crate::task::{TaskKind, TaskProfile, Tier};
 
 /// A task kind's route and when it was served (ms since the epoch).
 #[derive(Clone, Debug)]
@@ -188,46 +189,11 @@ pub(super) fn report(router: &Router) -> StatusReport {
         .collect();
     // Health is judged against explain, the task every chain entry can serve.
     let profile = router.config().tasks.get(TaskKind::Explain);
-    let mut health = Vec::new();
-    for tier in [Tier::Large, Tier::Medium, Tier::Small] {
-        for entry in router.chain(tier, TaskKind::Explain) {
-            if health
-                .iter()
-                .any(|h: &EntryHealth| h.provider == entry.provider && h.model == entry.model)
-            {
-                continue;
-            }
-            let summary = router.beacons().summary(&entry);
-            let verdict = router
-                .resilience()
-                .verdicts
-                .last_known(&router.key(&entry).path())
-                .filter(|v| v.applies(profile.first_token_ceiling(), true))
-                .map(|v| v.reason);
-            let ModelRef { provider, model } = entry;
-            let (state, reason) = match (
-                router.missing_keys().get(&provider),
-                verdict.or_else(|| summary.unhealthy_reason(&profile)),
-            ) {
-                (Some(var), _) => (HealthState::NoKey, Some(format!("no API key in ${var}"))),
-                (None, Some(reason)) => (HealthState::Unhealthy, Some(reason)),
-                (None, None) if summary.samples < summary.min_samples && provider != LOCAL => {
-                    (HealthState::Unknown, None)
-                }
-                (None, None) => (HealthState::Healthy, None),
-            };
-            health.push(EntryHealth {
-                provider,
-                model,
-                tier,
-                state,
-                reason,
-                samples: summary.samples,
-                p95_first_token_ms: summary.p95_first_token.map(|d| d.as_millis() as u64),
-                error_rate: summary.error_rate,
-            });
-        }
-    }
+    let health = router
+        .planned_entries()
+        .into_iter()
+        .map(|candidate| entry_health(router, candidate, &profile))
+        .collect();
     let latest = router.last_kind().and_then(|kind| {
         active
             .get(&kind)
@@ -252,6 +218,33 @@ pub(super) fn report(router: &Router) -> StatusReport {
     }
 }
 
+/// An entry's health as the plan stands it for explain: its key, its
+/// beacon, its verdict (a breaker or a quota pause is shown apart).
+fn entry_health(router: &Router, candidate: Candidate, profile: &TaskProfile) -> EntryHealth {
+    let summary = router.beacons().summary(&candidate.entry);
+    let (state, reason) = match router.standing(&candidate.entry, &candidate.key, profile, true) {
+        Some(Skip::NoKey(var)) => (HealthState::NoKey, Some(format!("no API key in ${var}"))),
+        Some(Skip::Unhealthy(reason) | Skip::Verdict(reason)) => {
+            (HealthState::Unhealthy, Some(reason))
+        }
+        _ if summary.samples < summary.min_samples && !candidate.entry.is_local() => {
+            (HealthState::Unknown, None)
+        }
+        _ => (HealthState::Healthy, None),
+    };
+    let ModelRef { provider, model } = candidate.entry;
+    EntryHealth {
+        provider,
+        model,
+        tier: candidate.tier,
+        state,
+        reason,
+        samples: summary.samples,
+        p95_first_token_ms: summary.p95_first_token.map(|d| d.as_millis() as u64),
+        error_rate: summary.error_rate,
+    }
+}
+
 /// A served route as the editor should see it now. A downshift lasts until a
 /// canary finds the entry the plan would try first in the tier it left
 /// healthy again; then the route is that entry's, and the downshift indicator
@@ -261,7 +254,7 @@ fn current(router: &Router, kind: TaskKind, served: &Served) -> Route {
     let Some(from) = route.downshifted_from else {
         return route.clone();
     };
-    let Some(now) = router.candidates(kind, None).now().cloned() else {
+    let Some(now) = router.plan(Ask::task(kind)).now().cloned() else {
         return route.clone();
     };
     let latest_canary = router
