@@ -1,12 +1,19 @@
 //! The project explains itself and keeps its shape: every path ARCHITECTURE.md
 //! names exists, every numbered invariant is cited at the code that keeps it,
-//! no source file grows past 600 lines (two concerns, usually), and the
-//! modules below the front ends know nothing of the editor protocol or HTTP
-//! serving.
+//! no source file grows past 600 lines (two concerns, usually), no function
+//! on the remote path past 60, no module reaches back into a sibling that
+//! reaches it (no cycles), and the modules below the front ends know nothing
+//! of the editor protocol or HTTP serving.
+
+#[path = "tidy/module_graph.rs"]
+mod module_graph;
 
 use std::path::{Path, PathBuf};
 
 const MOST_LINES: usize = 600;
+/// The most lines a function of the remote path (`src/router/`) may take,
+/// from its `fn` to its closing brace.
+const MOST_FUNCTION_LINES: usize = 60;
 
 fn repo() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -149,4 +156,83 @@ fn modules_below_the_front_ends_know_no_editor_protocol_or_http_server() {
         .map(|(path, _)| path.display().to_string())
         .collect();
     assert!(leaks.is_empty(), "{leaks:?}");
+}
+
+#[test]
+fn no_module_cycles() {
+    let circle = [
+        ("src/a/mod.rs", "mod x;\nmod y;"),
+        ("src/a/x.rs", "use super::y::{Y, self};"),
+        ("src/a/y.rs", "// crate::a::z\nfn f() -> crate::a::x::X {}"),
+        ("src/a/z.rs", "use crate::a::y;"),
+    ]
+    .map(|(path, text)| (PathBuf::from(path), text.to_owned()));
+    let cycle = module_graph::a_cycle(&module_graph::sibling_edges(&circle));
+    assert_eq!(
+        cycle.as_deref(),
+        Some(&["a::x", "a::y", "a::x"].map(String::from)[..])
+    );
+    let sources: Vec<(PathBuf, String)> = sources(&repo().join("src"));
+    let graph = module_graph::sibling_edges(&sources);
+    assert!(
+        graph.get("router").is_some_and(|to| to.contains("entry")),
+        "the graph reads the crate's paths: {graph:?}"
+    );
+    if let Some(cycle) = module_graph::a_cycle(&graph) {
+        panic!("modules that reach each other: {}", cycle.join(" -> "));
+    }
+}
+
+/// Each function of `text` (its name) with its lines, `fn` to closing brace.
+fn function_lengths(text: &str) -> Vec<(String, usize)> {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < lines.len() {
+        let code = lines[i].split("//").next().unwrap_or("");
+        let Some(at) = code
+            .find("fn ")
+            .filter(|&at| at == 0 || code[..at].ends_with(' '))
+        else {
+            i += 1;
+            continue;
+        };
+        let name: String = code[at + 3..]
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect();
+        let (mut depth, mut opened, start) = (0i32, false, i);
+        while i < lines.len() {
+            let code = lines[i].split("//").next().unwrap_or("");
+            let code: String = code.split('"').step_by(2).collect();
+            depth += code.matches('{').count() as i32 - code.matches('}').count() as i32;
+            opened |= code.contains('{');
+            if (opened && depth <= 0) || (!opened && code.trim_end().ends_with(';')) {
+                break;
+            }
+            i += 1;
+        }
+        if opened {
+            out.push((name, i - start + 1));
+        }
+        i = if opened { i + 1 } else { start + 1 };
+    }
+    out
+}
+
+#[test]
+fn no_function_on_the_remote_path_is_over_60_lines() {
+    let lengths = function_lengths("fn short() {\n    1\n}\nfn long() {\n\n\n}\n");
+    assert_eq!(lengths, [("short".to_owned(), 3), ("long".to_owned(), 4)]);
+    let long: Vec<String> = sources(&repo().join("src/router"))
+        .into_iter()
+        .filter(|(path, _)| !path.components().any(|c| c.as_os_str() == "tests"))
+        .flat_map(|(path, text)| {
+            function_lengths(&text)
+                .into_iter()
+                .filter(|(_, lines)| *lines > MOST_FUNCTION_LINES)
+                .map(move |(name, lines)| format!("{}: {name} ({lines} lines)", path.display()))
+        })
+        .collect();
+    assert!(long.is_empty(), "split into steps: {long:?}");
 }

@@ -280,31 +280,9 @@ async fn consume(
     seen: &mut Seen,
     progress: OnProgress<'_>,
 ) -> Result<Usage, Failure> {
-    let ceiling_breach = || {
-        Failure::too_slow(format!(
-            "no first token within {:.1} s",
-            deadlines
-                .first_token
-                .duration_since(deadlines.started)
-                .as_secs_f64()
-        ))
-    };
     let asked = request.max_tokens;
-    let response = tokio::time::timeout_at(
-        deadlines.first_token,
-        provider.stream(request, deadlines.timeouts()),
-    )
-    .await
-    .map_err(|_| ceiling_breach())?;
-    let response = match response {
-        Ok(response) => response,
-        Err(e) => {
-            seen.rate_limits = e.rate_limits.clone();
-            return Err(Failure::from_provider(e));
-        }
-    };
-    seen.rate_limits = response.rate_limits;
-    let mut stream = response.events;
+    let ceiling_breach = || no_first_token(&deadlines);
+    let mut stream = open(provider, request, &deadlines, seen).await?;
     let mut got_text = false;
     loop {
         let next = if got_text {
@@ -348,6 +326,42 @@ async fn consume(
                     )
                 }));
             }
+        }
+    }
+}
+
+fn no_first_token(deadlines: &Deadlines) -> Failure {
+    Failure::too_slow(format!(
+        "no first token within {:.1} s",
+        deadlines
+            .first_token
+            .duration_since(deadlines.started)
+            .as_secs_f64()
+    ))
+}
+
+/// Sends the request; the answer's events once its headers are in, by the
+/// first-token deadline.
+async fn open(
+    provider: &dyn Provider,
+    request: ChatRequest,
+    deadlines: &Deadlines,
+    seen: &mut Seen,
+) -> Result<futures::stream::BoxStream<'static, Result<StreamEvent, ProviderError>>, Failure> {
+    let opened = tokio::time::timeout_at(
+        deadlines.first_token,
+        provider.stream(request, deadlines.timeouts()),
+    )
+    .await
+    .map_err(|_| no_first_token(deadlines))?;
+    match opened {
+        Ok(response) => {
+            seen.rate_limits = response.rate_limits;
+            Ok(response.events)
+        }
+        Err(e) => {
+            seen.rate_limits = e.rate_limits.clone();
+            Err(Failure::from_provider(e))
         }
     }
 }

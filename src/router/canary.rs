@@ -18,7 +18,8 @@ use super::Router;
 use super::attempt::{self, Beaconed, Deadlines, Failure};
 use super::plan::{Candidate, Skip};
 use super::seam::{Form, Seam};
-use crate::providers::{ChatMessage, ChatRequest, Role};
+use crate::entry::ModelRef;
+use crate::providers::{ChatMessage, ChatRequest, Role, Usage};
 use crate::resilience::breaker::Phase;
 use crate::task::{TaskKind, Tier};
 
@@ -147,26 +148,11 @@ impl Router {
     /// Sends the known-token prompt to `entry`; `Err` says why it is not healthy.
     async fn probe(&self, candidate: &Candidate) -> Result<(), String> {
         let (entry, key) = (&candidate.entry, &candidate.key);
-        let provider = self
-            .providers
-            .get(&entry.provider)
-            .cloned()
-            .ok_or_else(|| format!("provider `{}` is not configured", entry.provider))?;
+        let unknown = || format!("provider `{}` is not configured", entry.provider);
+        let provider = self.providers.get(&entry.provider).ok_or_else(unknown)?;
         let profile = self.profile(TaskKind::Explain);
-        let request = ChatRequest {
-            model: entry.model.clone(),
-            system: Some("You are a health check.".into()),
-            messages: vec![ChatMessage {
-                role: Role::User,
-                content: format!("Reply with exactly {TOKEN} and nothing else."),
-            }],
-            max_tokens: 16,
-            temperature: Some(0.0),
-        };
-        let quota = self
-            .provider_config(&entry.provider)
-            .map(|p| p.quota)
-            .unwrap_or_default();
+        let request = known_token_request(entry);
+        let quota = self.provider_config(&entry.provider).map(|p| p.quota);
         let deadlines = Deadlines::new(&profile, Instant::now() + profile.total_ceiling(), false);
         let reservation = self
             .resilience
@@ -174,7 +160,7 @@ impl Router {
             .admit(
                 &key.quota_key(),
                 TaskKind::Explain,
-                quota,
+                quota.unwrap_or_default(),
                 32,
                 16,
                 deadlines.first_token,
@@ -207,19 +193,7 @@ impl Router {
             .and_then(|v| v.ceiling_ms)
             .map_or(profile.first_token_ceiling(), Duration::from_millis)
             .min(profile.first_token_ceiling());
-        let text = seam.joined();
-        let verdict = match result {
-            Ok(_) if !text.contains(TOKEN) => Err(format!("wrong answer: {text:.60}")),
-            Ok(_) if first_token.is_none_or(|t| t > ceiling) => Err(format!(
-                "first token after the {:.1} s ceiling",
-                ceiling.as_secs_f64()
-            )),
-            Ok(_) => Ok(()),
-            Err(Failure::Failed(failed)) => Err(failed.reason),
-            Err(Failure::Cancelled) => Err("cancelled".into()),
-            Err(Failure::OverBudget(e)) => Err(e.to_string()),
-            Err(Failure::Unjoinable(why)) => Err(why.0),
-        };
+        let verdict = healthy(result, &seam.joined(), first_token, ceiling);
         if verdict.is_ok() {
             // What it did before it recovered says nothing about it now; the
             // canary's own sample (recorded as the guard drops) starts afresh.
@@ -231,6 +205,41 @@ impl Router {
 
     pub fn canaries(&self) -> Vec<CanaryResult> {
         self.canaries.lock().expect("canaries lock").clone()
+    }
+}
+
+/// The prompt whose one right answer is [`TOKEN`].
+fn known_token_request(entry: &ModelRef) -> ChatRequest {
+    ChatRequest {
+        model: entry.model.clone(),
+        system: Some("You are a health check.".into()),
+        messages: vec![ChatMessage {
+            role: Role::User,
+            content: format!("Reply with exactly {TOKEN} and nothing else."),
+        }],
+        max_tokens: 16,
+        temperature: Some(0.0),
+    }
+}
+
+/// Whether a canary's answer shows a healthy entry: the known token, in time.
+fn healthy(
+    result: Result<Usage, Failure>,
+    text: &str,
+    first_token: Option<Duration>,
+    ceiling: Duration,
+) -> Result<(), String> {
+    match result {
+        Ok(_) if !text.contains(TOKEN) => Err(format!("wrong answer: {text:.60}")),
+        Ok(_) if first_token.is_none_or(|t| t > ceiling) => Err(format!(
+            "first token after the {:.1} s ceiling",
+            ceiling.as_secs_f64()
+        )),
+        Ok(_) => Ok(()),
+        Err(Failure::Failed(failed)) => Err(failed.reason),
+        Err(Failure::Cancelled) => Err("cancelled".into()),
+        Err(Failure::OverBudget(e)) => Err(e.to_string()),
+        Err(Failure::Unjoinable(why)) => Err(why.0),
     }
 }
 

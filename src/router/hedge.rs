@@ -6,6 +6,7 @@
 //! the caller's business: each is handed a [`Contender`] to run as.
 
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -157,6 +158,19 @@ where
         hedge(hedge_side).await
     };
     tokio::pin!(primary_call, hedge_call);
+    let cancels = (&cancel_primary, &cancel_hedge);
+    finish(primary_call, hedge_call, &hedge_started, cancels).await
+}
+
+/// Waits for the race to end: the first side to answer wins, a hedge that
+/// never started is no side at all, and the primary's failure stands when
+/// the hedge failed too.
+async fn finish<T>(
+    mut primary_call: Pin<&mut impl Future<Output = Result<T, Failure>>>,
+    mut hedge_call: Pin<&mut impl Future<Output = Result<T, Failure>>>,
+    hedge_started: &AtomicBool,
+    (cancel_primary, cancel_hedge): (&CancellationToken, &CancellationToken),
+) -> (Result<T, Failure>, Side, HedgeRan) {
     tokio::select! {
         result = &mut primary_call => {
             // The primary is done (won or failed): a hedge not yet started never starts.

@@ -32,6 +32,20 @@ pub(super) struct Seen<'a> {
     pub lost_race: bool,
 }
 
+impl Seen<'_> {
+    /// How late its first token was, when it was later than `ceiling`.
+    fn late(&self, ceiling: Duration) -> Option<Duration> {
+        // Cut off by its own first-token deadline: slow, however little of
+        // the ceiling was left once it was admitted.
+        let timed_out = matches!(self.result, Err(Failure::Failed(f)) if f.slow);
+        match self.first_token {
+            Some(at) => (at > ceiling).then_some(at),
+            None if self.lost_race || timed_out => Some(self.waited.max(ceiling)),
+            None => (self.waited >= ceiling).then_some(self.waited),
+        }
+    }
+}
+
 impl Router {
     /// Records a verdict on `entry` when the attempt earned one.
     pub(super) async fn judge(&self, key: &EntryKey, profile: &TaskProfile, seen: Seen<'_>) {
@@ -43,15 +57,7 @@ impl Router {
 
     fn verdict(&self, entry: &ModelRef, profile: &TaskProfile, seen: Seen<'_>) -> Option<Verdict> {
         let ceiling = profile.first_token_ceiling();
-        // Cut off by its own first-token deadline: slow, however little of
-        // the ceiling was left once it was admitted.
-        let timed_out = matches!(seen.result, Err(Failure::Failed(f)) if f.slow);
-        let late = match seen.first_token {
-            Some(at) => (at > ceiling).then_some(at),
-            None if seen.lost_race || timed_out => Some(seen.waited.max(ceiling)),
-            None => (seen.waited >= ceiling).then_some(seen.waited),
-        };
-        if let Some(late) = late {
+        if let Some(late) = seen.late(ceiling) {
             let reason = format!(
                 "slow: no first token within the {:.1} s ceiling (waited {:.1} s)",
                 ceiling.as_secs_f64(),

@@ -326,6 +326,18 @@ impl Router {
         if joined.len() > run.partial.len() {
             run.partial = joined;
         }
+        self.after_failure(serving, run, failed, (retry, was_probe))
+            .await
+    }
+
+    /// Acts on the retry policy's decision after `failed`.
+    async fn after_failure(
+        &self,
+        serving: &Serving<'_>,
+        run: &mut RunState,
+        failed: Failed,
+        (retry, was_probe): (u32, bool),
+    ) -> Next {
         let facts = Facts {
             retry,
             was_probe,

@@ -263,7 +263,8 @@ impl Router {
     }
 
     /// What stands in the way of the entry itself, whoever asks: a missing
-    /// key, its health, its breaker, its quota.
+    /// key, its health, its breaker, its quota, and last a verdict (which
+    /// only makes it a last resort, so it must not hide a harder block).
     pub(super) fn standing(
         &self,
         entry: &ModelRef,
@@ -277,11 +278,6 @@ impl Router {
         if let Some(reason) = self.beacons.summary(entry).unhealthy_reason(profile) {
             return Some(Skip::Unhealthy(reason));
         }
-        if let Some(verdict) = self.resilience.verdicts.last_known(&key.path())
-            && verdict.applies(profile.first_token_ceiling(), interactive)
-        {
-            return Some(Skip::Verdict(verdict.reason));
-        }
         if let Some((Phase::Open, reason, retry_in)) =
             self.resilience.breakers.last_known(&key.breaker_key())
         {
@@ -291,11 +287,28 @@ impl Router {
             });
         }
         match self.resilience.governor.paused_for(&key.quota_key()) {
-            Some(left) if left > profile.wait_budget() => Some(Skip::Paused {
-                for_s: left.as_secs(),
-            }),
-            _ => None,
+            Some(left) if left > profile.wait_budget() => {
+                return Some(Skip::Paused {
+                    for_s: left.as_secs(),
+                });
+            }
+            _ => {}
         }
+        self.verdict_on(key, profile, interactive)
+            .map(Skip::Verdict)
+    }
+
+    /// The shared verdict on the entry, when it applies to this task.
+    pub(super) fn verdict_on(
+        &self,
+        key: &EntryKey,
+        profile: &TaskProfile,
+        interactive: bool,
+    ) -> Option<String> {
+        let verdict = self.resilience.verdicts.last_known(&key.path())?;
+        verdict
+            .applies(profile.first_token_ceiling(), interactive)
+            .then_some(verdict.reason)
     }
 
     /// Every entry the plans of this configuration can name, once each, in

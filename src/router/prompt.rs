@@ -56,6 +56,26 @@ impl Prompt {
     }
 }
 
+/// The request's conversation within `budget` tokens: the caller's as it
+/// is, or one user message rendered from its parts.
+fn conversation(request: &TaskRequest, budget: usize) -> Result<Vec<ChatMessage>, OverBudget> {
+    let Some(messages) = &request.messages else {
+        let content = chat::render(&request.parts, budget)?;
+        return Ok(vec![ChatMessage {
+            role: Role::User,
+            content,
+        }]);
+    };
+    let needed = messages
+        .iter()
+        .map(|m| chat::estimate_tokens(&m.content))
+        .sum();
+    if needed > budget {
+        return Err(OverBudget::conversation(needed, budget));
+    }
+    Ok(messages.clone())
+}
+
 impl Router {
     /// The request for `entry`, continuing `partial` (as a prefill where
     /// `supports_prefill`), with the input budget scaled by `input_scale` (a
@@ -74,22 +94,7 @@ impl Router {
             .max_tokens
             .map_or(max_tokens, |asked| max_tokens.min(asked as usize));
         let budget = input_budget.saturating_sub(chat::estimate_tokens(&request.system));
-        let mut messages = match &request.messages {
-            Some(messages) => {
-                let needed = messages
-                    .iter()
-                    .map(|m| chat::estimate_tokens(&m.content))
-                    .sum();
-                if needed > budget {
-                    return Err(OverBudget::conversation(needed, budget));
-                }
-                messages.clone()
-            }
-            None => vec![ChatMessage {
-                role: Role::User,
-                content: chat::render(&request.parts, budget)?,
-            }],
-        };
+        let mut messages = conversation(request, budget)?;
         // Providers reject a prefill that ends in whitespace.
         let continues = partial.trim_end().to_owned();
         let form = match (continues.is_empty(), supports_prefill) {

@@ -171,16 +171,7 @@ impl Router {
                 Err(Walked::Exhausted(pass)) => pass,
             };
             tried.extend(pass.tried);
-            let rendered = |scale: f64| {
-                let budget = (profile.input_tokens as f64 * scale) as usize;
-                chat::render(&request.parts, budget).map_or(usize::MAX, |text| text.len())
-            };
-            if pass.too_long.is_empty()
-                || request.messages.is_some()
-                || run.input_scale <= MIN_INPUT_SCALE
-                // Nothing left around the selection to cut: the same prompt again would fail again.
-                || rendered(run.input_scale / 2.0) >= rendered(run.input_scale)
-            {
+            if !trims_further(&pass.too_long, request, &profile, run.input_scale) {
                 break;
             }
             run.input_scale /= 2.0;
@@ -347,6 +338,26 @@ impl Router {
             attempts: pass.tried,
         }
     }
+}
+
+/// Whether a prompt some entries found too long can be sent again trimmed
+/// to half its budget: it is rendered from parts (a gateway conversation is
+/// never trimmed), not already down to the least, and half the budget
+/// really cuts something (else the same prompt would fail again).
+fn trims_further(
+    too_long: &[ModelRef],
+    request: &TaskRequest,
+    profile: &TaskProfile,
+    scale: f64,
+) -> bool {
+    let rendered = |scale: f64| {
+        let budget = (profile.input_tokens as f64 * scale) as usize;
+        chat::render(&request.parts, budget).map_or(usize::MAX, |text| text.len())
+    };
+    !too_long.is_empty()
+        && request.messages.is_none()
+        && scale > MIN_INPUT_SCALE
+        && rendered(scale / 2.0) < rendered(scale)
 }
 
 /// The order a pass tries the plan's candidates in, each with whether it is

@@ -222,11 +222,15 @@ pub(super) fn report(router: &Router) -> StatusReport {
 /// beacon, its verdict (a breaker or a quota pause is shown apart).
 fn entry_health(router: &Router, candidate: Candidate, profile: &TaskProfile) -> EntryHealth {
     let summary = router.beacons().summary(&candidate.entry);
-    let (state, reason) = match router.standing(&candidate.entry, &candidate.key, profile, true) {
+    let standing = router.standing(&candidate.entry, &candidate.key, profile, true);
+    // A breaker or a pause shows apart; the verdict under it is still health.
+    let judged = || router.verdict_on(&candidate.key, profile, true);
+    let (state, reason) = match standing {
         Some(Skip::NoKey(var)) => (HealthState::NoKey, Some(format!("no API key in ${var}"))),
         Some(Skip::Unhealthy(reason) | Skip::Verdict(reason)) => {
             (HealthState::Unhealthy, Some(reason))
         }
+        _ if let Some(reason) = judged() => (HealthState::Unhealthy, Some(reason)),
         _ if summary.samples < summary.min_samples && !candidate.entry.is_local() => {
             (HealthState::Unknown, None)
         }

@@ -1,6 +1,12 @@
-//! Property test: the entry status calls "now" is the entry a request tries first.
+//! Property test: whatever the health, verdicts, breakers, quota and path
+//! rule, every reader of the plan (the runbook's "now", the status after the
+//! request, the canaries) agrees with the entry a request tries first.
 
 use super::*;
+use crate::resilience::breaker::Phase;
+use crate::resilience::verdict::{Verdict, VerdictKind};
+use crate::router::plan::Ask;
+use proptest::prelude::{prop_assert, prop_assert_eq};
 
 /// What one entry is like when a request arrives.
 #[derive(Clone, Copy, Debug)]
@@ -12,16 +18,19 @@ struct EntryState {
     breaker: u8,
     /// Paused by a rate limit for longer than the wait budget.
     paused: bool,
+    /// A user request judged it degraded (shared; only a canary clears it).
+    judged: bool,
 }
 
 fn entry_state() -> impl proptest::strategy::Strategy<Value = EntryState> {
     use proptest::prelude::*;
-    (any::<bool>(), 0u8..4, 0u8..3, any::<bool>()).prop_map(
-        |(key_missing, beacon, breaker, paused)| EntryState {
+    (any::<bool>(), 0u8..4, 0u8..3, any::<bool>(), any::<bool>()).prop_map(
+        |(key_missing, beacon, breaker, paused, judged)| EntryState {
             key_missing: key_missing && beacon == 0,
             beacon,
             breaker,
             paused,
+            judged,
         },
     )
 }
@@ -61,6 +70,14 @@ async fn arrange(router: &Router, entry: &ModelRef, state: EntryState) {
                 .await;
         }
     }
+    if state.judged {
+        let verdict = Verdict::new(VerdictKind::Degraded, "degraded: cut answers".into());
+        router
+            .resilience()
+            .verdicts
+            .judge(&key.path(), verdict)
+            .await;
+    }
     if state.paused {
         let pause = profile.wait_budget() + Duration::from_secs(60);
         router
@@ -77,8 +94,9 @@ proptest::proptest! {
     /// Status and routing ask one plan: whatever the health, breakers and
     /// quota, the entry status calls "now" is the entry a request tries first.
     #[test]
-    fn status_now_is_the_entry_run_tries_first(
+    fn every_reader_names_the_entry_run_tries_first(
         states in proptest::collection::vec(entry_state(), 4),
+        rule in proptest::option::of(proptest::sample::select(vec!["secrets/**", ".env"])),
     ) {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_time()
@@ -119,19 +137,54 @@ proptest::proptest! {
             tokio::time::advance(cooldown + Duration::from_secs(1)).await;
             for (entry, state) in entries.iter().zip(&states) {
                 if state.breaker == 1 {
-                    arrange(&router, entry, EntryState { beacon: 0, paused: false, ..*state }).await;
+                    arrange(&router, entry, EntryState { beacon: 0, paused: false, judged: false, ..*state }).await;
                 }
             }
             let runbook = crate::core::runbook::runbook(&router).await;
-            let now = runbook.routes.iter().find(|r| r.kind == TaskKind::Explain).unwrap().now.clone();
-            let _ = run(&router, explain()).await;
+            let ask = Ask::task(TaskKind::Explain).kept_local(rule);
+            let planned = router.plan(ask).now().map(|c| format!("{} ({})", c.entry, c.tier));
+            let now = match rule {
+                None => runbook.routes.iter().find(|r| r.kind == TaskKind::Explain).unwrap().now.clone(),
+                Some(_) => planned.clone(),
+            };
+            assert_eq!(now, planned, "the runbook and the plan differ: {states:?}");
+            calls.lock().unwrap().clear();
+            let request = TaskRequest { local_only_rule: rule.map(str::to_owned), ..explain() };
+            let served = run(&router, request).await;
             let first = calls.lock().unwrap().first().cloned();
             let tried = first.map(|provider: String| {
                 let i = entries.iter().position(|e| e.provider == provider).unwrap();
                 let tier = if i < 2 { Tier::Large } else { Tier::Medium };
                 format!("{} ({tier})", entries[i])
             });
-            assert_eq!(now, tried, "{states:?}");
-        });
+            if let Ok(answer) = &served {
+                // The status names the entry that served, which is the one tried first.
+                let status = router.status();
+                let route = status.tasks.iter().find(|t| t.kind == TaskKind::Explain)
+                    .and_then(|t| t.route.clone()).unwrap();
+                prop_assert_eq!(Some(format!("{}/{} ({})", route.provider, route.model, route.tier)), tried.clone());
+                prop_assert_eq!(&answer.route, &route);
+            }
+            if rule.is_some() {
+                prop_assert!(matches!(served, Err(RouteError::KeptLocal { .. })), "{:?}", served);
+            }
+            prop_assert_eq!(now, tried, "{:?}", states);
+            // Canaries go to the plan's entries out of user traffic (or on
+            // probation), never to one serving normally.
+            let plan = router.plan(Ask::task(TaskKind::Explain));
+            let probation: Vec<String> = router.resilience().breakers.views().await.into_iter()
+                .filter(|b| b.phase == Phase::HalfOpen).map(|b| b.key).collect();
+            for canary in router.canary_round(false).await {
+                let entry = ModelRef::new(canary.provider, canary.model);
+                let candidate = plan.candidates.iter().find(|c| c.entry == entry);
+                prop_assert!(candidate.is_some(), "{entry} is not in the plan");
+                let candidate = candidate.unwrap();
+                prop_assert!(
+                    candidate.skip.is_some() || probation.contains(&candidate.key.breaker_key()),
+                    "a canary went to {entry}, which serves normally: {:?}", states
+                );
+            }
+            Ok(())
+        })?;
     }
 }
