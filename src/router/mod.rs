@@ -1,11 +1,13 @@
 //! Which provider and tier serve a task now.
 //!
-//! `plan.rs` decides who may serve (one plan for routing, status, runbook,
-//! canaries and the gateway); `run.rs` walks it; `pipeline.rs` serves one
+//! `plan.rs` decides who may serve (one plan for routing, autocomplete,
+//! status, canaries and history); `run.rs` walks it; `pipeline.rs` serves one
 //! entry through the layers that make every attempt deadlined, admitted by
-//! its breaker, governed, classified and recorded in its beacon;
-//! `retry.rs` decides whether the same entry is tried again; `hedge.rs`
-//! races two pipelines. This file holds the router's state and accessors.
+//! its breaker, governed, classified and recorded in its beacon; `retry.rs`
+//! decides whether the same entry is tried again and the pipeline acts on it;
+//! `hedge.rs` races any two attempts. This file holds the router's state and
+//! accessors. The modules point one way and the functions are steps
+//! (ARCHITECTURE.md invariant 19).
 
 mod attempt;
 mod autocomplete;

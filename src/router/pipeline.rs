@@ -33,7 +33,7 @@ use super::retry::{self, Facts, Then};
 use super::run_state::{Lane, RunState};
 use super::seam::{Seam, Unjoinable};
 use crate::providers::{Provider, Usage};
-use crate::resilience::breaker::Admission;
+use crate::resilience::breaker::{Admission, Phase};
 use crate::resilience::governor::{Quota, Reservation};
 use crate::resilience::prefill;
 use crate::state::WhenUnavailable;
@@ -394,19 +394,30 @@ impl Router {
             failed.reason,
             delay.as_secs_f64()
         );
-        let tripped = self
-            .resilience
-            .breakers
-            .tripped(&serving.entry.candidate.key.breaker_key());
+        let breakers = &self.resilience.breakers;
+        let key = serving.entry.candidate.key.breaker_key();
+        let tripped = breakers.tripped(&key);
+        let notified = tripped.notified();
+        tokio::pin!(notified);
+        // Listening first, then looking: a trip between this attempt's
+        // failure and now (another request's, or its own) is not missed.
+        notified.as_mut().enable();
+        let mut circuit_opened = || {
+            run.retry_later = true;
+            Err(Failure::Failed(Failed {
+                reason: format!(
+                    "{}; its circuit opened while waiting to retry",
+                    failed.reason
+                ),
+                ..failed.clone()
+            }))
+        };
+        if matches!(breakers.last_known(&key), Some((Phase::Open, ..))) {
+            return circuit_opened();
+        }
         tokio::select! {
             _ = serving.lane.cancel.cancelled() => Err(Failure::Cancelled),
-            _ = tripped.notified() => {
-                run.retry_later = true;
-                Err(Failure::Failed(Failed {
-                    reason: format!("{}; its circuit opened while waiting to retry", failed.reason),
-                    ..failed.clone()
-                }))
-            }
+            _ = &mut notified => circuit_opened(),
             _ = tokio::time::sleep(delay) => Ok(()),
         }
     }

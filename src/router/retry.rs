@@ -12,6 +12,7 @@ use crate::resilience::backoff::BackoffConfig;
 use crate::resilience::classify::ErrorClass;
 
 /// What the policy knows of the attempt besides its failure.
+#[derive(Clone, Copy)]
 pub(super) struct Facts<'a> {
     /// Retries of this entry so far (0 after the first attempt).
     pub retry: u32,

@@ -2,6 +2,7 @@
 
 mod cancellation;
 mod plan;
+mod policy;
 mod routing;
 
 use std::collections::VecDeque;
