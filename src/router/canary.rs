@@ -86,7 +86,7 @@ impl Router {
         for candidate in &entries {
             let out = breakers
                 .iter()
-                .any(|b| b.key == candidate.key.breaker_key() && b.phase != Phase::Closed);
+                .any(|b| b.key == candidate.key.path() && b.phase != Phase::Closed);
             if out {
                 due.push((candidate.clone(), "breaker recovery check"));
             } else if judged.contains(&candidate.key.path()) {

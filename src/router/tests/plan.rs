@@ -5,7 +5,7 @@
 use super::*;
 use crate::resilience::breaker::Phase;
 use crate::resilience::verdict::{Verdict, VerdictKind};
-use crate::router::plan::Ask;
+use crate::router::plan::{Ask, Candidate, Skip};
 use proptest::prelude::{prop_assert, prop_assert_eq};
 
 /// What one entry is like when a request arrives.
@@ -169,21 +169,32 @@ proptest::proptest! {
                 prop_assert!(matches!(served, Err(RouteError::KeptLocal { .. })), "{:?}", served);
             }
             prop_assert_eq!(now, tried, "{:?}", states);
-            // Canaries go to the plan's entries out of user traffic (or on
-            // probation), never to one serving normally.
+            // Canaries go to the plan's entries out of user traffic (a breaker
+            // not closed, a verdict) and to no entry serving normally.
             let plan = router.plan(Ask::task(TaskKind::Explain));
-            let probation: Vec<String> = router.resilience().breakers.views().await.into_iter()
-                .filter(|b| b.phase == Phase::HalfOpen).map(|b| b.key).collect();
+            let views = router.resilience().breakers.views().await;
+            let judged = router.resilience().verdicts.judged();
+            let phase = |c: &Candidate| views.iter().find(|b| b.key == c.key.path()).map(|b| b.phase);
+            let out_of_traffic: Vec<ModelRef> = plan.candidates.iter()
+                .filter(|c| !matches!(c.skip, Some(Skip::NoKey(_))))
+                .filter(|c| phase(c).is_some_and(|p| p != Phase::Closed) || judged.contains(&c.key.path()))
+                .map(|c| c.entry.clone())
+                .collect();
+            let mut canaried: Vec<ModelRef> = Vec::new();
             for canary in router.canary_round(false).await {
                 let entry = ModelRef::new(canary.provider, canary.model);
                 let candidate = plan.candidates.iter().find(|c| c.entry == entry);
                 prop_assert!(candidate.is_some(), "{entry} is not in the plan");
-                let candidate = candidate.unwrap();
                 prop_assert!(
-                    candidate.skip.is_some() || probation.contains(&candidate.key.breaker_key()),
+                    out_of_traffic.contains(&entry),
                     "a canary went to {entry}, which serves normally: {:?}", states
                 );
+                canaried.push(entry);
             }
+            canaried.sort();
+            let mut expected = out_of_traffic;
+            expected.sort();
+            prop_assert_eq!(canaried, expected, "{:?}", states);
             Ok(())
         })?;
     }
