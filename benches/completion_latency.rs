@@ -150,6 +150,8 @@ async fn run_script(service: &CompletionService, budget: Duration, every: usize)
                         deadline: tokio::time::Instant::now() + budget,
                         cancel: CancelFlag::default(),
                         kept_local: false,
+                        trigger: Default::default(),
+                        language: None,
                     };
                     let outcome = service.complete(request).await;
                     let generation = match &outcome.result {
@@ -285,6 +287,8 @@ async fn cold_first_completion(service: &CompletionService) -> f64 {
             deadline: tokio::time::Instant::now() + Duration::from_secs(1),
             cancel: CancelFlag::default(),
             kept_local: false,
+            trigger: Default::default(),
+            language: None,
         };
         let outcome = service.complete(request).await;
         if outcome.result.is_ok() || matches!(outcome.result, Err(NoSuggestion::Empty)) {
@@ -314,6 +318,8 @@ async fn switch_back_ms(service: &CompletionService) -> f64 {
         deadline: tokio::time::Instant::now() + Duration::from_secs(30),
         cancel: CancelFlag::default(),
         kept_local: false,
+        trigger: Default::default(),
+        language: None,
     };
     service.complete(request).await.elapsed.as_secs_f64() * 1e3
 }

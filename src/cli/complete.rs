@@ -119,6 +119,8 @@ async fn complete(
         deadline: tokio::time::Instant::now() + budget,
         cancel: CancelFlag::default(),
         kept_local: kept_local.is_some(),
+        trigger: Default::default(),
+        language: None,
     };
     let outcome = service.complete(request).await;
     let latency_ms = outcome.elapsed.as_secs_f64() * 1e3;

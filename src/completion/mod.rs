@@ -7,7 +7,9 @@
 //! engine's work is cancelled. Every request gets exactly one answer, a
 //! superseded one too (ARCHITECTURE.md invariant 2).
 
+pub mod controls;
 pub mod postprocess;
+pub mod status;
 pub mod typethrough;
 
 use std::sync::{Arc, Mutex, RwLock};
@@ -27,7 +29,9 @@ use crate::providers::local::{
     CompletionJob, EngineError, EngineStatus, FimText, Generation, LocalEngine, ModelInfo,
     StopReason,
 };
+use controls::Snooze;
 use postprocess::Situation;
+use status::{CompletionStatus, Recent};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use typethrough::{Spot, TypeThrough};
@@ -81,6 +85,21 @@ pub struct CompletionRequest {
     pub cancel: CancelFlag,
     /// A path rule keeps the document on the machine: no remote entry sees it.
     pub kept_local: bool,
+    pub trigger: Trigger,
+    /// The document's language id, for `autocomplete.languages` (`None`:
+    /// no language rule applies).
+    pub language: Option<String>,
+}
+
+/// Who asked for a suggestion.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Trigger {
+    /// The editor, as the user types or moves.
+    #[default]
+    Automatic,
+    /// The user (the editor's "trigger suggestion" key): never suppressed by
+    /// the rules meant for automatic requests, and given a longer budget.
+    Invoked,
 }
 
 #[derive(Clone, Debug)]
@@ -100,6 +119,10 @@ pub enum NoSuggestion {
     Disabled,
     #[error("not completing here: {0}")]
     Skipped(&'static str),
+    #[error("completions are snoozed")]
+    Snoozed { until_ms: u64 },
+    #[error("completions are off for {0} (autocomplete.languages)")]
+    LanguageOff(String),
     #[error("no local model: {0}")]
     NotReady(String),
     #[error("cancelled or superseded by a newer request")]
@@ -158,6 +181,14 @@ pub struct CompletionService {
     /// The latest prewarm asked for while the model was loading, run once it is
     /// ready, so the first suggestion in a document opened meanwhile is warm.
     deferred_prewarm: Mutex<Option<DeferredPrewarm>>,
+    snooze: RwLock<Arc<Snooze>>,
+    /// How recent automatic requests went, for the "late" state.
+    recent: Mutex<Recent>,
+    /// Why completions were off for the document last asked about.
+    off_here: Mutex<Option<String>>,
+    /// Why there is no model, when getting one failed.
+    model_failure: Mutex<Option<String>>,
+    status: watch::Sender<CompletionStatus>,
 }
 
 struct DeferredPrewarm {
@@ -188,11 +219,38 @@ impl CompletionService {
             repository: RepositoryContext::default(),
             open_documents: RwLock::new(None),
             deferred_prewarm: Mutex::new(None),
+            snooze: RwLock::new(Arc::new(Snooze::in_memory())),
+            recent: Mutex::default(),
+            off_here: Mutex::default(),
+            model_failure: Mutex::default(),
+            status: watch::channel(CompletionStatus::default()).0,
         }
     }
 
     pub fn set_engine(&self, engine: Option<Arc<dyn FimEngine>>) {
         *self.engine.write().expect("engine lock") = engine;
+        *self.model_failure.lock().expect("failure lock") = None;
+        self.publish_status();
+    }
+
+    /// Where the snooze is kept (the state directory, for the editors).
+    pub fn set_snooze(&self, snooze: Arc<Snooze>) {
+        *self.snooze.write().expect("snooze lock") = snooze;
+        self.publish_status();
+    }
+
+    pub fn snooze(&self) -> Arc<Snooze> {
+        self.snooze.read().expect("snooze lock").clone()
+    }
+
+    /// How long a request may take: the budget, or the longer one of a
+    /// request the user asked for.
+    pub fn budget(&self, trigger: Trigger) -> Duration {
+        let config = self.config.borrow();
+        Duration::from_millis(match trigger {
+            Trigger::Automatic => config.autocomplete.budget_ms,
+            Trigger::Invoked => config.autocomplete.invoked_budget_ms,
+        })
     }
 
     pub fn set_remote(&self, remote: Option<Arc<dyn RemoteFim>>) {
@@ -316,6 +374,7 @@ impl CompletionService {
         if let Some(DeferredPrewarm { doc, rope, cursor }) = deferred {
             self.prewarm(&doc, &rope, cursor);
         }
+        self.publish_status();
     }
 
     /// Fills the engine's cache for this position and waits until it is done: what an
@@ -358,6 +417,7 @@ impl CompletionService {
     pub async fn complete(&self, request: CompletionRequest) -> Outcome {
         let started = Instant::now();
         let (result, model) = self.suggest(&request).await;
+        self.noted(&request, &result);
         Outcome {
             result,
             model,
@@ -403,8 +463,8 @@ impl CompletionService {
         request: &CompletionRequest,
     ) -> (Result<Suggestion, NoSuggestion>, Option<String>) {
         let config = self.config();
-        if !config.enabled {
-            return (Err(NoSuggestion::Disabled), None);
+        if let Err(off) = self.turned_on(request, &config) {
+            return (Err(off), None);
         }
         let rope = &request.rope;
         let cursor = request.cursor.min(rope.len_chars());
@@ -414,7 +474,9 @@ impl CompletionService {
             .slice(cursor..(cursor + 2_000).min(rope.len_chars()))
             .to_string();
         let situation = Situation::new(&line_before, &lookahead);
-        if let Some(reason) = situation.skip_reason() {
+        if let Some(reason) = situation.skip_reason()
+            && request.trigger == Trigger::Automatic
+        {
             return (Err(NoSuggestion::Skipped(reason)), None);
         }
         let spot = Spot {

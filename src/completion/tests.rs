@@ -1,4 +1,5 @@
 use super::*;
+use status::CompletionState;
 use std::path::PathBuf;
 use std::sync::Mutex;
 
@@ -42,6 +43,8 @@ fn request(doc: &str, text: &str, deadline: Instant) -> CompletionRequest {
         deadline,
         cancel: CancelFlag::default(),
         kept_local: false,
+        trigger: Default::default(),
+        language: None,
     }
 }
 
@@ -118,10 +121,184 @@ async fn mid_word_is_skipped_without_asking_the_engine() {
         deadline: Instant::now() + Duration::from_secs(1),
         cancel: CancelFlag::default(),
         kept_local: false,
+        trigger: Default::default(),
+        language: None,
     };
     assert!(matches!(
         service.complete(req).await.result,
         Err(NoSuggestion::Skipped(_))
     ));
     assert!(engine.jobs.lock().unwrap().is_empty());
+}
+
+/// An engine that answers `text` after `takes`, unless the job's deadline
+/// comes first (then it answers what a real engine would: nothing in time).
+struct SlowEngine {
+    takes: Duration,
+    text: &'static str,
+}
+
+impl FimEngine for SlowEngine {
+    fn complete(&self, job: CompletionJob) -> BoxFuture<'static, Result<Generation, EngineError>> {
+        let (takes, text) = (self.takes, self.text);
+        Box::pin(async move {
+            let deadline = Instant::from_std(job.deadline);
+            let stop = if Instant::now() + takes > deadline {
+                tokio::time::sleep_until(deadline).await;
+                StopReason::PromptDeadline
+            } else {
+                tokio::time::sleep(takes).await;
+                StopReason::EndOfText
+            };
+            Ok(Generation {
+                text: if stop == StopReason::EndOfText {
+                    text.into()
+                } else {
+                    String::new()
+                },
+                stop,
+                tokens_generated: 3,
+                tokens_drafted: 0,
+                tokens_accepted: 0,
+                near_tie_at: None,
+                tokens_decoded: 10,
+                prompt_tokens: 10,
+                prompt_ms: 0.0,
+                generate_ms: 0.0,
+            })
+        })
+    }
+    fn prewarm(&self, _: FimText) {}
+    fn model(&self) -> Result<ModelInfo, EngineError> {
+        StalledEngine::default().model()
+    }
+}
+
+fn slow_service(takes: Duration) -> CompletionService {
+    let service = CompletionService::new(AutocompleteConfig {
+        languages: [("markdown".to_owned(), false)].into(),
+        ..AutocompleteConfig::default()
+    });
+    service.set_engine(Some(Arc::new(SlowEngine { takes, text: "42;" })));
+    service
+}
+
+/// A request as an editor makes it: its budget from the trigger.
+fn asked(
+    service: &CompletionService,
+    text: &str,
+    trigger: Trigger,
+    language: &str,
+) -> CompletionRequest {
+    CompletionRequest {
+        trigger,
+        language: Some(language.into()),
+        ..request("a.rs", text, Instant::now() + service.budget(trigger))
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_invoked_request_gets_the_longer_budget_where_the_automatic_one_was_empty() {
+    let service = slow_service(Duration::from_millis(2_000));
+    let text = "fn main() {\n    let x = ";
+    let automatic = service
+        .complete(asked(&service, text, Trigger::Automatic, "rust"))
+        .await;
+    assert_eq!(
+        automatic.result.unwrap_err(),
+        NoSuggestion::PromptStillFilling
+    );
+    let started = Instant::now();
+    let invoked = service
+        .complete(asked(&service, text, Trigger::Invoked, "rust"))
+        .await;
+    assert_eq!(invoked.result.unwrap().text, "42;");
+    assert_eq!(started.elapsed(), Duration::from_millis(2_000));
+    assert_eq!(service.budget(Trigger::Invoked), Duration::from_secs(3));
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_invoked_request_is_not_suppressed_by_the_rules_for_automatic_ones() {
+    let service = slow_service(Duration::from_millis(10));
+    // Mid-word: an automatic request is skipped without asking the engine.
+    let mid_word = |trigger| CompletionRequest {
+        cursor: 7,
+        ..asked(&service, "let value = 1;", trigger, "rust")
+    };
+    let automatic = service.complete(mid_word(Trigger::Automatic)).await;
+    assert!(matches!(automatic.result, Err(NoSuggestion::Skipped(_))));
+    let invoked = service.complete(mid_word(Trigger::Invoked)).await;
+    assert!(
+        !matches!(invoked.result, Err(NoSuggestion::Skipped(_))),
+        "{:?}",
+        invoked.result
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_language_turned_off_and_a_snooze_show_in_the_completion_state() {
+    let service = slow_service(Duration::from_millis(10));
+    let status = service.subscribe_status();
+    let markdown = service
+        .complete(asked(&service, "# Title\n", Trigger::Automatic, "markdown"))
+        .await;
+    assert_eq!(
+        markdown.result.unwrap_err(),
+        NoSuggestion::LanguageOff("markdown".into())
+    );
+    assert_eq!(status.borrow().state, CompletionState::Off);
+    assert!(
+        status
+            .borrow()
+            .reason
+            .as_deref()
+            .unwrap()
+            .contains("markdown")
+    );
+    // Back in a language that is on: ready again.
+    let rust = service
+        .complete(asked(&service, "let x = ", Trigger::Automatic, "rust"))
+        .await;
+    assert_eq!(rust.result.unwrap().text, "42;");
+    assert_eq!(status.borrow().state, CompletionState::Ready);
+
+    let until = service.snooze().snooze(Duration::from_secs(1800)).unwrap();
+    service.publish_status();
+    assert_eq!(status.borrow().state, CompletionState::Snoozed);
+    assert_eq!(status.borrow().until_ms, Some(until));
+    let snoozed = service
+        .complete(asked(&service, "let x = ", Trigger::Invoked, "rust"))
+        .await;
+    assert_eq!(
+        snoozed.result.unwrap_err(),
+        NoSuggestion::Snoozed { until_ms: until }
+    );
+    service.snooze().resume().unwrap();
+    service.publish_status();
+    assert_eq!(status.borrow().state, CompletionState::Ready);
+}
+
+#[tokio::test(start_paused = true)]
+async fn most_automatic_requests_missing_the_budget_make_the_state_late_until_they_are_in_time() {
+    let service = slow_service(Duration::from_millis(1_500));
+    let status = service.subscribe_status();
+    for _ in 0..5 {
+        let _ = service
+            .complete(asked(&service, "let x = ", Trigger::Automatic, "rust"))
+            .await;
+    }
+    assert_eq!(status.borrow().state, CompletionState::Late);
+    assert!(
+        status
+            .borrow()
+            .reason
+            .as_deref()
+            .unwrap()
+            .contains("5 of the last 5")
+    );
+    // Invoked requests say nothing about the automatic budget.
+    let _ = service
+        .complete(asked(&service, "let x = ", Trigger::Invoked, "rust"))
+        .await;
+    assert_eq!(status.borrow().state, CompletionState::Late);
 }

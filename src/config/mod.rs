@@ -250,6 +250,12 @@ pub struct AutocompleteConfig {
     pub enabled: bool,
     /// Hard budget from request to answer.
     pub budget_ms: u64,
+    /// The budget of a request the user asked for (the editor's "trigger
+    /// suggestion" key): longer, since the user is waiting for it.
+    pub invoked_budget_ms: u64,
+    /// Completions on or off by language id (`"markdown" = false`); `"*"`
+    /// is every language not named (on when absent).
+    pub languages: BTreeMap<String, bool>,
     pub input_tokens: usize,
     pub output_tokens: usize,
     /// Of the input tokens, at most this many follow the cursor.
@@ -275,6 +281,8 @@ impl Default for AutocompleteConfig {
         AutocompleteConfig {
             enabled: true,
             budget_ms: 1000,
+            invoked_budget_ms: 3000,
+            languages: BTreeMap::new(),
             input_tokens: 2000,
             output_tokens: 200,
             suffix_tokens: 128,

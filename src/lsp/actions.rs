@@ -5,7 +5,7 @@
 //! cancelled from the editor. Refactors apply through `workspace/applyEdit` as
 //! minimal, version-checked edits; explanations open as a markdown document.
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
@@ -17,7 +17,7 @@ use super::edits;
 use super::parked::ParkRequest;
 use super::position;
 use super::wire::{
-    self, ExplainResult, LocalOnlyResult, RefactorDone, RefactorResult, StatusParams,
+    self, ExplainResult, LocalOnlyResult, RefactorDone, RefactorResult, SnoozeResult, StatusParams,
 };
 use crate::context::chat::{PromptParts, code_block};
 use crate::core::LocalOnlyError;
@@ -30,7 +30,19 @@ pub const REFACTOR: &str = "switchyard.refactor";
 pub const TOGGLE_LOCAL_ONLY: &str = "switchyard.toggleLocalOnly";
 pub const SET_LOCAL_ONLY: &str = "switchyard.setLocalOnly";
 pub const STATUS: &str = "switchyard.status";
-pub const COMMANDS: [&str; 5] = [EXPLAIN, REFACTOR, TOGGLE_LOCAL_ONLY, SET_LOCAL_ONLY, STATUS];
+pub const SNOOZE: &str = "switchyard.snooze";
+pub const COMMANDS: [&str; 6] = [
+    EXPLAIN,
+    REFACTOR,
+    TOGGLE_LOCAL_ONLY,
+    SET_LOCAL_ONLY,
+    STATUS,
+    SNOOZE,
+];
+
+/// A snooze asked for without a length (Helix's workspace commands take no
+/// arguments).
+const DEFAULT_SNOOZE_MINUTES: u64 = 30;
 
 /// LSP's `RequestFailed`: the request was valid but the server could not serve it.
 const REQUEST_FAILED: i64 = -32803;
@@ -114,7 +126,17 @@ impl Backend {
             STATUS => Ok(Some(wire::result(StatusParams::for_workspace(
                 &self.router().status(),
                 self.core.workspace_rule(),
+                &self.completion.subscribe_status().borrow(),
             )))),
+            SNOOZE => {
+                let minutes = match args.first() {
+                    None | Some(Value::Null) => DEFAULT_SNOOZE_MINUTES,
+                    Some(minutes) => minutes.as_u64().ok_or_else(|| {
+                        invalid("switchyard.snooze takes the minutes to snooze (0 resumes)")
+                    })?,
+                };
+                self.snooze(minutes).map(Some)
+            }
             EXPLAIN | REFACTOR => {
                 let uri: Uri = args
                     .first()
@@ -142,6 +164,33 @@ impl Backend {
                 COMMANDS.join(", ")
             ))),
         }
+    }
+
+    /// Snoozes completions for `minutes` (0 resumes them), for every editor
+    /// of the user and across restarts; the status says so until it ends.
+    fn snooze(&self, minutes: u64) -> Result<Value> {
+        let snooze = self.completion.snooze();
+        let length = Duration::from_secs(minutes * 60);
+        let until = match minutes {
+            0 => snooze.resume().map(|()| None),
+            _ => snooze.snooze(length).map(Some),
+        }
+        .map_err(|e| Error {
+            code: tower_lsp_server::jsonrpc::ErrorCode::ServerError(REQUEST_FAILED),
+            message: format!("the snooze could not be kept: {e}").into(),
+            data: None,
+        })?;
+        self.completion.publish_status();
+        if until.is_some() {
+            let completion = self.completion.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(length).await;
+                completion.publish_status();
+            });
+        }
+        Ok(wire::result(SnoozeResult {
+            snoozed_until: until,
+        }))
     }
 
     async fn set_local_only(&self, on: bool) -> Result<Value> {

@@ -2,7 +2,6 @@
 //! capabilities, the configuration (through the core), status reporting,
 //! model loading and prewarming.
 
-use crate::router::status::StatusReport;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
@@ -20,6 +19,7 @@ use super::parked::Parking;
 use super::position::PositionEncoding;
 use super::wire::{StatusNotification, StatusParams};
 use crate::completion::CompletionService;
+use crate::completion::controls::Snooze;
 use crate::config::{Config, ConfigError, ConfigLayers};
 use crate::core::Core;
 use crate::providers::local::chat::EngineSlot;
@@ -86,6 +86,8 @@ impl Backend {
             }
         };
         let completion = Arc::new(CompletionService::following(core.follow_config()));
+        let snooze = Snooze::kept_in(&crate::paths::state_dir());
+        completion.set_snooze(Arc::new(snooze));
         completion.set_remote(Some(core.clone()));
         let open = documents.clone();
         completion.set_open_documents(Arc::new(move || open.texts()));
@@ -118,23 +120,18 @@ impl Backend {
     /// opted in, otherwise `window/showMessage` on meaningful changes only.
     pub(super) fn watch_status(&self) {
         let (client, mut rx) = (self.client.clone(), self.core.subscribe());
+        let mut completion = self.completion.subscribe_status();
         let notify = self.config().status_notifications;
         let core = self.core.clone();
-        let params =
-            move |report: &StatusReport| StatusParams::for_workspace(report, core.workspace_rule());
         tokio::spawn(async move {
             let mut before = rx.borrow_and_update().clone();
-            if notify {
-                client
-                    .send_notification::<StatusNotification>(params(&before))
-                    .await;
-            }
-            while rx.changed().await.is_ok() {
+            loop {
                 let now = rx.borrow_and_update().clone();
+                let completion_now = completion.borrow_and_update().clone();
                 if notify {
-                    client
-                        .send_notification::<StatusNotification>(params(&now))
-                        .await;
+                    let rule = core.workspace_rule();
+                    let params = StatusParams::for_workspace(&now, rule, &completion_now);
+                    client.send_notification::<StatusNotification>(params).await;
                 } else if let Some(message) = now.change_message(&before) {
                     let kind = if now.downshifted_from.is_some() {
                         MessageType::WARNING
@@ -144,6 +141,13 @@ impl Backend {
                     client.show_message(kind, message).await;
                 }
                 before = now;
+                let changed = tokio::select! {
+                    changed = rx.changed() => changed.is_ok(),
+                    changed = completion.changed() => changed.is_ok(),
+                };
+                if !changed {
+                    return;
+                }
             }
         });
     }

@@ -4,16 +4,17 @@
 //! Both answer every request exactly once: a superseded, cancelled, late or
 //! impossible completion is an empty result, never a dropped request.
 
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use ropey::Rope;
 use tower_lsp_server::jsonrpc::{Error, Result};
 use tower_lsp_server::ls_types::*;
+use tower_lsp_server::{NotCancellable, OngoingProgress, Unbounded};
 
 use super::backend::Backend;
 use super::position;
 use crate::cancel::CancelFlag;
-use crate::completion::{CompletionRequest, Origin, Suggestion};
+use crate::completion::{CompletionRequest, Origin, Suggestion, Trigger};
 
 /// Completion item labels show at most this much of the suggestion's first line.
 const LABEL_CHARS: usize = 60;
@@ -26,7 +27,12 @@ impl Backend {
     /// The suggestion at a position, with the document snapshot and cursor it was
     /// made for. Errors are bad input (unknown document, position past the end);
     /// anything else is `None`.
-    async fn suggest(&self, uri: &Uri, at: Position) -> Result<Option<(Suggestion, Rope, usize)>> {
+    async fn suggest(
+        &self,
+        uri: &Uri,
+        at: Position,
+        trigger: Trigger,
+    ) -> Result<Option<(Suggestion, Rope, usize)>> {
         let doc = self.documents.get(uri).map_err(invalid_params)?;
         let cursor = position::to_char(&doc.rope, at, self.encoding()).map_err(invalid_params)?;
         let snapshot = doc.rope.clone();
@@ -37,16 +43,25 @@ impl Backend {
         let cancel = CancelFlag::default();
         // Dropped by `$/cancelRequest`: the engine stops working on it.
         let _cancel_on_drop = cancel.cancel_on_drop();
-        let budget = Duration::from_millis(self.completion.config().budget_ms);
         let request = CompletionRequest {
             doc: uri.as_str().to_owned(),
             rope: doc.rope,
             cursor,
-            deadline: tokio::time::Instant::now() + budget,
+            deadline: tokio::time::Instant::now() + self.completion.budget(trigger),
             cancel,
             kept_local: self.kept_local(uri).is_some(),
+            trigger,
+            language: Some(doc.language_id),
         };
-        let outcome = self.completion.complete(request).await;
+        let (outcome, progress) =
+            tokio::join!(self.completion.complete(request), self.completing(trigger));
+        if let Some(progress) = progress {
+            let message = match &outcome.result {
+                Ok(_) => "done".to_owned(),
+                Err(reason) => reason.to_string(),
+            };
+            progress.finish_with_message(message).await;
+        }
         let elapsed_ms = outcome.elapsed.as_secs_f64() * 1e3;
         match &outcome.result {
             Ok(Suggestion {
@@ -72,14 +87,37 @@ impl Backend {
             .map(|suggestion| (suggestion, snapshot, cursor)))
     }
 
+    /// The progress a request the user asked for shows while it runs (the
+    /// editor's own spinner covers automatic ones).
+    async fn completing(
+        &self,
+        trigger: Trigger,
+    ) -> Option<OngoingProgress<Unbounded, NotCancellable>> {
+        static REQUESTS: AtomicU64 = AtomicU64::new(0);
+        if trigger != Trigger::Invoked || !self.supports_progress() {
+            return None;
+        }
+        let n = REQUESTS.fetch_add(1, Ordering::Relaxed);
+        let token = NumberOrString::String(format!("switchyard/complete/{n}"));
+        self.client
+            .create_work_done_progress(token.clone())
+            .await
+            .ok()?;
+        let title = "switchyard: completing";
+        Some(self.client.progress(token, title).begin().await)
+    }
+
     pub async fn inline_completion(
         &self,
         params: InlineCompletionParams,
     ) -> Result<Option<InlineCompletionResponse>> {
         let at = params.text_document_position.position;
-        let suggestion = self
-            .suggest(&params.text_document_position.text_document.uri, at)
-            .await?;
+        let trigger = match params.context.trigger_kind {
+            InlineCompletionTriggerKind::INVOKED => Trigger::Invoked,
+            _ => Trigger::Automatic,
+        };
+        let uri = &params.text_document_position.text_document.uri;
+        let suggestion = self.suggest(uri, at, trigger).await?;
         // An empty range at the cursor: clients that replace the range and clients
         // that insert at the cursor end up with the same text.
         let items = suggestion
@@ -103,7 +141,10 @@ impl Backend {
     ) -> Result<Option<CompletionResponse>> {
         let uri = params.text_document_position.text_document.uri;
         let at = params.text_document_position.position;
-        let Some((suggestion, rope, cursor)) = self.suggest(&uri, at).await? else {
+        // Helix sends "invoked" for its automatic requests too, so a classic
+        // completion request cannot tell that the user asked: automatic.
+        let Some((suggestion, rope, cursor)) = self.suggest(&uri, at, Trigger::Automatic).await?
+        else {
             return Ok(Some(CompletionResponse::List(CompletionList {
                 is_incomplete: true,
                 items: vec![],

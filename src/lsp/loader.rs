@@ -27,7 +27,7 @@ pub async fn load(
     slot.set(None);
     let model = match local_setup::resolve(&config) {
         Ok(model) => model,
-        Err(e) => return report_failure(&client, e.to_string()).await,
+        Err(e) => return report_failure(&client, &service, e.to_string()).await,
     };
     let (events, rx) = mpsc::unbounded_channel();
     let reporter = tokio::spawn(drive_download_progress(client.clone(), rx, progress));
@@ -36,7 +36,7 @@ pub async fn load(
     let _ = reporter.await;
     let path = match present {
         Ok(path) => path,
-        Err(e) => return report_failure(&client, e.to_string()).await,
+        Err(e) => return report_failure(&client, &service, e.to_string()).await,
     };
 
     let engine = LocalEngine::spawn(local_setup::engine_options(&model, &path, &config));
@@ -65,12 +65,13 @@ pub async fn load(
             tracing::info!("{message}");
             service.model_ready();
         }
-        Err(e) => report_failure(&client, e.to_string()).await,
+        Err(e) => report_failure(&client, &service, e.to_string()).await,
     }
 }
 
-async fn report_failure(client: &Client, reason: String) {
+async fn report_failure(client: &Client, service: &CompletionService, reason: String) {
     tracing::error!("local model unavailable: {reason}");
+    service.model_failed(reason.clone());
     let text = format!("switchyard: local completions are off: {reason}");
     client.show_message(MessageType::ERROR, text).await;
 }

@@ -108,6 +108,8 @@ async fn complete_snippet(
     let budget = Duration::from_millis(config.autocomplete.budget_ms);
     let outcome = service
         .complete(CompletionRequest {
+            trigger: Default::default(),
+            language: None,
             doc: SNIPPET_DOC.to_owned(),
             rope,
             cursor,

@@ -13,6 +13,7 @@
 use serde::{Deserialize, Serialize};
 use tower_lsp_server::ls_types::notification::Notification;
 
+use crate::completion;
 use crate::router::status as core;
 
 /// `switchyard/status`, server → client, sent only to clients that set
@@ -99,6 +100,31 @@ pub struct StatusParams {
     /// the global mode is off (`privacy.local_only_workspaces`).
     #[serde(default)]
     pub local_only_rule: Option<String>,
+    /// Inline completions: loading, ready, off here, snoozed, late or failed.
+    #[serde(default)]
+    pub completion: Option<CompletionStatus>,
+}
+
+/// The completion state, for the editor's status item.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CompletionStatus {
+    /// `loading`, `ready`, `off`, `snoozed`, `late` or `failed`.
+    pub state: String,
+    /// Why it is off, late or failing.
+    pub reason: Option<String>,
+    /// When a snooze ends (ms since the epoch).
+    pub until_ms: Option<u64>,
+}
+
+impl From<&completion::status::CompletionStatus> for CompletionStatus {
+    fn from(s: &completion::status::CompletionStatus) -> CompletionStatus {
+        CompletionStatus {
+            state: s.state.as_str().to_owned(),
+            reason: s.reason.clone(),
+            until_ms: s.until_ms,
+        }
+    }
 }
 
 /// Bytes and requests one provider was sent in the last hour.
@@ -225,9 +251,11 @@ impl StatusParams {
     pub fn for_workspace(
         report: &core::StatusReport,
         local_only_rule: Option<String>,
+        completion: &completion::status::CompletionStatus,
     ) -> StatusParams {
         StatusParams {
             local_only_rule,
+            completion: Some(CompletionStatus::from(completion)),
             ..StatusParams::from(report)
         }
     }
@@ -259,6 +287,7 @@ impl From<&core::StatusReport> for StatusParams {
                 })
                 .collect(),
             local_only_rule: None,
+            completion: None,
         }
     }
 }
@@ -362,6 +391,14 @@ impl From<&crate::router::canary::CanaryResult> for CanaryStatus {
 #[serde(rename_all = "camelCase")]
 pub struct LocalOnlyResult {
     pub local_only: bool,
+}
+
+/// The result of `switchyard.snooze`: when completions resume (ms since
+/// the epoch), or `null` when they are on.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SnoozeResult {
+    pub snoozed_until: Option<u64>,
 }
 
 /// The result of `switchyard.explain`. The explanation was also opened with
