@@ -63,6 +63,17 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Show whether completions are worth having: shown, accepted (whole or
+    /// in part), ignored, latency, and empty or late answers, by editor,
+    /// language and model (kept on this machine, never the text).
+    Stats {
+        /// How far back: 90s, 15m, 1h, 7d.
+        #[arg(long, default_value = "7d")]
+        since: String,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
     /// Serve an OpenAI-compatible API over the same routing, breakers and quota.
     Gateway {
         /// Address to listen on; beyond loopback needs --allow-remote and a token.
@@ -122,6 +133,7 @@ fn main() -> ExitCode {
             Command::Models { action } => cli::models::run(action).await,
             Command::Status { json } => cli::status::run(config_file, json).await,
             Command::Audit { since, json } => cli::audit::run(&since, json),
+            Command::Stats { since, json } => cli::stats::run(&since, json),
             Command::Gateway {
                 listen,
                 allow_remote,

@@ -77,6 +77,21 @@ async fn a_snooze_shows_in_the_status_survives_a_restart_and_ends_on_resume() {
         Value::Null
     );
     completion_state(&mut restarted, "failed").await;
+    // Helix's workspace commands take no arguments: a snooze of 30 minutes, and a resume.
+    let helix = |command: &str| json!({"command": command});
+    let snoozed = restarted
+        .request("workspace/executeCommand", helix("switchyard.snooze"))
+        .await;
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let minutes = (snoozed["result"]["snoozedUntil"].as_u64().unwrap() - now_ms) as f64 / 60_000.0;
+    assert!((29.0..=30.0).contains(&minutes), "{snoozed}");
+    completion_state(&mut restarted, "snoozed").await;
+    let resume = helix("switchyard.resumeCompletions");
+    restarted.request("workspace/executeCommand", resume).await;
+    completion_state(&mut restarted, "failed").await;
     let bad = restarted
         .request(
             "workspace/executeCommand",
@@ -176,5 +191,117 @@ async fn an_invoked_request_after_an_empty_automatic_one_gets_a_suggestion() {
         })
         .await;
     assert_eq!(progress["params"]["value"]["message"], "done");
+    client.shutdown().await;
+}
+
+/// What `switchyard stats --json` says for the stats in `state_dir`.
+fn stats(state_dir: &std::path::Path) -> Value {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_switchyard"))
+        .args(["stats", "--json", "--since", "1h"])
+        .env("SWITCHYARD_STATE_DIR", state_dir)
+        .output()
+        .expect("running switchyard stats");
+    assert!(output.status.success(), "{output:?}");
+    serde_json::from_slice(&output.stdout).expect("stats JSON")
+}
+
+/// The real model: a suggestion accepted (the client's accept command, then
+/// its edit), one accepted by its first word and then left, one ignored by
+/// typing something else; the stats count each once and hold no text.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn accepted_partly_accepted_and_ignored_suggestions_are_counted_without_their_text() {
+    let mut client = LspClient::spawn(ServerOptions::default()).await;
+    let options = json!({"local": {"auto_pull": false}, "autocomplete": {"input_tokens": 256}});
+    let init = json!({
+        "processId": null, "rootUri": null, "capabilities": {},
+        "clientInfo": {"name": "protocol-test"}, "initializationOptions": options
+    });
+    client.call("initialize", init).await;
+    client.notify("initialized", json!({})).await;
+    client.wait_for_model().await;
+    let (text, line) = support::sample_with_hole();
+    let (line, character) = (line as u32 - 1, 8);
+    let mut shown = Vec::new();
+    for doc in ["a", "b", "c"] {
+        let uri = format!("file:///work/{doc}.rs");
+        client.open(&uri, &text).await;
+        let item = client
+            .inline_completion_eventually(&uri, line, character)
+            .await;
+        let id = item["command"]["arguments"][0]
+            .as_u64()
+            .expect("the accept command's id");
+        assert_eq!(item["command"]["command"], "switchyard.accepted");
+        shown.push((uri, item["insertText"].as_str().unwrap().to_owned(), id));
+    }
+    let type_in = |uri: &str, version: i32, text: &str, after: u32| {
+        let at = json!({"line": line, "character": character + after});
+        json!({
+            "textDocument": {"uri": uri, "version": version},
+            "contentChanges": [{"range": {"start": at, "end": at}, "text": text}]
+        })
+    };
+    // a: the client says it was accepted, and its edit follows.
+    let (a, suggestion, id) = &shown[0];
+    client
+        .request(
+            "workspace/executeCommand",
+            json!({"command": "switchyard.accepted", "arguments": [id]}),
+        )
+        .await;
+    let edit = type_in(a, 2, suggestion, 0);
+    client.notify("textDocument/didChange", edit).await;
+    // b: its first word, then something else.
+    let (b, suggestion, _) = &shown[1];
+    let word: String = suggestion
+        .chars()
+        .take_while(|c| c.is_alphanumeric() || *c == '_')
+        .collect();
+    assert!(
+        !word.is_empty() && word.len() < suggestion.len(),
+        "{suggestion:?}"
+    );
+    client
+        .notify("textDocument/didChange", type_in(b, 2, &word, 0))
+        .await;
+    let after = word.chars().count() as u32;
+    client
+        .notify("textDocument/didChange", type_in(b, 3, "#", after))
+        .await;
+    // c: something else at once.
+    let (c, _, _) = &shown[2];
+    client
+        .notify("textDocument/didChange", type_in(c, 2, "#", 0))
+        .await;
+    // Every edit is in once the server answers a later request.
+    client
+        .request(
+            "workspace/executeCommand",
+            json!({"command": "switchyard.status"}),
+        )
+        .await;
+
+    let groups = stats(&client.state_dir())["groups"].clone();
+    let ours: Vec<&Value> = groups
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|g| g["editor"] == "protocol-test")
+        .collect();
+    assert_eq!(ours.len(), 1, "{groups}");
+    let g = ours[0];
+    assert_eq!(
+        (&g["shown"], &g["accepted"], &g["partial"], &g["ignored"]),
+        (&json!(3), &json!(1), &json!(1), &json!(1)),
+        "{g}"
+    );
+    assert_eq!(g["language"], "rust");
+    let kept = std::fs::read_to_string(client.state_dir().join("completions.jsonl")).unwrap();
+    for (_, suggestion, _) in &shown {
+        assert!(
+            !kept.contains(suggestion.as_str()),
+            "the stats hold no text: {kept}"
+        );
+    }
     client.shutdown().await;
 }

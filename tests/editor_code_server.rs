@@ -469,6 +469,24 @@ async fn status_bar_local_only_explain_and_the_downshift_indicator() {
     let config = std::fs::read_to_string(bench.root().join("config.toml")).unwrap();
     assert!(config.contains("local_only = false"), "{config}");
 
+    // Snooze from the palette: the item says so, and resuming clears it.
+    for (choice, done) in [
+        ("Snooze for 5 minutes", true),
+        ("Resume completions", false),
+    ] {
+        bench.palette("switchyard: Snooze Completions").await;
+        bench.browser.keys(&[], choice).await;
+        bench
+            .wait(&format!("'{choice}' offered"), QUICK_INPUT, |s| {
+                s["first"].as_str().is_some_and(|f| f.contains(choice))
+            })
+            .await;
+        bench.browser.keys(&[], key::ENTER).await;
+        bench
+            .status_item(choice, |t| t.contains("completions snoozed") == done)
+            .await;
+    }
+
     // Explain opens the markdown answer from the fake provider.
     explain(&bench).await;
     let opened = bench

@@ -37,7 +37,7 @@ pub fn run(since: &str, json: bool) -> ExitCode {
 }
 
 /// `90s`, `15m`, `1h`, `7d`.
-fn parse_duration_ms(text: &str) -> Result<u64, String> {
+pub fn parse_duration_ms(text: &str) -> Result<u64, String> {
     let split = text
         .find(|c: char| !c.is_ascii_digit())
         .unwrap_or(text.len());

@@ -5,6 +5,7 @@ pub mod complete;
 pub mod gateway;
 pub mod models;
 pub mod probe;
+pub mod stats;
 pub mod status;
 
 use std::path::PathBuf;

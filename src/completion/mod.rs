@@ -7,9 +7,12 @@
 //! engine's work is cancelled. Every request gets exactly one answer, a
 //! superseded one too (ARCHITECTURE.md invariant 2).
 
+pub mod acceptance;
 pub mod controls;
 pub mod postprocess;
+pub mod stats;
 pub mod status;
+pub mod tracking;
 pub mod typethrough;
 
 use std::sync::{Arc, Mutex, RwLock};

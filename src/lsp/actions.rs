@@ -31,13 +31,19 @@ pub const TOGGLE_LOCAL_ONLY: &str = "switchyard.toggleLocalOnly";
 pub const SET_LOCAL_ONLY: &str = "switchyard.setLocalOnly";
 pub const STATUS: &str = "switchyard.status";
 pub const SNOOZE: &str = "switchyard.snooze";
-pub const COMMANDS: [&str; 6] = [
+/// `switchyard.snooze 0` for clients whose commands take no arguments (Helix).
+pub const RESUME: &str = "switchyard.resumeCompletions";
+/// The command on each suggestion: the client runs it when the user accepts it.
+pub const ACCEPTED: &str = "switchyard.accepted";
+pub const COMMANDS: [&str; 8] = [
     EXPLAIN,
     REFACTOR,
     TOGGLE_LOCAL_ONLY,
     SET_LOCAL_ONLY,
     STATUS,
     SNOOZE,
+    RESUME,
+    ACCEPTED,
 ];
 
 /// A snooze asked for without a length (Helix's workspace commands take no
@@ -136,6 +142,15 @@ impl Backend {
                     })?,
                 };
                 self.snooze(minutes).map(Some)
+            }
+            RESUME => self.snooze(0).map(Some),
+            ACCEPTED => {
+                let id = args
+                    .first()
+                    .and_then(Value::as_u64)
+                    .ok_or_else(|| invalid("switchyard.accepted takes the suggestion's id"))?;
+                self.tracking.accepted(id);
+                Ok(None)
             }
             EXPLAIN | REFACTOR => {
                 let uri: Uri = args

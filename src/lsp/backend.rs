@@ -20,6 +20,8 @@ use super::position::PositionEncoding;
 use super::wire::{StatusNotification, StatusParams};
 use crate::completion::CompletionService;
 use crate::completion::controls::Snooze;
+use crate::completion::stats::{self, StatsLog};
+use crate::completion::tracking::Tracking;
 use crate::config::{Config, ConfigError, ConfigLayers};
 use crate::core::Core;
 use crate::providers::local::chat::EngineSlot;
@@ -30,6 +32,8 @@ pub struct Backend {
     pub(super) client: Client,
     pub(super) documents: Arc<DocumentStore>,
     pub(super) completion: Arc<CompletionService>,
+    /// What became of each suggestion shown, for `switchyard stats`.
+    pub(super) tracking: Arc<Tracking>,
     pub(super) encoding: RwLock<PositionEncoding>,
     pub(super) capabilities: RwLock<ClientCapabilities>,
     /// Edits and cursor moves per document, so a debounced prewarm can tell
@@ -87,6 +91,7 @@ impl Backend {
         };
         let completion = Arc::new(CompletionService::following(core.follow_config()));
         let snooze = Snooze::kept_in(&crate::paths::state_dir());
+        let tracking = Arc::new(Tracking::new(StatsLog::at(stats::default_path())));
         completion.set_snooze(Arc::new(snooze));
         completion.set_remote(Some(core.clone()));
         let open = documents.clone();
@@ -95,6 +100,7 @@ impl Backend {
             client,
             documents,
             completion,
+            tracking,
             encoding: RwLock::new(PositionEncoding::Utf16),
             capabilities: RwLock::new(ClientCapabilities::default()),
             activity: Arc::new(DashMap::new()),

@@ -47,6 +47,19 @@ pub enum DocumentError {
     Range { uri: String, source: PositionError },
 }
 
+/// One edit of a `didChange`, as applied.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Applied {
+    /// Chars `start..end` replaced by `text`.
+    Edit {
+        start: usize,
+        end: usize,
+        text: String,
+    },
+    /// The whole text replaced.
+    Replaced,
+}
+
 #[derive(Debug, Default)]
 pub struct DocumentStore {
     docs: DashMap<Uri, Document>,
@@ -107,14 +120,16 @@ impl DocumentStore {
         Ok(moved)
     }
 
-    /// Applies one `didChange`. All edits or none: a bad range leaves the document as it was.
+    /// Applies one `didChange`. All edits or none: a bad range leaves the
+    /// document as it was. Returns the edits as char ranges, each in the
+    /// text as the edits before it left it.
     pub fn change(
         &self,
         uri: &Uri,
         version: i32,
         changes: Vec<TextDocumentContentChangeEvent>,
         encoding: PositionEncoding,
-    ) -> Result<(), DocumentError> {
+    ) -> Result<Vec<Applied>, DocumentError> {
         let mut doc = self
             .docs
             .get_mut(uri)
@@ -128,6 +143,7 @@ impl DocumentStore {
         }
         let mut rope = doc.rope.clone();
         let mut cursor = doc.cursor;
+        let mut applied = Vec::with_capacity(changes.len());
         for change in changes {
             match change.range {
                 Some(range) => {
@@ -142,17 +158,23 @@ impl DocumentStore {
                     rope.remove(start..end);
                     rope.insert(start, &change.text);
                     cursor = Some(start + change.text.chars().count());
+                    applied.push(Applied::Edit {
+                        start,
+                        end,
+                        text: change.text,
+                    });
                 }
                 None => {
                     rope = Rope::from_str(&change.text);
                     cursor = None;
+                    applied.push(Applied::Replaced);
                 }
             }
         }
         doc.rope = rope;
         doc.version = version;
         doc.cursor = cursor;
-        Ok(())
+        Ok(applied)
     }
 }
 

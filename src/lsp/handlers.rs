@@ -11,13 +11,24 @@ use tower_lsp_server::jsonrpc::{Error, Result};
 use tower_lsp_server::ls_types::*;
 use tower_lsp_server::{NotCancellable, OngoingProgress, Unbounded};
 
+use super::actions::ACCEPTED;
 use super::backend::Backend;
 use super::position;
 use crate::cancel::CancelFlag;
-use crate::completion::{CompletionRequest, Origin, Suggestion, Trigger};
+use crate::completion::{CompletionRequest, Origin, Suggestion, Trigger, tracking};
 
 /// Completion item labels show at most this much of the suggestion's first line.
 const LABEL_CHARS: usize = 60;
+
+/// Run by the client when the user accepts the suggestion: the stats learn
+/// it from the client, not only from the edit that follows.
+fn accepted_command(id: u64) -> Command {
+    Command {
+        title: "accepted".into(),
+        command: ACCEPTED.into(),
+        arguments: Some(vec![id.into()]),
+    }
+}
 
 fn invalid_params(e: impl std::fmt::Display) -> Error {
     Error::invalid_params(e.to_string())
@@ -25,14 +36,15 @@ fn invalid_params(e: impl std::fmt::Display) -> Error {
 
 impl Backend {
     /// The suggestion at a position, with the document snapshot and cursor it was
-    /// made for. Errors are bad input (unknown document, position past the end);
+    /// made for, and its id in the stats (for the item's accept command).
+    /// Errors are bad input (unknown document, position past the end);
     /// anything else is `None`.
     async fn suggest(
         &self,
         uri: &Uri,
         at: Position,
         trigger: Trigger,
-    ) -> Result<Option<(Suggestion, Rope, usize)>> {
+    ) -> Result<Option<(Suggestion, Rope, usize, Option<u64>)>> {
         let doc = self.documents.get(uri).map_err(invalid_params)?;
         let cursor = position::to_char(&doc.rope, at, self.encoding()).map_err(invalid_params)?;
         let snapshot = doc.rope.clone();
@@ -43,6 +55,9 @@ impl Backend {
         let cancel = CancelFlag::default();
         // Dropped by `$/cancelRequest`: the engine stops working on it.
         let _cancel_on_drop = cancel.cancel_on_drop();
+        let line_start = doc.rope.line_to_char(doc.rope.char_to_line(cursor));
+        let line_before = doc.rope.slice(line_start..cursor).to_string();
+        let language = doc.language_id.clone();
         let request = CompletionRequest {
             doc: uri.as_str().to_owned(),
             rope: doc.rope,
@@ -81,10 +96,18 @@ impl Backend {
             }) => tracing::debug!(elapsed_ms, "completion from {provider}/{model}"),
             Err(reason) => tracing::debug!(elapsed_ms, "no completion: {reason}"),
         }
+        let asked = tracking::Request {
+            doc: uri.as_str(),
+            cursor,
+            line_before: &line_before,
+            language: &language,
+            invoked: trigger == Trigger::Invoked,
+        };
+        let id = self.tracking.answered(&asked, &outcome);
         Ok(outcome
             .result
             .ok()
-            .map(|suggestion| (suggestion, snapshot, cursor)))
+            .map(|suggestion| (suggestion, snapshot, cursor, id)))
     }
 
     /// The progress a request the user asked for shows while it runs (the
@@ -121,11 +144,11 @@ impl Backend {
         // An empty range at the cursor: clients that replace the range and clients
         // that insert at the cursor end up with the same text.
         let items = suggestion
-            .map(|(s, _, _)| InlineCompletionItem {
+            .map(|(s, _, _, id)| InlineCompletionItem {
                 insert_text: s.text,
                 filter_text: None,
                 range: Some(Range::new(at, at)),
-                command: None,
+                command: id.map(accepted_command),
                 insert_text_format: Some(InsertTextFormat::PLAIN_TEXT),
             })
             .into_iter()
@@ -143,7 +166,8 @@ impl Backend {
         let at = params.text_document_position.position;
         // Helix sends "invoked" for its automatic requests too, so a classic
         // completion request cannot tell that the user asked: automatic.
-        let Some((suggestion, rope, cursor)) = self.suggest(&uri, at, Trigger::Automatic).await?
+        let Some((suggestion, rope, cursor, id)) =
+            self.suggest(&uri, at, Trigger::Automatic).await?
         else {
             return Ok(Some(CompletionResponse::List(CompletionList {
                 is_incomplete: true,
@@ -181,6 +205,7 @@ impl Backend {
                 kind: MarkupKind::Markdown,
                 value: format!("```\n{new_text}\n```"),
             })),
+            command: id.map(accepted_command),
             filter_text: Some(new_text.clone()),
             sort_text: Some("0".into()),
             insert_text_format: Some(InsertTextFormat::PLAIN_TEXT),

@@ -11,7 +11,9 @@ use tower_lsp_server::ls_types::*;
 use tower_lsp_server::{LanguageServer, LspService, Server};
 
 use super::actions;
+use super::documents::Applied;
 use super::position::PositionEncoding;
+use crate::completion::acceptance::Edit;
 use crate::config::ConfigLayers;
 use crate::providers::local::chat::EngineSlot;
 
@@ -53,6 +55,9 @@ impl LanguageServer for Backend {
     async fn initialize(&self, params: InitializeParams) -> Result<InitializeResult> {
         let encoding = negotiate_encoding(&params.capabilities);
         *self.encoding.write().expect("encoding lock") = encoding;
+        if let Some(client) = &params.client_info {
+            self.tracking.set_editor(&client.name);
+        }
         let progress = params
             .capabilities
             .window
@@ -147,7 +152,22 @@ impl LanguageServer for Backend {
             self.encoding(),
         );
         match applied {
-            Ok(()) => self.schedule_prewarm(uri),
+            Ok(edits) => {
+                for edit in &edits {
+                    match edit {
+                        Applied::Edit { start, end, text } => {
+                            let edit = Edit {
+                                start: *start,
+                                end: *end,
+                                text,
+                            };
+                            self.tracking.edited(uri.as_str(), &edit);
+                        }
+                        Applied::Replaced => self.tracking.left(uri.as_str()),
+                    }
+                }
+                self.schedule_prewarm(uri)
+            }
             Err(e) => {
                 tracing::warn!("{e}");
                 self.client
@@ -160,6 +180,7 @@ impl LanguageServer for Backend {
     async fn did_close(&self, params: DidCloseTextDocumentParams) {
         let uri = params.text_document.uri;
         self.documents.close(&uri);
+        self.tracking.left(uri.as_str());
         self.activity.remove(&uri);
         // Closing is activity: a pending repository refresh must not bring the
         // closed document back.

@@ -3,18 +3,15 @@
 //! `switchyard audit` reads it; status shows the last hour's bytes per provider.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::fs::OpenOptions;
-use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
 
 use crate::clock::now_ms;
+use crate::state::jsonl;
 
-/// Past this size the log moves to `<name>.1` (replacing the one before).
-pub const ROTATE_BYTES: u64 = 8 * 1024 * 1024;
+pub use crate::state::jsonl::ROTATE_BYTES;
 const HOUR_MS: u64 = 3_600_000;
 
 /// One remote request as it left.
@@ -86,7 +83,7 @@ impl AuditLog {
             }
         }
         if let Some(path) = &self.path
-            && let Err(e) = append(path, record, self.rotate_bytes)
+            && let Err(e) = jsonl::append(path, record, self.rotate_bytes)
         {
             tracing::warn!("outbound audit {}: {e}", path.display());
         }
@@ -112,65 +109,10 @@ pub fn default_path() -> PathBuf {
     crate::paths::state_dir().join("outbound.jsonl")
 }
 
-fn append(path: &Path, record: &AuditRecord, rotate_bytes: u64) -> std::io::Result<()> {
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
-    let full = || std::fs::metadata(path).is_ok_and(|m| m.len() > rotate_bytes);
-    if full() {
-        // Every switchyard process writes here: one rotates at a time, and the
-        // others see the fresh file once they hold the lock (two renames in a
-        // row would put a nearly empty file over the full one).
-        let lock = OpenOptions::new()
-            .create(true)
-            .write(true)
-            .truncate(false)
-            .mode(0o600)
-            .open(with_suffix(path, ".lock"))?;
-        lock.lock()?;
-        if full() {
-            std::fs::rename(path, rotated(path))?;
-        }
-    }
-    let mut line = serde_json::to_string(record).map_err(std::io::Error::other)?;
-    line.push('\n');
-    // One write per line with O_APPEND: lines from several processes never
-    // interleave.
-    let mut file = OpenOptions::new()
-        .create(true)
-        .append(true)
-        .mode(0o600)
-        .open(path)?;
-    file.write_all(line.as_bytes())
-}
-
-fn rotated(path: &Path) -> PathBuf {
-    with_suffix(path, ".1")
-}
-
-fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
-    let mut name = path.file_name().unwrap_or_default().to_owned();
-    name.push(suffix);
-    path.with_file_name(name)
-}
-
 /// Every record at or after `since_ms`, oldest first, from the rotated file
 /// and the current one. Lines that do not parse are skipped.
 pub fn read_since(path: &Path, since_ms: u64) -> std::io::Result<Vec<AuditRecord>> {
-    let mut records = Vec::new();
-    for file in [rotated(path), path.to_path_buf()] {
-        let text = match std::fs::read_to_string(&file) {
-            Ok(text) => text,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-            Err(e) => return Err(e),
-        };
-        records.extend(
-            text.lines()
-                .filter_map(|line| serde_json::from_str::<AuditRecord>(line).ok())
-                .filter(|r| r.at_ms >= since_ms),
-        );
-    }
-    Ok(records)
+    jsonl::read(path, |r: &AuditRecord| r.at_ms >= since_ms)
 }
 
 #[cfg(test)]
@@ -178,6 +120,7 @@ mod tests {
     use std::os::unix::fs::PermissionsExt;
 
     use super::*;
+    use crate::state::jsonl::rotated;
 
     fn record(provider: &str, bytes: usize) -> AuditRecord {
         AuditRecord {

@@ -11,6 +11,7 @@
 
 pub mod bucket;
 pub mod file;
+pub mod jsonl;
 pub mod memory;
 pub mod redis;
 

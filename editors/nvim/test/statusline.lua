@@ -1,7 +1,8 @@
 -- The statusline component shows the provider that served a task (a fake
 -- remote provider here) and changes when :SwitchyardLocalOnly runs; the
 -- explanation opens as a markdown buffer; :SwitchyardStatus counts what was
--- sent to the provider.
+-- sent to the provider. There is no model here, and the statusline says so
+-- ("no completions") until :SwitchyardSnooze makes it "snoozed".
 
 local H = dofile(vim.fn.fnamemodify(debug.getinfo(1, 'S').source:sub(2), ':p:h') .. '/harness.lua')
 local provider = os.getenv('SWITCHYARD_PROVIDER')
@@ -23,10 +24,10 @@ end
 
 H.edit('count.rs', 'fn count(words: &[&str]) -> usize {\n    words.len()\n}\n')
 H.wait_for('the first switchyard/status', 'return require("switchyard.status").report ~= nil')
-statusline_is('switchyard')
+statusline_is('switchyard · no completions')
 
 H.lua('vim.api.nvim_win_set_cursor(0, { 2, 4 }); vim.cmd("SwitchyardExplain")')
-statusline_is('switchyard: fake/mid-model (medium)')
+statusline_is('switchyard: fake/mid-model (medium) · no completions')
 H.wait_for('the explanation to open', [[
   for _, buf in ipairs(vim.api.nvim_list_bufs()) do
     local name = vim.api.nvim_buf_get_name(buf)
@@ -41,10 +42,19 @@ H.lua('vim.cmd("SwitchyardStatus")')
 H.note_containing('Sent to fake in the last hour: ')
 
 H.lua('vim.cmd("SwitchyardLocalOnly")')
-statusline_is('switchyard: local-only')
+statusline_is('switchyard: local-only · no completions')
 H.note_containing('local-only mode on')
 
 H.lua('vim.cmd("SwitchyardLocalOnly")')
-statusline_is('switchyard: fake/mid-model (medium)')
+statusline_is('switchyard: fake/mid-model (medium) · no completions')
 H.note_containing('local-only mode off')
+
+H.lua('vim.cmd("SwitchyardSnooze 5")')
+statusline_is('switchyard: fake/mid-model (medium) · completions snoozed')
+H.note_containing('completions snoozed until ')
+H.lua('vim.cmd("SwitchyardStatus")')
+H.note_containing('Completions: snoozed until ')
+H.lua('vim.cmd("SwitchyardSnooze off")')
+statusline_is('switchyard: fake/mid-model (medium) · no completions')
+H.note_containing('completions on')
 H.finish()

@@ -12,7 +12,16 @@ export const SERVER = {
   toggleLocalOnly: "switchyard.toggleLocalOnly",
   setLocalOnly: "switchyard.setLocalOnly",
   status: "switchyard.status",
+  snooze: "switchyard.snooze",
 } as const;
+
+/** The lengths "Snooze Completions…" offers, in minutes (0 resumes). */
+export const SNOOZE_CHOICES = [5, 30, 60] as const;
+
+/** `switchyard.snooze [minutes]`: completions pause for that long (0 resumes); the server answers `{snoozedUntil}`. */
+export function snoozeCommand(minutes: number) {
+  return { command: SERVER.snooze, arguments: [minutes] };
+}
 
 export interface Position {
   line: number;

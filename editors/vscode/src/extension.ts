@@ -11,7 +11,14 @@ import {
   State,
 } from "vscode-languageclient/node";
 
-import { explainCommand, refactorCommand, statusCommand, toggleLocalOnlyCommand } from "./commands";
+import {
+  explainCommand,
+  refactorCommand,
+  SNOOZE_CHOICES,
+  snoozeCommand,
+  statusCommand,
+  toggleLocalOnlyCommand,
+} from "./commands";
 import { configurationResponse, initializationOptions, logFile, readSettings, serverCommand, Settings } from "./settings";
 import { formatStatus, menuItems, STATUS_NOTIFICATION, StatusReport, statusLines } from "./status";
 
@@ -96,6 +103,21 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
       try {
         const result = (await executeServer(toggleLocalOnlyCommand())) as { localOnly: boolean };
         vscode.window.setStatusBarMessage(`switchyard: local-only mode ${result.localOnly ? "on" : "off"}`, 3000);
+      } catch (e) {
+        await report(e);
+      }
+    }),
+    vscode.commands.registerCommand("switchyard.client.snooze", async () => {
+      const choices = [
+        ...SNOOZE_CHOICES.map((minutes) => ({ label: `Snooze for ${minutes} minutes`, minutes })),
+        { label: "Resume completions", minutes: 0 },
+      ];
+      const picked = await vscode.window.showQuickPick(choices, { placeHolder: "switchyard: snooze inline completions" });
+      if (!picked) return;
+      try {
+        const result = (await executeServer(snoozeCommand(picked.minutes))) as { snoozedUntil: number | null };
+        const until = result.snoozedUntil ? `snoozed until ${new Date(result.snoozedUntil).toLocaleTimeString()}` : "on";
+        vscode.window.setStatusBarMessage(`switchyard: completions ${until}`, 3000);
       } catch (e) {
         await report(e);
       }

@@ -12,6 +12,8 @@ export interface Settings {
   logFile?: string;
   autocompleteEnabled?: boolean;
   budgetMs?: number;
+  /** Language id -> completions on or off (`"*"` for the rest). */
+  languages?: Record<string, boolean>;
   model?: string;
   threads?: number;
   /** Free-form server config in config.toml's shape (providers, tiers, tasks). */
@@ -39,12 +41,18 @@ export function readSettings(explicit: (key: string) => unknown): Settings {
     return typeof v === "boolean" ? v : undefined;
   };
   const server = explicit("server");
+  const languages = explicit("autocomplete.languages");
+  const rules =
+    isObject(languages) && Object.values(languages).every((on) => typeof on === "boolean")
+      ? (languages as Record<string, boolean>)
+      : undefined;
   return {
     path: text("path"),
     configFile: text("configFile"),
     logFile: text("logFile"),
     autocompleteEnabled: bool("autocomplete.enabled"),
     budgetMs: num("autocomplete.budgetMs"),
+    languages: rules && Object.keys(rules).length > 0 ? rules : undefined,
     model: text("local.model"),
     threads: num("local.threads"),
     server:
@@ -75,6 +83,7 @@ export function serverConfig(s: Settings): Json {
   if (s.threads !== undefined) local.threads = s.threads;
   if (s.autocompleteEnabled !== undefined) autocomplete.enabled = s.autocompleteEnabled;
   if (s.budgetMs !== undefined) autocomplete.budget_ms = s.budgetMs;
+  if (s.languages !== undefined) autocomplete.languages = s.languages;
   if (Object.keys(local).length > 0) named.local = local;
   if (Object.keys(autocomplete).length > 0) named.autocomplete = autocomplete;
   // The dedicated settings are more specific than the free-form object, so they win.

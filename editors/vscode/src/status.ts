@@ -42,6 +42,55 @@ export interface StatusReport {
   localOnlyRule?: string | null;
   /** Why only the local model serves though the mode was not asked for: the configuration could not be read. */
   localOnlyReason?: string | null;
+  /** Inline completions (absent from older servers). */
+  completion?: CompletionStatus | null;
+}
+
+export interface CompletionStatus {
+  state: "loading" | "ready" | "off" | "snoozed" | "late" | "failed" | string;
+  reason?: string | null;
+  /** When a snooze ends, Unix ms. */
+  untilMs?: number | null;
+}
+
+/** The completion state as one line ("Completions: snoozed until 14:05"). */
+export function completionLine(c: CompletionStatus, clock: (ms: number) => string = hhmm): string {
+  const why = c.reason ? `: ${c.reason}` : "";
+  switch (c.state) {
+    case "snoozed":
+      return `Completions: snoozed${c.untilMs ? ` until ${clock(c.untilMs)}` : ""}`;
+    case "off":
+      return `Completions: off here${why}`;
+    case "late":
+      return `Completions: late${why}`;
+    case "failed":
+      return `Completions: unavailable${why}`;
+    default:
+      return `Completions: ${c.state}${why}`;
+  }
+}
+
+function hhmm(ms: number): string {
+  const d = new Date(ms);
+  return `${String(d.getHours()).padStart(2, "0")}:${String(d.getMinutes()).padStart(2, "0")}`;
+}
+
+/** The status bar's note on completions, when they are not simply ready. */
+function completionBadge(c: CompletionStatus | null | undefined): string {
+  switch (c?.state) {
+    case "snoozed":
+      return " · completions snoozed";
+    case "off":
+      return " · completions off here";
+    case "late":
+      return " · completions late";
+    case "loading":
+      return " · loading model";
+    case "failed":
+      return " · no completions";
+    default:
+      return "";
+  }
 }
 
 export interface OutboundTotal {
@@ -80,6 +129,9 @@ function route(provider?: string | null, model?: string | null): string {
 /** The report as lines: mode, latest route and downshift, each task's route, each entry's health. */
 export function statusLines(r: StatusReport): string[] {
   const lines: string[] = [];
+  if (r.completion) {
+    lines.push(completionLine(r.completion));
+  }
   if (r.localOnlyReason) {
     lines.push(`Only the local model serves until the configuration can be read: ${r.localOnlyReason}`);
   } else {
@@ -131,7 +183,7 @@ export function formatStatus(r: StatusReport | undefined): StatusView {
     return { text: "$(sync~spin) switchyard", tooltip: "switchyard: starting", warning: false };
   }
   const parked = parkedCount(r);
-  const suffix = parked > 0 ? ` · ${parked} parked` : "";
+  const suffix = `${parked > 0 ? ` · ${parked} parked` : ""}${completionBadge(r.completion)}`;
   const tooltip = ["switchyard", ...statusLines(r), "", "Click for actions"].join("\n");
   if (r.localOnlyReason) {
     return { text: `$(warning) switchyard: local-only (configuration unreadable)${suffix}`, tooltip, warning: true };
@@ -165,6 +217,10 @@ export function menuItems(r: StatusReport | undefined): { label: string; command
     {
       label: r?.localOnly ? "$(unlock) Turn local-only mode off" : "$(lock) Turn local-only mode on",
       command: "switchyard.client.toggleLocalOnly",
+    },
+    {
+      label: r?.completion?.state === "snoozed" ? "$(bell) Resume completions" : "$(bell-slash) Snooze completions…",
+      command: "switchyard.client.snooze",
     },
     { label: "$(info) Show status", command: "switchyard.client.showStatus" },
     { label: "$(output) Open server log", command: "switchyard.client.openLog" },

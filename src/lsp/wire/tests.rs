@@ -79,7 +79,12 @@ fn full_report() -> core::StatusReport {
 /// changing the protocol: update docs/lsp-extensions.md and editors/.
 #[test]
 fn status_params_wire_format_is_pinned() {
-    let params = StatusParams::from(&full_report());
+    let snoozed = completion::status::CompletionStatus {
+        state: completion::status::CompletionState::Snoozed,
+        reason: None,
+        until_ms: Some(1_700_000_002_000),
+    };
+    let params = StatusParams::for_workspace(&full_report(), None, &snoozed);
     let expected = json!({
         "provider": "openai",
         "model": "gpt-5-mini",
@@ -137,7 +142,8 @@ fn status_params_wire_format_is_pinned() {
             "reason": "breaker recovery check"
         }],
         "outbound": [{"provider": "anthropic", "bytes": 20480, "requests": 3}],
-        "localOnlyRule": null
+        "localOnlyRule": null,
+        "completion": {"state": "snoozed", "reason": null, "untilMs": 1700000002000u64}
     });
     assert_eq!(serde_json::to_value(&params).unwrap(), expected);
     // Clients parse it back.
@@ -172,7 +178,8 @@ fn empty_status_has_nulls_and_bare_tasks() {
         "parked": [],
         "canaries": [],
         "outbound": [],
-        "localOnlyRule": null
+        "localOnlyRule": null,
+        "completion": null
     });
     let params = StatusParams::from(&report);
     assert_eq!(serde_json::to_value(&params).unwrap(), expected);

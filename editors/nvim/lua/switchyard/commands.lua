@@ -1,6 +1,7 @@
 -- User commands, each one `workspace/executeCommand` to the server (arguments
 -- and results: docs/lsp-extensions.md):
--- :SwitchyardLocalOnly [on|off], :SwitchyardStatus, :[range]SwitchyardRefactor {instruction},
+-- :SwitchyardLocalOnly [on|off], :SwitchyardStatus, :SwitchyardSnooze [minutes|off],
+-- :[range]SwitchyardRefactor {instruction},
 -- :[range]SwitchyardExplain. Without a range, explain and refactor work on the
 -- item around the cursor (the server finds it from an empty range).
 
@@ -61,6 +62,32 @@ function M.create()
       return { 'on', 'off' }
     end,
     desc = 'switchyard: toggle (or set) local-only mode',
+  })
+
+  vim.api.nvim_create_user_command('SwitchyardSnooze', function(opts)
+    local minutes = 30
+    if opts.args == 'off' then
+      minutes = 0
+    elseif opts.args ~= '' then
+      minutes = tonumber(opts.args)
+      if not minutes or minutes < 0 or minutes % 1 ~= 0 then
+        notify('SwitchyardSnooze takes whole minutes, or off', vim.log.levels.ERROR)
+        return
+      end
+    end
+    M.execute('switchyard.snooze', { minutes }, function(result)
+      if result.snoozedUntil and result.snoozedUntil ~= vim.NIL then
+        notify('completions snoozed until ' .. os.date('%H:%M', math.floor(result.snoozedUntil / 1000)))
+      else
+        notify('completions on')
+      end
+    end)
+  end, {
+    nargs = '?',
+    complete = function()
+      return { '5', '30', '60', 'off' }
+    end,
+    desc = 'switchyard: snooze inline completions (default 30 minutes; off resumes)',
   })
 
   vim.api.nvim_create_user_command('SwitchyardStatus', function()

@@ -20,6 +20,36 @@ local function present(v)
   return v ~= nil and v ~= vim.NIL
 end
 
+--- The completion state as a statusline note ('' when ready or unknown).
+local function completion_note(report)
+  local c = report.completion
+  if type(c) ~= 'table' then
+    return ''
+  end
+  local notes = {
+    snoozed = ' · completions snoozed',
+    off = ' · completions off here',
+    late = ' · completions late',
+    loading = ' · loading model',
+    failed = ' · no completions',
+  }
+  return notes[c.state] or ''
+end
+
+--- The completion state as one line of :SwitchyardStatus.
+function M.completion_line(c)
+  local why = present(c.reason) and (': ' .. c.reason) or ''
+  if c.state == 'snoozed' then
+    local until_ = present(c.untilMs) and (' until ' .. os.date('%H:%M', math.floor(c.untilMs / 1000))) or ''
+    return 'Completions: snoozed' .. until_
+  elseif c.state == 'off' then
+    return 'Completions: off here' .. why
+  elseif c.state == 'failed' then
+    return 'Completions: unavailable' .. why
+  end
+  return 'Completions: ' .. c.state .. why
+end
+
 local function parked_count(report)
   return type(report.parked) == 'table' and #report.parked or 0
 end
@@ -43,7 +73,7 @@ function M.statusline()
     return 'switchyard: starting'
   end
   local parked = parked_count(r)
-  local suffix = parked > 0 and (' · %d parked'):format(parked) or ''
+  local suffix = (parked > 0 and (' · %d parked'):format(parked) or '') .. completion_note(r)
   if present(r.localOnlyReason) then
     return 'switchyard: local-only (configuration unreadable)' .. suffix
   end
@@ -72,6 +102,9 @@ end
 --- parked work, health, what was sent in the last hour).
 function M.lines(r)
   local lines = {}
+  if type(r.completion) == 'table' then
+    table.insert(lines, M.completion_line(r.completion))
+  end
   if present(r.localOnlyReason) then
     table.insert(lines, 'Only the local model serves until the configuration can be read: ' .. r.localOnlyReason)
   else

@@ -75,3 +75,10 @@ test("the default log file follows the server's platform directories", () => {
     "C:\\Users\\ada\\AppData\\Local\\switchyard\\switchyard\\cache\\switchyard.log",
   );
 });
+
+test("language rules map to autocomplete.languages; a rule that is not a boolean drops the setting", () => {
+  const s = from({ "autocomplete.languages": { markdown: false, "*": true } });
+  assert.deepEqual(serverConfig(s), { autocomplete: { languages: { markdown: false, "*": true } } });
+  assert.deepEqual(serverConfig(from({ "autocomplete.languages": { markdown: "off" } })), {});
+  assert.deepEqual(serverConfig(from({ "autocomplete.languages": {} })), {});
+});

@@ -3,7 +3,7 @@
 import { strict as assert } from "node:assert";
 import { test } from "node:test";
 
-import { formatStatus, menuItems, StatusReport } from "../status";
+import { completionLine, formatStatus, menuItems, StatusReport } from "../status";
 
 const idle: StatusReport = {
   localOnly: false,
@@ -96,4 +96,20 @@ test("parked tasks are counted in the text and explained in the tooltip", () => 
   assert.match(view.tooltip, /Parked refactor: every route is out of quota/);
   assert.match(view.tooltip, /Parked refactor: anthropic breaker open/);
   assert.doesNotMatch(formatStatus({ ...idle, parked: [] }).text, /parked/);
+});
+
+test("completions snoozed, off here or late show on the item; the menu offers to resume a snooze", () => {
+  const clock = () => "14:05";
+  const snoozed: StatusReport = { ...idle, completion: { state: "snoozed", reason: null, untilMs: 1 } };
+  assert.match(formatStatus(snoozed).text, /completions snoozed/);
+  assert.equal(completionLine(snoozed.completion!, clock), "Completions: snoozed until 14:05");
+  assert.ok(menuItems(snoozed).some((i) => i.label.includes("Resume completions") && i.command === "switchyard.client.snooze"));
+  assert.ok(menuItems(idle).some((i) => i.label.includes("Snooze completions")));
+  const off: StatusReport = { ...idle, completion: { state: "off", reason: "completions are off for markdown (autocomplete.languages)" } };
+  assert.match(formatStatus(off).text, /completions off here/);
+  assert.match(formatStatus(off).tooltip, /off here: completions are off for markdown/);
+  const late: StatusReport = { ...idle, completion: { state: "late", reason: "5 of the last 8 suggestions missed the budget" } };
+  assert.match(formatStatus(late).tooltip, /Completions: late: 5 of the last 8/);
+  const ready: StatusReport = { ...idle, completion: { state: "ready" } };
+  assert.doesNotMatch(formatStatus(ready).text, /completions/);
 });
