@@ -189,6 +189,11 @@ impl Core {
         }
     }
 
+    /// The config file this core reads, if any.
+    pub fn config_path(&self) -> Option<&std::path::Path> {
+        self.config_path.as_deref()
+    }
+
     /// Reads the config file again and applies it when its text changed;
     /// `None` when there is no file to read or nothing changed.
     pub fn reload_file(&self) -> Option<Reconfigured> {

@@ -137,9 +137,27 @@ pub async fn run(core: Arc<Core>, options: GatewayOptions) -> Result<(), String>
 /// Applies the config file whenever its text changes, saying what could not
 /// be applied.
 async fn follow_file(core: Arc<Core>) {
+    let Some(path) = core.config_path().map(ToOwned::to_owned) else {
+        return;
+    };
+    // Read again only once its size or time changed, and off the request
+    // threads: a reload never holds up a request.
+    let stamp = |path: &std::path::Path| {
+        std::fs::metadata(path)
+            .ok()
+            .map(|m| (m.modified().ok(), m.len()))
+    };
+    let mut seen = stamp(&path);
     loop {
         tokio::time::sleep(RELOAD_EVERY).await;
-        if let Some(changed) = core.reload_file() {
+        let now = stamp(&path);
+        if now == seen {
+            continue;
+        }
+        seen = now;
+        let core = core.clone();
+        let reloaded = tokio::task::spawn_blocking(move || core.reload_file()).await;
+        if let Ok(Some(changed)) = reloaded {
             tracing::info!("gateway: the config file changed; applied");
             for problem in &changed.problems {
                 tracing::warn!("{problem}");

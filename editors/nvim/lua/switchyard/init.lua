@@ -26,7 +26,34 @@ M.defaults = {
   inline_completion = true,
   --- Insert-mode key that accepts the ghost text (falls through when there is none); false maps nothing.
   accept_key = '<Tab>',
+  --- Insert-mode keys that accept only the next word, or the rest of the line, of the ghost text.
+  accept_word_key = '<M-Right>',
+  accept_line_key = '<M-C-Right>',
 }
+
+--- The next word of `text` (with the spaces before it), or its first run of punctuation.
+local function next_word(text)
+  return text:match('^%s*[%w_]+') or text:match('^%s*[^%w_%s]+') or text
+end
+
+--- `text` up to the end of its first line.
+local function next_line(text)
+  return text:match('^[^\n]*') or text
+end
+
+--- Inserts `part_of(text)` of the ghost text at its place; the server
+--- learns from the edit that it was partly accepted.
+local function accept_part(part_of)
+  return vim.lsp.inline_completion.get({
+    on_accept = function(item)
+      local text = type(item.insert_text) == 'string' and item.insert_text or item.insert_text.value
+      local lines = vim.split(part_of(text), '\n')
+      local at = item.range and item.range.start:to_cursor() or vim.api.nvim_win_get_cursor(0)
+      vim.api.nvim_buf_set_text(0, at[1] - 1, at[2], at[1] - 1, at[2], lines)
+      vim.api.nvim_win_set_cursor(0, { at[1] + #lines - 1, (#lines == 1 and at[2] or 0) + #lines[#lines] })
+    end,
+  })
+end
 
 local function command_line(opts)
   local cmd = type(opts.cmd) == 'string' and { opts.cmd } or vim.deepcopy(opts.cmd)
@@ -58,6 +85,15 @@ local function enable_inline_completion(opts)
         return opts.accept_key
       end
     end, { expr = true, desc = 'switchyard: accept the inline completion' })
+  end
+  for key, part in pairs({ [opts.accept_word_key or ''] = next_word, [opts.accept_line_key or ''] = next_line }) do
+    if key ~= '' then
+      vim.keymap.set('i', key, function()
+        if not accept_part(part) then
+          return key
+        end
+      end, { expr = true, desc = 'switchyard: accept part of the inline completion' })
+    end
   end
 end
 
