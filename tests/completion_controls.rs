@@ -211,7 +211,8 @@ fn stats(state_dir: &std::path::Path) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn accepted_partly_accepted_and_ignored_suggestions_are_counted_without_their_text() {
     let mut client = LspClient::spawn(ServerOptions::default()).await;
-    let options = json!({"local": {"auto_pull": false}, "autocomplete": {"input_tokens": 256}});
+    // A budget no busy machine misses: whole greedy answers, several words long.
+    let options = json!({"local": {"auto_pull": false}, "autocomplete": {"input_tokens": 256, "budget_ms": 10000}});
     let init = json!({
         "processId": null, "rootUri": null, "capabilities": {},
         "clientInfo": {"name": "protocol-test"}, "initializationOptions": options

@@ -2,26 +2,16 @@
 //! (every remote request's time, task, front end, provider/model, document or
 //! caller, size and redactions; never its text).
 
+use std::path::Path;
 use std::process::ExitCode;
 
 use switchyard::clock::now_ms;
 use switchyard::privacy::audit::{self, AuditRecord};
 
 pub fn run(since: &str, json: bool) -> ExitCode {
-    let window_ms = match parse_duration_ms(since) {
-        Ok(ms) => ms,
-        Err(e) => {
-            eprintln!("--since {since}: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    let path = audit::default_path();
-    let records = match audit::read_since(&path, now_ms().saturating_sub(window_ms)) {
+    let records = match read_window(since, &audit::default_path(), audit::read_since) {
         Ok(records) => records,
-        Err(e) => {
-            eprintln!("cannot read {}: {e}", path.display());
-            return ExitCode::from(1);
-        }
+        Err(code) => return code,
     };
     if json {
         for record in &records {
@@ -36,8 +26,25 @@ pub fn run(since: &str, json: bool) -> ExitCode {
     ExitCode::SUCCESS
 }
 
+/// The records of the log at `path` from `since` ago (`90s`, `15m`, `1h`,
+/// `7d`), or the exit code once the reason was said.
+pub fn read_window<T>(
+    since: &str,
+    path: &Path,
+    read_since: impl Fn(&Path, u64) -> std::io::Result<Vec<T>>,
+) -> Result<Vec<T>, ExitCode> {
+    let window_ms = parse_duration_ms(since).map_err(|e| {
+        eprintln!("--since {since}: {e}");
+        ExitCode::from(2)
+    })?;
+    read_since(path, now_ms().saturating_sub(window_ms)).map_err(|e| {
+        eprintln!("cannot read {}: {e}", path.display());
+        ExitCode::from(1)
+    })
+}
+
 /// `90s`, `15m`, `1h`, `7d`.
-pub fn parse_duration_ms(text: &str) -> Result<u64, String> {
+fn parse_duration_ms(text: &str) -> Result<u64, String> {
     let split = text
         .find(|c: char| !c.is_ascii_digit())
         .unwrap_or(text.len());

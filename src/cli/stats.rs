@@ -6,26 +6,14 @@
 
 use std::process::ExitCode;
 
-use switchyard::clock::now_ms;
 use switchyard::completion::stats::{self, Totals};
 
-use super::audit::parse_duration_ms;
+use super::audit::read_window;
 
 pub fn run(since: &str, json: bool) -> ExitCode {
-    let window_ms = match parse_duration_ms(since) {
-        Ok(ms) => ms,
-        Err(e) => {
-            eprintln!("--since {since}: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    let path = stats::default_path();
-    let records = match stats::read_since(&path, now_ms().saturating_sub(window_ms)) {
+    let records = match read_window(since, &stats::default_path(), stats::read_since) {
         Ok(records) => records,
-        Err(e) => {
-            eprintln!("cannot read {}: {e}", path.display());
-            return ExitCode::from(1);
-        }
+        Err(code) => return code,
     };
     let totals = stats::totals(&records);
     if json {

@@ -246,13 +246,14 @@ impl CompletionService {
         self.snooze.read().expect("snooze lock").clone()
     }
 
-    /// How long a request may take: the budget, or the longer one of a
-    /// request the user asked for.
+    /// How long a request may take: the budget, or for a request the user
+    /// asked for the invoked budget (never less than the automatic one: the
+    /// user is waiting for it).
     pub fn budget(&self, trigger: Trigger) -> Duration {
-        let config = self.config.borrow();
+        let autocomplete = &self.config.borrow().autocomplete;
         Duration::from_millis(match trigger {
-            Trigger::Automatic => config.autocomplete.budget_ms,
-            Trigger::Invoked => config.autocomplete.invoked_budget_ms,
+            Trigger::Automatic => autocomplete.budget_ms,
+            Trigger::Invoked => autocomplete.invoked_budget_ms.max(autocomplete.budget_ms),
         })
     }
 

@@ -183,6 +183,16 @@ fn slow_service(takes: Duration) -> CompletionService {
     service
 }
 
+/// The state is `state`, and its reason mentions `why`.
+fn says(status: &watch::Receiver<CompletionStatus>, state: CompletionState, why: &str) {
+    let status = status.borrow();
+    assert_eq!(status.state, state);
+    assert!(
+        status.reason.as_deref().unwrap().contains(why),
+        "{status:?}"
+    );
+}
+
 /// A request as an editor makes it: its budget from the trigger.
 fn asked(
     service: &CompletionService,
@@ -246,15 +256,7 @@ async fn a_language_turned_off_and_a_snooze_show_in_the_completion_state() {
         markdown.result.unwrap_err(),
         NoSuggestion::LanguageOff("markdown".into())
     );
-    assert_eq!(status.borrow().state, CompletionState::Off);
-    assert!(
-        status
-            .borrow()
-            .reason
-            .as_deref()
-            .unwrap()
-            .contains("markdown")
-    );
+    says(&status, CompletionState::Off, "markdown");
     // Back in a language that is on: ready again.
     let rust = service
         .complete(asked(&service, "let x = ", Trigger::Automatic, "rust"))
@@ -287,15 +289,7 @@ async fn most_automatic_requests_missing_the_budget_make_the_state_late_until_th
             .complete(asked(&service, "let x = ", Trigger::Automatic, "rust"))
             .await;
     }
-    assert_eq!(status.borrow().state, CompletionState::Late);
-    assert!(
-        status
-            .borrow()
-            .reason
-            .as_deref()
-            .unwrap()
-            .contains("5 of the last 5")
-    );
+    says(&status, CompletionState::Late, "5 of the last 5");
     // Invoked requests say nothing about the automatic budget.
     let _ = service
         .complete(asked(&service, "let x = ", Trigger::Invoked, "rust"))
