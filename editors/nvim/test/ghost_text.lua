@@ -1,6 +1,6 @@
 -- Ghost text from the real local model appears while typing in insert mode
 -- (vim.lsp.inline_completion, Neovim 0.12) and the documented accept key,
--- <Tab>, puts it into the buffer.
+-- <Tab>, puts it into the buffer; `switchyard stats` counts it accepted.
 
 local H = dofile(vim.fn.fnamemodify(debug.getinfo(1, 'S').source:sub(2), ':p:h') .. '/harness.lua')
 local repo = vim.fn.fnamemodify(H.plugin, ':h:h')
@@ -63,4 +63,16 @@ H.wait_for('the ghost text in the buffer', [[
   return vim.deep_equal(vim.api.nvim_buf_get_lines(0, first - 1, first - 1 + #want, false), want)
 ]], 10000, expected, row)
 H.assert_eq(H.lua('return vim.api.nvim_get_mode().mode'), 'i', 'accepting keeps insert mode')
+
+-- The accept (the item's command, run by Neovim's accept) is counted on this
+-- machine, for this editor, without the suggestion's text.
+H.wait_for('the accept in switchyard stats', [[
+  local out = vim.fn.system({ ..., 'stats', '--json' })
+  local ok, stats = pcall(vim.json.decode, out)
+  for _, g in ipairs(ok and stats.groups or {}) do
+    if g.editor == 'Neovim' and g.accepted == 1 and g.shown >= 1 then
+      return true
+    end
+  end
+]], 10000, os.getenv('SWITCHYARD_BIN'))
 H.finish()
