@@ -194,17 +194,6 @@ async fn an_invoked_request_after_an_empty_automatic_one_gets_a_suggestion() {
     client.shutdown().await;
 }
 
-/// What `switchyard stats --json` says for the stats in `state_dir`.
-fn stats(state_dir: &std::path::Path) -> Value {
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_switchyard"))
-        .args(["stats", "--json", "--since", "1h"])
-        .env("SWITCHYARD_STATE_DIR", state_dir)
-        .output()
-        .expect("running switchyard stats");
-    assert!(output.status.success(), "{output:?}");
-    serde_json::from_slice(&output.stdout).expect("stats JSON")
-}
-
 /// The real model: a suggestion accepted (the client's accept command, then
 /// its edit), one accepted by its first word and then left, one ignored by
 /// typing something else; the stats count each once and hold no text.
@@ -282,7 +271,7 @@ async fn accepted_partly_accepted_and_ignored_suggestions_are_counted_without_th
         )
         .await;
 
-    let groups = stats(&client.state_dir())["groups"].clone();
+    let groups = support::completion_stats(&client.state_dir())["groups"].clone();
     let ours: Vec<&Value> = groups
         .as_array()
         .unwrap()

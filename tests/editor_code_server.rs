@@ -382,6 +382,27 @@ async fn ghost_text_from_the_local_model_appears_and_tab_accepts_it() {
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
     bench.shot("ghost-text-accepted").await;
+
+    // VS Code ran the item's accept command: the stats count it for this
+    // editor (clientInfo), whatever the keystrokes before it showed and left.
+    let deadline = Instant::now() + support::browser::PATIENCE;
+    loop {
+        let stats = support::completion_stats(&bench.root().join("state"));
+        let groups = stats["groups"].as_array().cloned().unwrap_or_default();
+        let accepted = groups
+            .iter()
+            .find(|g| g["accepted"].as_u64().is_some_and(|n| n >= 1));
+        if let Some(group) = accepted {
+            assert_ne!(group["editor"], "unknown", "{group}");
+            assert_eq!(group["language"], "rust", "{group}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no accepted suggestion in {stats}"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
 }
 
 /// explain served by `primary/mid` (medium); with it down, by `secondary/small`.

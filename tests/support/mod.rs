@@ -61,3 +61,15 @@ pub fn sample_with_hole() -> (String, usize) {
     let text = format!("{}        \n{}", &SAMPLE_RUST[..at], &SAMPLE_RUST[at..]);
     (text, SAMPLE_RUST[..at].lines().count() + 1)
 }
+
+/// What `switchyard stats --json` says of the completion stats in `state_dir`.
+#[allow(dead_code)] // not every test binary reads them
+pub fn completion_stats(state_dir: &Path) -> serde_json::Value {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_switchyard"))
+        .args(["stats", "--json", "--since", "1h"])
+        .env("SWITCHYARD_STATE_DIR", state_dir)
+        .output()
+        .expect("running switchyard stats");
+    assert!(output.status.success(), "{output:?}");
+    serde_json::from_slice(&output.stdout).expect("stats JSON")
+}
