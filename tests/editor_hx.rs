@@ -373,6 +373,13 @@ async fn the_completion_menu_offers_the_suggestion_and_accepting_it_edits_the_bu
         let indent = extra.len() - extra.trim_start().len();
         assert!(indent < 16, "re-indented: {extra:?}\n{saved}");
     }
+    // The item's edit at the cursor tells the server it was accepted.
+    let stats = support::completion_stats(&helix.root().join("state"));
+    let helix_group = stats["groups"]
+        .as_array()
+        .and_then(|groups| groups.iter().find(|g| g["editor"] == "helix"))
+        .unwrap_or_else(|| panic!("no stats for helix: {stats}"));
+    assert_eq!(helix_group["accepted"], 1, "{stats}");
 }
 
 const ADD: &str =
