@@ -68,8 +68,21 @@ impl Backend {
             trigger,
             language: Some(doc.language_id),
         };
-        let (outcome, progress) =
-            tokio::join!(self.completion.complete(request), self.completing(trigger));
+        // The progress starts beside the completion, and the answer never
+        // waits for the client to take it.
+        let complete = self.completion.complete(request);
+        let begin = self.completing(trigger);
+        tokio::pin!(complete, begin);
+        let (mut progress, mut asked_for_progress) = (None, false);
+        let outcome = loop {
+            tokio::select! {
+                outcome = &mut complete => break outcome,
+                begun = &mut begin, if !asked_for_progress => {
+                    asked_for_progress = true;
+                    progress = begun;
+                }
+            }
+        };
         if let Some(progress) = progress {
             let message = match &outcome.result {
                 Ok(_) => "done".to_owned(),
