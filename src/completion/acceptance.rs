@@ -152,19 +152,11 @@ impl Watch {
             // with the suggestion after it.
             _ if edit.end == cursor && edit.start < cursor => {
                 let replaced = edit.end - edit.start;
-                let written: String = pending
-                    .shown
-                    .before
-                    .chars()
-                    .chain(pending.shown.text.chars().take(pending.matched))
-                    .collect();
-                let tail: String = written
-                    .chars()
-                    .rev()
-                    .take(replaced)
-                    .collect::<Vec<_>>()
-                    .into_iter()
-                    .rev()
+                let before = &pending.shown.before;
+                let typed = pending.shown.text.chars().take(pending.matched);
+                let written: Vec<char> = before.chars().chain(typed).collect();
+                let tail: String = written[written.len().saturating_sub(replaced)..]
+                    .iter()
                     .collect();
                 match edit.text.strip_prefix(tail.as_str()) {
                     Some(rest) if tail.chars().count() == replaced => rest,

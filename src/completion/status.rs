@@ -141,7 +141,7 @@ impl CompletionService {
                 ..status(CompletionState::Snoozed, None)
             };
         }
-        if !self.config().enabled {
+        if !self.config.borrow().autocomplete.enabled {
             let reason = NoSuggestion::Disabled.to_string();
             return status(CompletionState::Off, Some(reason));
         }

@@ -74,7 +74,7 @@ impl Tracking {
                 "local",
                 asked.model.clone(),
                 Some(g.tokens_decoded),
-                Some(g.prompt_tokens - g.tokens_decoded),
+                Some(g.prompt_tokens.saturating_sub(g.tokens_decoded)),
             ),
             Origin::Remote { provider, model } => {
                 ("remote", format!("{provider}/{model}"), None, None)
