@@ -83,6 +83,8 @@ struct Setup<'a> {
     files: &'a [(&'a str, &'a str)],
     /// The test model's directory, or none (no local model loads).
     models: bool,
+    /// User settings besides the ones every test has.
+    settings: Value,
 }
 
 impl Workbench {
@@ -97,7 +99,7 @@ impl Workbench {
         std::fs::write(root.join("config.toml"), &setup.config).unwrap();
         // Only User settings: VS Code ignores machine-scoped User values in a
         // remote window, which code-server's workbench is.
-        let settings = json!({
+        let mut settings = json!({
             "switchyard.path": env!("CARGO_BIN_EXE_switchyard"),
             "switchyard.configFile": root.join("config.toml"),
             "switchyard.logFile": root.join("switchyard.log"),
@@ -115,6 +117,9 @@ impl Workbench {
             "editor.quickSuggestions": {"other": false, "comments": false, "strings": false},
             "editor.suggestOnTriggerCharacters": false,
         });
+        for (key, value) in setup.settings.as_object().into_iter().flatten() {
+            settings[key] = value.clone();
+        }
         let user = root.join("user-data/User");
         std::fs::create_dir_all(&user).unwrap();
         std::fs::write(user.join("settings.json"), settings.to_string()).unwrap();
@@ -326,6 +331,7 @@ async fn ghost_text_from_the_local_model_appears_and_tab_accepts_it() {
             config: config.into(),
             files: &[("store.rs", &text)],
             models: true,
+            settings: json!({}),
         },
     )
     .await;
@@ -405,6 +411,161 @@ async fn ghost_text_from_the_local_model_appears_and_tab_accepts_it() {
     }
 }
 
+impl Workbench {
+    /// A new line below the line of `path` that reads `anchor` (End,
+    /// Enter), where *Trigger Inline Suggestion* (Alt+\ in a desktop VS Code;
+    /// an invoked request) runs from the palette until ghost text shows; the
+    /// ghost text.
+    async fn suggestion_below(&self, path: &str, anchor: &str) -> String {
+        let saved = std::fs::read_to_string(self.workspace_file(path)).unwrap();
+        let line = saved
+            .lines()
+            .position(|l| l == anchor)
+            .unwrap_or_else(|| panic!("no line {anchor:?} in {path}"))
+            + 1;
+        self.open_at(path, line as u32).await;
+        self.browser.keys(&[], key::ENTER).await;
+        for _ in 0..20 {
+            self.palette("Trigger Inline Suggestion").await;
+            let deadline = Instant::now() + Duration::from_secs(8);
+            while Instant::now() < deadline {
+                let state = self.browser.eval(EDITOR).await;
+                if let Some(ghost) = state["ghost"].as_str().filter(|g| !g.trim().is_empty()) {
+                    return ghost.to_owned();
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+        panic!(
+            "no ghost text below {anchor:?} after 20 asks\n{}",
+            self.log_tail()
+        )
+    }
+
+    /// Waits until line `n` (1-based) of the saved `path` satisfies `done`.
+    async fn saved_line(&self, path: &str, what: &str, done: impl Fn(&str) -> bool) -> String {
+        let deadline = Instant::now() + support::browser::PATIENCE;
+        loop {
+            let saved = std::fs::read_to_string(self.workspace_file(path)).unwrap();
+            if let Some(line) = saved.lines().find(|l| done(l)) {
+                return line.to_owned();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{what}: no such line in\n{saved}"
+            );
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    }
+}
+
+/// One suggestion accepted with Tab, one a word at a time with VS Code's own
+/// accept-word (Ctrl+Right), one ignored by typing something else: the
+/// stats count 1, 1 and 1 for this editor and hold none of the text. The
+/// automatic budget is the least the server takes (50 ms), so the automatic
+/// requests VS Code sends as the user types come back empty (late) and only
+/// the suggestions the test asks for are shown. Markdown is off by
+/// the extension's setting, and the status item says so there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn suggestions_accepted_by_tab_by_word_and_ignored_are_counted() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let config =
+        "[local]\nauto_pull = false\n\n[autocomplete]\ninput_tokens = 256\nbudget_ms = 50\n";
+    let bench = Workbench::start(
+        "acceptance",
+        Setup {
+            config: config.into(),
+            files: &[
+                ("store.rs", support::SAMPLE_RUST),
+                ("notes.md", "# Notes\n\nSome text.\n"),
+            ],
+            models: true,
+            settings: json!({ "switchyard.autocomplete.languages": { "markdown": false } }),
+        },
+    )
+    .await;
+    bench
+        .wait("the local model", "return null;", |_| {
+            std::fs::read_to_string(bench.root().join("switchyard.log"))
+                .is_ok_and(|log| log.contains("local model ready"))
+        })
+        .await;
+    let mut shown = Vec::new();
+
+    // 1. Tab: VS Code runs the item's accept command.
+    let ghost = bench
+        .suggestion_below("store.rs", "        let before = self.entries.len();")
+        .await;
+    let first = ghost.lines().next().unwrap().trim().to_owned();
+    bench.browser.keys(&[], key::TAB).await;
+    bench
+        .saved_line("store.rs", "the accepted suggestion", |l| l.trim() == first)
+        .await;
+    bench.shot("accepted").await;
+    shown.push(ghost);
+
+    // 2. Ctrl+Right: VS Code inserts the next word itself, with no command;
+    // the server sees it typed at the cursor.
+    let ghost = bench
+        .suggestion_below("store.rs", "        let now = Instant::now();")
+        .await;
+    // The ghost text's pieces as the page draws them, run together.
+    let whole: String = ghost.lines().map(str::trim).collect();
+    bench.browser.keys(&[key::CONTROL], key::RIGHT).await;
+    bench.shot("partly-accepted").await;
+    let taken = bench
+        .saved_line("store.rs", "one word of the suggestion", |l| {
+            let typed = l.trim();
+            !typed.is_empty() && typed.len() < whole.len() && whole.starts_with(typed)
+        })
+        .await;
+    shown.push(ghost);
+
+    // 3. Something else typed where it shows; asking there settled 2.
+    let ghost = bench
+        .suggestion_below("store.rs", "        let total = self.hits + self.misses;")
+        .await;
+    let other = if ghost.trim_start().starts_with('#') {
+        "@"
+    } else {
+        "#"
+    };
+    bench.browser.keys(&[], other).await;
+    shown.push(ghost);
+
+    let deadline = Instant::now() + support::browser::PATIENCE;
+    loop {
+        let stats = support::completion_stats(&bench.root().join("state"));
+        let sum = |outcome: &str| -> u64 {
+            let groups = stats["groups"].as_array().cloned().unwrap_or_default();
+            groups
+                .iter()
+                .filter(|g| g["editor"] != "unknown")
+                .map(|g| g[outcome].as_u64().unwrap_or(0))
+                .sum()
+        };
+        let counts = [sum("accepted"), sum("partial"), sum("ignored")];
+        if counts == [1, 1, 1] {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "accepted, partial, ignored are {counts:?}, not 1, 1, 1 (the word taken: {taken:?}): {stats}"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    support::assert_no_suggestion_text(&bench.root().join("state"), &shown);
+
+    // The extension's language setting reaches the server: asked in a
+    // markdown file, the status item says completions are off here.
+    bench.open_at("notes.md", 3).await;
+    bench.palette("Trigger Inline Suggestion").await;
+    bench
+        .status_item("completions off here", |t| t.contains("off here"))
+        .await;
+    bench.shot("markdown-off").await;
+}
+
 /// explain served by `primary/mid` (medium); with it down, by `secondary/small`.
 fn remote_config(primary: &FakeProvider, secondary: &FakeProvider) -> String {
     format!(
@@ -462,6 +623,7 @@ async fn status_bar_local_only_explain_and_the_downshift_indicator() {
             config: remote_config(&primary, &secondary),
             files: &[("add.rs", ADD)],
             models: false,
+            settings: json!({}),
         },
     )
     .await;

@@ -76,6 +76,8 @@ struct Setup<'a> {
     show_progress: bool,
     /// Added to the snippet's `languages.toml`.
     more_languages: &'a str,
+    /// In place of the snippet's `autocomplete = ...` server setting.
+    autocomplete: Option<&'a str>,
 }
 
 impl Helix {
@@ -96,9 +98,17 @@ impl Helix {
             .unwrap();
         let helix_config = root.join("config/helix");
         std::fs::create_dir_all(&helix_config).unwrap();
-        let snippet = switchyard_alone(
+        let mut snippet = switchyard_alone(
             &std::fs::read_to_string(repo().join("editors/helix/languages.toml")).unwrap(),
         );
+        if let Some(autocomplete) = setup.autocomplete {
+            let documented = snippet
+                .lines()
+                .find(|l| l.starts_with("autocomplete = "))
+                .expect("the snippet sets autocomplete")
+                .to_owned();
+            snippet = snippet.replace(&documented, &format!("autocomplete = {autocomplete}"));
+        }
         std::fs::write(
             helix_config.join("languages.toml"),
             format!("{snippet}\n{}", setup.more_languages),
@@ -106,8 +116,10 @@ impl Helix {
         .unwrap();
         std::fs::write(
             helix_config.join("config.toml"),
+            // The menu opens on C-x only, as for a user who turned the
+            // automatic one off: every suggestion shown is one the test asked for.
             format!(
-                "[editor.lsp]\ndisplay-progress-messages = {}\n",
+                "[editor]\nauto-completion = false\n\n[editor.lsp]\ndisplay-progress-messages = {}\n",
                 setup.show_progress
             ),
         )
@@ -232,6 +244,57 @@ impl Helix {
         }
     }
 
+    /// Asks for completions (C-x) in insert mode until the menu shows (an
+    /// empty answer is on time while the model's cache is cold); the first
+    /// item's label and the screen.
+    async fn menu(&self) -> (String, String) {
+        let before = self
+            .wait_screen("insert mode", |s| s.contains(" INS "))
+            .await;
+        for _ in 0..20 {
+            self.keys(&["C-x"]);
+            let deadline = Instant::now() + Duration::from_secs(6);
+            while Instant::now() < deadline {
+                let screen = self.screen();
+                // A new row holding the item's kind after its label:
+                // "  102           self.hits = 0; text entry| ...", or with
+                // nothing after the kind.
+                let kind = |l: &str| {
+                    l.find(" text ")
+                        .or_else(|| l.ends_with(" text").then(|| l.len() - 5))
+                };
+                if let Some((row, at)) = screen
+                    .lines()
+                    .filter(|l| !before.contains(*l))
+                    .find_map(|l| kind(l).map(|at| (l, at)))
+                {
+                    let label = row[..at].trim_start().split_once(' ').unwrap().1;
+                    let label = label.trim().to_owned();
+                    assert!(!label.is_empty(), "{screen}");
+                    return (label, screen);
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+        panic!(
+            "no completion menu; the screen:\n{}\n{}",
+            self.screen(),
+            self.log_tail()
+        )
+    }
+
+    /// From normal mode, opens a line below the one of `saved` that reads
+    /// `anchor` (`<n>G`, then `o`).
+    fn open_below(&self, saved: &str, anchor: &str) {
+        let n = saved
+            .lines()
+            .position(|l| l == anchor)
+            .unwrap_or_else(|| panic!("no line {anchor:?} in\n{saved}"))
+            + 1;
+        self.type_text(&format!("{n}G"));
+        self.keys(&["o"]);
+    }
+
     /// Waits until the screen satisfies `done`; fails with the screen and the
     /// server's log otherwise.
     async fn wait_screen(&self, what: &str, done: impl Fn(&str) -> bool) -> String {
@@ -299,10 +362,10 @@ fn text(output: &Output) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_completion_menu_offers_the_suggestion_and_accepting_it_edits_the_buffer() {
+async fn the_completion_menu_offers_the_suggestion_and_the_stats_count_what_became_of_it() {
     let _turn = ONE_AT_A_TIME.lock().await;
     let Some(hx) = hx_or_say_why(
-        "the_completion_menu_offers_the_suggestion_and_accepting_it_edits_the_buffer",
+        "the_completion_menu_offers_the_suggestion_and_the_stats_count_what_became_of_it",
     ) else {
         return;
     };
@@ -311,11 +374,19 @@ async fn the_completion_menu_offers_the_suggestion_and_accepting_it_edits_the_bu
         hx,
         Setup {
             config: "[local]\nauto_pull = false\n\n[autocomplete]\ninput_tokens = 256\n",
-            files: &[("store.rs", &document)],
+            files: &[
+                ("store.rs", &document),
+                ("notes.md", "# Notes\n\nSome text.\n"),
+            ],
             models: true,
             open: &format!("store.rs:{line}"),
             show_progress: true,
-            more_languages: "",
+            more_languages: "[[language]]\nname = \"markdown\"\nlanguage-servers = [\"switchyard\"]\n",
+            // A budget that lets the model end its line (not the deadline),
+            // so a suggestion is seldom a single word.
+            autocomplete: Some(
+                "{ enabled = true, budget_ms = 3000, languages = { markdown = false } }",
+            ),
         },
     );
     helix.ready().await;
@@ -324,39 +395,9 @@ async fn the_completion_menu_offers_the_suggestion_and_accepting_it_edits_the_bu
         assert!(Instant::now() < deadline, "the local model did not load");
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
-    // Append at the end of the indented line, then ask for completions (C-x);
-    // an empty answer is on time while the model's cache is cold, so ask again.
+    // 1. Accepted: append at the end of the indented line, ask (C-x), Tab.
     helix.keys(&["A"]);
-    let before = helix
-        .wait_screen("insert mode", |s| s.contains(" INS "))
-        .await;
-    let mut menu = None;
-    for _ in 0..20 {
-        helix.keys(&["C-x"]);
-        let deadline = Instant::now() + Duration::from_secs(6);
-        while Instant::now() < deadline {
-            let screen = helix.screen();
-            // A new row holding the item's kind after its label.
-            if let Some(row) = screen
-                .lines()
-                .find(|l| l.contains(" text ") && !before.contains(*l))
-            {
-                menu = Some((row.to_owned(), screen));
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-        if menu.is_some() {
-            break;
-        }
-    }
-    let (row, screen) = menu.unwrap_or_else(|| panic!("no completion menu\n{}", helix.log_tail()));
-    // "  102           self.hits = 0; text entry| ...": between the line
-    // number and the kind.
-    let label = row.trim_start().split_once(' ').unwrap().1;
-    let label = label.split(" text ").next().unwrap().trim().to_owned();
-    assert!(!label.is_empty(), "{screen}");
-
+    let (label, screen) = helix.menu().await;
     // Tab selects the item, which puts it in the buffer.
     helix.keys(&["Tab"]);
     let saved = helix.saved("store.rs").await;
@@ -373,13 +414,104 @@ async fn the_completion_menu_offers_the_suggestion_and_accepting_it_edits_the_bu
         let indent = extra.len() - extra.trim_start().len();
         assert!(indent < 16, "re-indented: {extra:?}\n{saved}");
     }
-    // The item's edit at the cursor tells the server it was accepted.
+    let mut shown = vec![label];
+
+    // 2. Partly accepted: its first word typed, then something else. A
+    // suggestion of one word has no part to take: it is ignored, and the
+    // next line tried.
+    helix.open_below(&saved, "        let now = Instant::now();");
+    let mut one_word = 0;
+    loop {
+        let (label, _) = helix.menu().await;
+        // Typed into the open menu (an Escape and a letter straight after
+        // it would reach Helix as Alt and the letter).
+        let word = first_word(&label);
+        if word == label && one_word < 3 {
+            one_word += 1;
+            helix.type_text(other_than(&label));
+            helix.keys(&["Enter"]);
+            continue;
+        }
+        helix.type_text(&word);
+        helix.type_text(other_than(&label[word.len()..]));
+        shown.push(label);
+        break;
+    }
+
+    // 3. Ignored: something else typed where it showed.
+    let saved = helix.saved("store.rs").await;
+    helix.open_below(&saved, "        let total = self.hits + self.misses;");
+    let (label, _) = helix.menu().await;
+    helix.type_text(other_than(&label));
+    shown.push(label);
+    helix.saved("store.rs").await;
+
+    // Each was settled from the edits Helix sent, for the editor it names.
     let stats = support::completion_stats(&helix.root().join("state"));
     let helix_group = stats["groups"]
         .as_array()
         .and_then(|groups| groups.iter().find(|g| g["editor"] == "helix"))
         .unwrap_or_else(|| panic!("no stats for helix: {stats}"));
-    assert_eq!(helix_group["accepted"], 1, "{stats}");
+    for (outcome, n) in [("accepted", 1), ("partial", 1), ("ignored", 1 + one_word)] {
+        let records = std::fs::read_to_string(helix.root().join("state/completions.jsonl"));
+        assert_eq!(
+            helix_group[outcome],
+            n,
+            "{outcome}: {stats}\n{records:?}\n{shown:?}\n{}",
+            helix.log_tail()
+        );
+    }
+    support::assert_no_suggestion_text(&helix.root().join("state"), &shown);
+
+    // Markdown is off by the server's settings in languages.toml: asking
+    // there shows the state in the status line (a progress message).
+    helix.command(":open notes.md");
+    helix
+        .until_shown(
+            "completions off for markdown",
+            Duration::from_secs(5),
+            |h| h.keys(&["A", "C-x"]),
+            |s| s.contains("completions ⋅ off: completions are off for markdown"),
+        )
+        .await;
+    helix.saved("notes.md").await;
+
+    // Snoozed from the workspace command, told in the status line; a
+    // restarted server still snoozes: resuming it is a change it tells.
+    helix.command(":lsp-workspace-command switchyard.snooze");
+    helix
+        .wait_screen("the snooze", |s| {
+            s.contains("completions ⋅ snoozed for 30 more min")
+        })
+        .await;
+    helix.command(":lsp-restart");
+    let deadline = Instant::now() + PATIENCE;
+    while helix.log().matches("local model ready").count() < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "the restarted server did not load the model"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    helix.command(":lsp-workspace-command switchyard.resumeCompletions");
+    helix
+        .wait_screen("the resume", |s| s.contains("completions ⋅ ready"))
+        .await;
+}
+
+/// The first word of a suggestion (or its first run of punctuation), as an
+/// editor's accept-word takes it.
+fn first_word(text: &str) -> String {
+    let word = |c: char| c.is_alphanumeric() || c == '_';
+    let first = text.chars().next().expect("a suggestion");
+    text.chars()
+        .take_while(|&c| word(c) == word(first) && !c.is_whitespace())
+        .collect()
+}
+
+/// A character that does not go on with `text`.
+fn other_than(text: &str) -> &'static str {
+    if text.starts_with('#') { "@" } else { "#" }
 }
 
 const ADD: &str =
@@ -413,6 +545,7 @@ async fn a_code_action_applies_and_the_local_only_toggle_shows_its_message() {
             open: "add.rs:3",
             show_progress: true,
             more_languages: "",
+            autocomplete: None,
         },
     );
     helix.ready().await;
@@ -473,6 +606,7 @@ async fn a_broken_config_is_reported_in_the_editor() {
             // The model's loading progress would follow the error at once.
             show_progress: false,
             more_languages: "[[language]]\nname = \"markdown\"\nlanguage-servers = [\"switchyard\"]\n",
+            autocomplete: None,
         },
     );
     helix.ready().await;

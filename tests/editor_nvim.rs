@@ -102,6 +102,11 @@ async fn ghost_text_appears_while_typing_and_tab_accepts_it() {
 }
 
 #[tokio::test]
+async fn accepted_partly_accepted_and_ignored_suggestions_are_counted() {
+    run_script("acceptance.lua", Models::Test, &[]).await;
+}
+
+#[tokio::test]
 async fn the_statusline_shows_the_provider_and_follows_local_only() {
     let (fake, env) = fake_provider("Hello from the fake: it counts the words.").await;
     run_script("statusline.lua", Models::Empty, &env).await;

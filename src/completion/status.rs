@@ -59,6 +59,39 @@ impl Default for CompletionStatus {
 
 /// Why the recent automatic requests that reached the engine were late
 /// (`None`: in time).
+impl CompletionStatus {
+    /// Whether this state, after `other`, is a change worth telling a user
+    /// who reads messages: a new state (but the end of a load), a new reason to be off or failing, a new snooze end (a
+    /// late state's count moving on is not).
+    pub fn differs_for_a_reader(&self, other: &CompletionStatus) -> bool {
+        // The model's load has its own progress that ends in "ready".
+        if (self.state, other.state) == (CompletionState::Ready, CompletionState::Loading) {
+            return false;
+        }
+        self.state != other.state
+            || self.until_ms != other.until_ms
+            || (self.state != CompletionState::Late && self.reason != other.reason)
+    }
+
+    /// One line for editors that show messages rather than the status
+    /// object (Helix), at wall-clock time `now_ms`.
+    pub fn message(&self, now_ms: u64) -> String {
+        let reason = self.reason.as_deref().unwrap_or("no reason given");
+        match self.state {
+            CompletionState::Loading => "loading the local model".to_owned(),
+            CompletionState::Ready => "ready".to_owned(),
+            CompletionState::Off => format!("off: {reason}"),
+            CompletionState::Snoozed => {
+                let left_ms = self.until_ms.unwrap_or(now_ms).saturating_sub(now_ms);
+                let minutes = left_ms.div_ceil(60_000);
+                format!("snoozed for {minutes} more min (switchyard.resumeCompletions resumes)")
+            }
+            CompletionState::Late => format!("late: {reason}"),
+            CompletionState::Failed => format!("failed: {reason}"),
+        }
+    }
+}
+
 #[derive(Default)]
 pub(super) struct Recent {
     requests: VecDeque<Option<Lateness>>,
@@ -190,6 +223,33 @@ impl CompletionService {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_reader_hears_of_new_states_and_reasons_but_not_of_a_late_count() {
+        let status = |state, reason: &str, until_ms| CompletionStatus {
+            state,
+            reason: (!reason.is_empty()).then(|| reason.to_owned()),
+            until_ms,
+        };
+        let late = status(CompletionState::Late, "5 of the last 8", None);
+        assert!(!late.differs_for_a_reader(&status(
+            CompletionState::Late,
+            "6 of the last 8",
+            None
+        )));
+        let off = status(CompletionState::Off, "markdown", None);
+        assert!(off.differs_for_a_reader(&status(CompletionState::Off, "plaintext", None)));
+        assert!(off.differs_for_a_reader(&status(CompletionState::Ready, "", None)));
+        let snoozed = status(CompletionState::Snoozed, "", Some(120_000));
+        assert!(snoozed.differs_for_a_reader(&status(CompletionState::Snoozed, "", Some(60_000))));
+        assert_eq!(
+            snoozed.message(30_000),
+            "snoozed for 2 more min (switchyard.resumeCompletions resumes)"
+        );
+        assert_eq!(off.message(0), "off: markdown");
+        let loading = status(CompletionState::Loading, "", None);
+        assert!(!status(CompletionState::Ready, "", None).differs_for_a_reader(&loading));
+    }
 
     #[test]
     fn most_recent_requests_late_makes_the_state_late_with_its_cause() {

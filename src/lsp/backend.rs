@@ -21,6 +21,7 @@ use super::wire::{StatusNotification, StatusParams};
 use crate::completion::CompletionService;
 use crate::completion::controls::Snooze;
 use crate::completion::stats::{self, StatsLog};
+use crate::completion::status::{CompletionState, CompletionStatus};
 use crate::completion::tracking::Tracking;
 use crate::config::{Config, ConfigError, ConfigLayers};
 use crate::core::Core;
@@ -128,9 +129,12 @@ impl Backend {
         let (client, mut rx) = (self.client.clone(), self.core.subscribe());
         let mut completion = self.completion.subscribe_status();
         let notify = self.config().status_notifications;
+        let progress = self.supports_progress();
         let core = self.core.clone();
         tokio::spawn(async move {
             let mut before = rx.borrow_and_update().clone();
+            // Loading is what a reader assumes at start; anything else is told.
+            let mut completion_before = CompletionStatus::default();
             loop {
                 let now = rx.borrow_and_update().clone();
                 let completion_now = completion.borrow_and_update().clone();
@@ -138,13 +142,19 @@ impl Backend {
                     let rule = core.workspace_rule();
                     let params = StatusParams::for_workspace(&now, rule, &completion_now);
                     client.send_notification::<StatusNotification>(params).await;
-                } else if let Some(message) = now.change_message(&before) {
-                    let kind = if now.downshifted_from.is_some() {
-                        MessageType::WARNING
-                    } else {
-                        MessageType::INFO
-                    };
-                    client.show_message(kind, message).await;
+                } else {
+                    if let Some(message) = now.change_message(&before) {
+                        let kind = if now.downshifted_from.is_some() {
+                            MessageType::WARNING
+                        } else {
+                            MessageType::INFO
+                        };
+                        client.show_message(kind, message).await;
+                    }
+                    if completion_now.differs_for_a_reader(&completion_before) {
+                        tell_completion_state(&client, &completion_now, progress).await;
+                        completion_before = completion_now;
+                    }
                 }
                 before = now;
                 let changed = tokio::select! {
@@ -312,5 +322,33 @@ pub(super) fn negotiate_encoding(caps: &ClientCapabilities) -> PositionEncoding 
         PositionEncoding::Utf8
     } else {
         PositionEncoding::Utf16
+    }
+}
+
+/// The completion state for a client without `switchyard/status`: a
+/// progress that begins and ends at once, whose end message Helix shows in
+/// its status line ("switchyard: completions ⋅ snoozed for 30 more min");
+/// a message where the client has no progress.
+async fn tell_completion_state(client: &Client, status: &CompletionStatus, progress: bool) {
+    static REPORTS: AtomicU64 = AtomicU64::new(0);
+    let message = status.message(crate::clock::now_ms());
+    let n = REPORTS.fetch_add(1, Ordering::Relaxed);
+    let token = NumberOrString::String(format!("switchyard/completions/{n}"));
+    if progress
+        && client
+            .create_work_done_progress(token.clone())
+            .await
+            .is_ok()
+    {
+        let ongoing = client.progress(token, "completions").begin().await;
+        ongoing.finish_with_message(message).await;
+    } else {
+        let kind = match status.state {
+            CompletionState::Failed | CompletionState::Late => MessageType::WARNING,
+            _ => MessageType::INFO,
+        };
+        client
+            .show_message(kind, format!("switchyard completions: {message}"))
+            .await;
     }
 }

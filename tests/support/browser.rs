@@ -25,6 +25,7 @@ pub mod key {
     pub const ESCAPE: &str = "\u{E00C}";
     pub const TAB: &str = "\u{E004}";
     pub const CONTROL: &str = "\u{E009}";
+    pub const RIGHT: &str = "\u{E014}";
     pub const SHIFT: &str = "\u{E008}";
     pub const END: &str = "\u{E010}";
     pub const F1: &str = "\u{E031}";

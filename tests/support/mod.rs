@@ -62,6 +62,31 @@ pub fn sample_with_hole() -> (String, usize) {
     (text, SAMPLE_RUST[..at].lines().count() + 1)
 }
 
+/// Fails if the completion stats file in `state_dir` holds a line of any
+/// suggestion in `shown` (long enough not to be JSON's own text; an editor's
+/// `…` of a cut label left out).
+#[allow(dead_code)] // not every test binary reads them
+pub fn assert_no_suggestion_text(state_dir: &Path, shown: &[String]) {
+    let file = std::fs::read_to_string(state_dir.join("completions.jsonl"))
+        .expect("the completion stats file");
+    let lines: Vec<&str> = shown
+        .iter()
+        .flat_map(|text| text.lines())
+        .map(|line| line.trim().trim_end_matches('…').trim())
+        .filter(|line| line.len() >= 6)
+        .collect();
+    assert!(
+        !lines.is_empty(),
+        "no suggestion line to look for in {shown:?}"
+    );
+    for line in lines {
+        assert!(
+            !file.contains(line),
+            "the stats file holds {line:?}:\n{file}"
+        );
+    }
+}
+
 /// What `switchyard stats --json` says of the completion stats in `state_dir`.
 #[allow(dead_code)] // not every test binary reads them
 pub fn completion_stats(state_dir: &Path) -> serde_json::Value {

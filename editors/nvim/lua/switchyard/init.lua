@@ -29,7 +29,24 @@ M.defaults = {
   --- Insert-mode keys that accept only the next word, or the rest of the line, of the ghost text.
   accept_word_key = '<M-Right>',
   accept_line_key = '<M-C-Right>',
+  --- Insert-mode key that asks for a suggestion now (an invoked request: the
+  --- server's longer budget, none of the rules that skip automatic requests).
+  trigger_key = '<M-Bslash>',
 }
+
+--- Sends an invoked inline completion request for the current buffer.
+--- Neovim 0.12 has no public call for it, so this reaches its inline
+--- completion handler through vim.lsp._capability; false where that is gone.
+local function trigger()
+  local ok, capability = pcall(require, 'vim.lsp._capability')
+  local completor = ok and capability.all and capability.all.inline_completion
+  local active = completor and completor.active[vim.api.nvim_get_current_buf()]
+  if not active then
+    return false
+  end
+  active:request(vim.lsp.protocol.InlineCompletionTriggerKind.Invoked)
+  return true
+end
 
 --- The next word of `text` (with the spaces before it), or its first run of punctuation.
 local function next_word(text)
@@ -85,6 +102,13 @@ local function enable_inline_completion(opts)
         return opts.accept_key
       end
     end, { expr = true, desc = 'switchyard: accept the inline completion' })
+  end
+  if opts.trigger_key then
+    vim.keymap.set('i', opts.trigger_key, function()
+      if not trigger() then
+        vim.notify('switchyard: this Neovim cannot ask for an inline completion', vim.log.levels.WARN)
+      end
+    end, { desc = 'switchyard: ask for an inline completion now' })
   end
   for key, part in pairs({ [opts.accept_word_key or ''] = next_word, [opts.accept_line_key or ''] = next_line }) do
     if key ~= '' then
