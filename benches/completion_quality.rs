@@ -50,6 +50,10 @@ async fn run(
     for (i, task) in tasks.iter().enumerate() {
         attempts.push(infilling::attempt(&mut client, task, i, arrival, idle).await);
     }
+    println!(
+        "{budget_ms} ms, {arrival:?}: {}",
+        acceptance(&support::completion_stats(&client.state_dir()))
+    );
     if let Ok(dir) = std::env::var("QUALITY_OUT") {
         let dir = PathBuf::from(dir);
         std::fs::create_dir_all(&dir).expect("QUALITY_OUT can be created");
@@ -58,6 +62,25 @@ async fn run(
     }
     client.shutdown().await;
     attempts
+}
+
+/// What `switchyard stats` says of the run's suggestions, summed over its
+/// groups: the benchmark takes an exact answer with Tab and otherwise types
+/// the canonical one (see `infilling::attempt`).
+fn acceptance(stats: &serde_json::Value) -> String {
+    let groups = stats["groups"].as_array().cloned().unwrap_or_default();
+    let sum = |key: &str| -> u64 { groups.iter().map(|g| g[key].as_u64().unwrap_or(0)).sum() };
+    let (shown, accepted, partial) = (sum("shown"), sum("accepted"), sum("partial"));
+    format!(
+        "stats: {} requests, {shown} shown, {accepted} accepted, {partial} partly, {} ignored \
+         ({:.1} % of shown accepted whole or in part), {} characters accepted, {} empty ({} late)",
+        sum("requests"),
+        sum("ignored"),
+        (accepted + partial) as f64 * 100.0 / shown.max(1) as f64,
+        sum("accepted_chars"),
+        sum("empty"),
+        sum("late"),
+    )
 }
 
 /// How many canonical answers survive the rules whole, with a few that do not.

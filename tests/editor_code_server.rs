@@ -286,6 +286,60 @@ impl Workbench {
             .await;
         self.browser.keys(&[], key::END).await;
     }
+
+    /// A new line below the line of `path` that reads `anchor` (End,
+    /// Enter), where *Trigger Inline Suggestion* (Alt+\ in a desktop VS Code;
+    /// an invoked request) runs from the palette until ghost text shows; the
+    /// ghost text.
+    async fn suggestion_below(&self, path: &str, anchor: &str) -> String {
+        let saved = std::fs::read_to_string(self.workspace_file(path)).unwrap();
+        let line = saved
+            .lines()
+            .position(|l| l == anchor)
+            .unwrap_or_else(|| panic!("no line {anchor:?} in {path}"))
+            + 1;
+        self.open_at(path, line as u32).await;
+        self.browser.keys(&[], key::ENTER).await;
+        for _ in 0..20 {
+            self.palette("Trigger Inline Suggestion").await;
+            let deadline = Instant::now() + Duration::from_secs(8);
+            while Instant::now() < deadline {
+                let state = self.browser.eval(EDITOR).await;
+                if let Some(ghost) = state["ghost"].as_str().filter(|g| !g.trim().is_empty()) {
+                    return ghost.to_owned();
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+        panic!(
+            "no ghost text below {anchor:?} after 20 asks\n{}",
+            self.log_tail()
+        )
+    }
+
+    async fn model_ready(&self) {
+        self.wait("the local model", "return null;", |_| {
+            std::fs::read_to_string(self.root().join("switchyard.log"))
+                .is_ok_and(|log| log.contains("local model ready"))
+        })
+        .await;
+    }
+
+    /// Waits until a line of the saved `path` satisfies `done`; that line.
+    async fn saved_line(&self, path: &str, what: &str, done: impl Fn(&str) -> bool) -> String {
+        let deadline = Instant::now() + support::browser::PATIENCE;
+        loop {
+            let saved = std::fs::read_to_string(self.workspace_file(path)).unwrap();
+            if let Some(line) = saved.lines().find(|l| done(l)) {
+                return line.to_owned();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{what}: no such line in\n{saved}"
+            );
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    }
 }
 
 /// Whether the workbench is up with the switchyard item in its status bar.
@@ -335,12 +389,7 @@ async fn ghost_text_from_the_local_model_appears_and_tab_accepts_it() {
         },
     )
     .await;
-    bench
-        .wait("the local model", "return null;", |_| {
-            std::fs::read_to_string(bench.root().join("switchyard.log"))
-                .is_ok_and(|log| log.contains("local model ready"))
-        })
-        .await;
+    bench.model_ready().await;
     bench.open_at("store.rs", line as u32).await;
     // An empty answer is on time while the model's cache is cold, and the
     // model may have nothing to add to a given prefix: type on, a key at a
@@ -411,54 +460,6 @@ async fn ghost_text_from_the_local_model_appears_and_tab_accepts_it() {
     }
 }
 
-impl Workbench {
-    /// A new line below the line of `path` that reads `anchor` (End,
-    /// Enter), where *Trigger Inline Suggestion* (Alt+\ in a desktop VS Code;
-    /// an invoked request) runs from the palette until ghost text shows; the
-    /// ghost text.
-    async fn suggestion_below(&self, path: &str, anchor: &str) -> String {
-        let saved = std::fs::read_to_string(self.workspace_file(path)).unwrap();
-        let line = saved
-            .lines()
-            .position(|l| l == anchor)
-            .unwrap_or_else(|| panic!("no line {anchor:?} in {path}"))
-            + 1;
-        self.open_at(path, line as u32).await;
-        self.browser.keys(&[], key::ENTER).await;
-        for _ in 0..20 {
-            self.palette("Trigger Inline Suggestion").await;
-            let deadline = Instant::now() + Duration::from_secs(8);
-            while Instant::now() < deadline {
-                let state = self.browser.eval(EDITOR).await;
-                if let Some(ghost) = state["ghost"].as_str().filter(|g| !g.trim().is_empty()) {
-                    return ghost.to_owned();
-                }
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-        }
-        panic!(
-            "no ghost text below {anchor:?} after 20 asks\n{}",
-            self.log_tail()
-        )
-    }
-
-    /// Waits until line `n` (1-based) of the saved `path` satisfies `done`.
-    async fn saved_line(&self, path: &str, what: &str, done: impl Fn(&str) -> bool) -> String {
-        let deadline = Instant::now() + support::browser::PATIENCE;
-        loop {
-            let saved = std::fs::read_to_string(self.workspace_file(path)).unwrap();
-            if let Some(line) = saved.lines().find(|l| done(l)) {
-                return line.to_owned();
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{what}: no such line in\n{saved}"
-            );
-            tokio::time::sleep(Duration::from_millis(300)).await;
-        }
-    }
-}
-
 /// One suggestion accepted with Tab, one a word at a time with VS Code's own
 /// accept-word (Ctrl+Right), one ignored by typing something else: the
 /// stats count 1, 1 and 1 for this editor and hold none of the text. The
@@ -484,12 +485,7 @@ async fn suggestions_accepted_by_tab_by_word_and_ignored_are_counted() {
         },
     )
     .await;
-    bench
-        .wait("the local model", "return null;", |_| {
-            std::fs::read_to_string(bench.root().join("switchyard.log"))
-                .is_ok_and(|log| log.contains("local model ready"))
-        })
-        .await;
+    bench.model_ready().await;
     let mut shown = Vec::new();
 
     // 1. Tab: VS Code runs the item's accept command.

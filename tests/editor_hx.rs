@@ -175,6 +175,16 @@ impl Helix {
         }
     }
 
+    /// Waits until the server's log says the model loaded `times` times
+    /// (each server started in this editor appends to it).
+    async fn model_loaded(&self, times: usize) {
+        let deadline = Instant::now() + PATIENCE;
+        while self.log().matches("local model ready").count() < times {
+            assert!(Instant::now() < deadline, "the local model did not load");
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    }
+
     fn log(&self) -> String {
         std::fs::read_to_string(self.root().join("state/switchyard.log")).unwrap_or_default()
     }
@@ -390,11 +400,7 @@ async fn the_completion_menu_offers_the_suggestion_and_the_stats_count_what_beca
         },
     );
     helix.ready().await;
-    let deadline = Instant::now() + PATIENCE;
-    while !helix.log().contains("local model ready") {
-        assert!(Instant::now() < deadline, "the local model did not load");
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
+    helix.model_loaded(1).await;
     // 1. Accepted: append at the end of the indented line, ask (C-x), Tab.
     helix.keys(&["A"]);
     let (label, screen) = helix.menu().await;
@@ -485,14 +491,7 @@ async fn the_completion_menu_offers_the_suggestion_and_the_stats_count_what_beca
         })
         .await;
     helix.command(":lsp-restart");
-    let deadline = Instant::now() + PATIENCE;
-    while helix.log().matches("local model ready").count() < 2 {
-        assert!(
-            Instant::now() < deadline,
-            "the restarted server did not load the model"
-        );
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
+    helix.model_loaded(2).await;
     helix.command(":lsp-workspace-command switchyard.resumeCompletions");
     helix
         .wait_screen("the resume", |s| s.contains("completions ⋅ ready"))

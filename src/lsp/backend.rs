@@ -152,7 +152,12 @@ impl Backend {
                         client.show_message(kind, message).await;
                     }
                     if completion_now.differs_for_a_reader(&completion_before) {
-                        tell_completion_state(&client, &completion_now, progress).await;
+                        // Apart, so a client slow to take the progress holds
+                        // up none of the messages after it.
+                        let (client, now) = (client.clone(), completion_now.clone());
+                        tokio::spawn(async move {
+                            tell_completion_state(&client, &now, progress).await
+                        });
                         completion_before = completion_now;
                     }
                 }
@@ -342,9 +347,10 @@ async fn tell_completion_state(client: &Client, status: &CompletionStatus, progr
     {
         let ongoing = client.progress(token, "completions").begin().await;
         ongoing.finish_with_message(message).await;
-    } else {
+    } else if status.state != CompletionState::Failed {
+        // (A model that failed has had its error message from the loader.)
         let kind = match status.state {
-            CompletionState::Failed | CompletionState::Late => MessageType::WARNING,
+            CompletionState::Late => MessageType::WARNING,
             _ => MessageType::INFO,
         };
         client

@@ -149,13 +149,14 @@ pub async fn attempt(
     let started = Instant::now();
     let response = client.inline_completion(&uri, line, character).await;
     let latency = started.elapsed();
+    let completion = first_item(&response);
+    settle(client, task, &uri, &response, &completion).await;
     client
         .notify(
             "textDocument/didClose",
             json!({"textDocument": {"uri": uri}}),
         )
         .await;
-    let completion = first_item(&response);
     let empty_reason = completion
         .is_empty()
         .then(|| empty_reason(&client.log(), log_before));
@@ -168,6 +169,27 @@ pub async fn attempt(
         empty_reason,
         passed,
     }
+}
+
+/// What a user who wanted the canonical answer does with the suggestion: one
+/// that is exactly it is taken with Tab (the item's command runs, as in VS
+/// Code and Neovim); otherwise the user types the canonical answer, and the
+/// server credits what of the suggestion it shares (a partial accept where
+/// that ends a word, else ignored).
+async fn settle(client: &mut LspClient, task: &Task, uri: &str, response: &Value, shown: &str) {
+    let command = &response["result"]["items"][0]["command"];
+    if !shown.is_empty() && task.exact(shown) && command.is_object() {
+        let params = json!({"command": command["command"], "arguments": command["arguments"]});
+        client.call("workspace/executeCommand", params).await;
+        return;
+    }
+    let (line, character) = task.cursor();
+    let at = json!({"line": line, "character": character});
+    let change = json!({
+        "textDocument": {"uri": uri, "version": 2},
+        "contentChanges": [{"range": {"start": at, "end": at}, "text": task.canonical_solution}],
+    });
+    client.notify("textDocument/didChange", change).await;
 }
 
 /// Why the server answered nothing, from its log since byte `log_before`.

@@ -50,6 +50,12 @@ const NEAR_TIE: f32 = 0.1;
 const MAIN: i32 = 0;
 const PARKED: i32 = 1;
 
+/// llama.cpp's backend, initialised once per process and shared with the
+/// engine: what a benchmark of llama.cpp's own decode needs beside it.
+pub fn llama_backend() -> Result<&'static LlamaBackend, String> {
+    backend()
+}
+
 pub(super) fn run(options: EngineOptions, rx: Receiver<Job>, status: watch::Sender<EngineStatus>) {
     let started = Instant::now();
     let loaded = backend()
