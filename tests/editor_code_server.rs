@@ -300,6 +300,11 @@ impl Workbench {
             + 1;
         self.open_at(path, line as u32).await;
         self.browser.keys(&[], key::ENTER).await;
+        self.ask(anchor).await
+    }
+
+    /// Runs *Trigger Inline Suggestion* until ghost text shows at the cursor.
+    async fn ask(&self, anchor: &str) -> String {
         for _ in 0..20 {
             self.palette("Trigger Inline Suggestion").await;
             let deadline = Instant::now() + Duration::from_secs(8);
@@ -501,10 +506,17 @@ async fn suggestions_accepted_by_tab_by_word_and_ignored_are_counted() {
     shown.push(ghost);
 
     // 2. Ctrl+Right: VS Code inserts the next word itself, with no command;
-    // the server sees it typed at the cursor.
-    let ghost = bench
-        .suggestion_below("store.rs", "        let now = Instant::now();")
-        .await;
+    // the server sees it typed at the cursor. A suggestion of one word has
+    // no part to take: it is ignored (something else typed), and the next
+    // line tried.
+    let anchor = "        let now = Instant::now();";
+    let mut ghost = bench.suggestion_below("store.rs", anchor).await;
+    let mut one_word = 0;
+    while is_one_word(&ghost) && one_word < 3 {
+        one_word += 1;
+        bench.browser.keys(&[], &format!("#{}", key::ENTER)).await;
+        ghost = bench.ask(anchor).await;
+    }
     // The ghost text's pieces as the page draws them, run together.
     let whole: String = ghost.lines().map(str::trim).collect();
     bench.browser.keys(&[key::CONTROL], key::RIGHT).await;
@@ -541,12 +553,13 @@ async fn suggestions_accepted_by_tab_by_word_and_ignored_are_counted() {
                 .sum()
         };
         let counts = [sum("accepted"), sum("partial"), sum("ignored")];
-        if counts == [1, 1, 1] {
+        if counts == [1, 1, 1 + one_word] {
             break;
         }
         assert!(
             Instant::now() < deadline,
-            "accepted, partial, ignored are {counts:?}, not 1, 1, 1 (the word taken: {taken:?}): {stats}"
+            "accepted, partial, ignored are {counts:?}, not 1, 1, {} (the word taken: {taken:?}): {stats}",
+            1 + one_word
         );
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
@@ -560,6 +573,13 @@ async fn suggestions_accepted_by_tab_by_word_and_ignored_are_counted() {
         .status_item("completions off here", |t| t.contains("off here"))
         .await;
     bench.shot("markdown-off").await;
+}
+
+/// Whether accepting the next word of `ghost` takes all of it.
+fn is_one_word(ghost: &str) -> bool {
+    let word = |c: char| c.is_alphanumeric() || c == '_';
+    let text = ghost.trim();
+    text.chars().all(word) || text.chars().all(|c| !word(c) && !c.is_whitespace())
 }
 
 /// explain served by `primary/mid` (medium); with it down, by `secondary/small`.
