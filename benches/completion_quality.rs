@@ -68,8 +68,7 @@ async fn run(
 /// groups: the benchmark takes an exact answer with Tab and otherwise types
 /// the canonical one (see `infilling::attempt`).
 fn acceptance(stats: &serde_json::Value) -> String {
-    let groups = stats["groups"].as_array().cloned().unwrap_or_default();
-    let sum = |key: &str| -> u64 { groups.iter().map(|g| g[key].as_u64().unwrap_or(0)).sum() };
+    let sum = |key| support::stats_sum(stats, key, |_| true);
     let (shown, accepted, partial) = (sum("shown"), sum("accepted"), sum("partial"));
     format!(
         "stats: {} requests, {shown} shown, {accepted} accepted, {partial} partly, {} ignored \

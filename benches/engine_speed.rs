@@ -44,6 +44,10 @@ use switchyard::providers::local::{
 
 #[path = "../tests/support/cpu_hog.rs"]
 mod cpu_hog;
+#[path = "../tests/support/spread.rs"]
+mod spread;
+
+use spread::summary;
 
 /// Source files to cut prompts from: each job's prompt shares nothing with
 /// the one before.
@@ -59,16 +63,6 @@ const GENERATED: usize = 32;
 
 fn reps() -> usize {
     std::env::var("ENGINE_SPEED_REPS").map_or(5, |r| r.parse().expect("ENGINE_SPEED_REPS"))
-}
-
-/// Median, min and max.
-fn summary(mut values: Vec<f64>) -> (f64, f64, f64) {
-    values.sort_by(f64::total_cmp);
-    (
-        values[values.len() / 2],
-        values[0],
-        values[values.len() - 1],
-    )
 }
 
 fn row(what: &str, values: Vec<f64>, limit: Option<f64>) -> f64 {
@@ -238,11 +232,7 @@ async fn completion_path(config: &Config, drafts: bool, reps: usize) -> PathRun 
     if !drafts {
         options.draft_tokens = 0;
     }
-    // As the engine picks them.
-    let threads = match options.threads {
-        0 => std::thread::available_parallelism().map_or(2, |n| n.get()),
-        n => n,
-    };
+    let threads = options.threads_in_use();
     let engine = LocalEngine::spawn(options);
     let info = engine.wait_ready().await.expect("model loads");
     engine.complete(job(reps)).await.expect("warm-up job"); // allocations, caches

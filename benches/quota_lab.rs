@@ -22,6 +22,11 @@ use switchyard::state::memory::MemoryState;
 use switchyard::task::TaskKind;
 use tokio::time::{Instant, sleep, sleep_until};
 
+#[path = "../tests/support/spread.rs"]
+mod spread;
+
+use spread::summary;
+
 const UNITS: usize = 300;
 const WORKERS: usize = 40;
 const UNIT_TOKENS: std::ops::RangeInclusive<u64> = 2_500..=5_500;
@@ -374,18 +379,6 @@ fn run(fleet: Fleet, seed: u64, latency_ms: std::ops::Range<u64>) -> Run {
 }
 
 // ---------------------------------------------------------------- the report
-
-/// Median and min–max of `values`.
-fn summary(mut values: Vec<f64>) -> (f64, f64, f64) {
-    values.sort_by(f64::total_cmp);
-    let n = values.len();
-    let median = if n % 2 == 1 {
-        values[n / 2]
-    } else {
-        (values[n / 2 - 1] + values[n / 2]) / 2.0
-    };
-    (median, values[0], values[n - 1])
-}
 
 fn cell(values: Vec<f64>, decimals: usize) -> String {
     let (median, min, max) = summary(values);

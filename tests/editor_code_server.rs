@@ -533,25 +533,16 @@ async fn suggestions_accepted_by_tab_by_word_and_ignored_are_counted() {
     let ghost = bench
         .suggestion_below("store.rs", "        let total = self.hits + self.misses;")
         .await;
-    let other = if ghost.trim_start().starts_with('#') {
-        "@"
-    } else {
-        "#"
-    };
-    bench.browser.keys(&[], other).await;
+    bench
+        .browser
+        .keys(&[], support::other_than(ghost.trim_start()))
+        .await;
     shown.push(ghost);
 
     let deadline = Instant::now() + support::browser::PATIENCE;
     loop {
         let stats = support::completion_stats(&bench.root().join("state"));
-        let sum = |outcome: &str| -> u64 {
-            let groups = stats["groups"].as_array().cloned().unwrap_or_default();
-            groups
-                .iter()
-                .filter(|g| g["editor"] != "unknown")
-                .map(|g| g[outcome].as_u64().unwrap_or(0))
-                .sum()
-        };
+        let sum = |outcome| support::stats_sum(&stats, outcome, |g| g["editor"] != "unknown");
         let counts = [sum("accepted"), sum("partial"), sum("ignored")];
         if counts == [1, 1, 1 + one_word] {
             break;
@@ -577,9 +568,8 @@ async fn suggestions_accepted_by_tab_by_word_and_ignored_are_counted() {
 
 /// Whether accepting the next word of `ghost` takes all of it.
 fn is_one_word(ghost: &str) -> bool {
-    let word = |c: char| c.is_alphanumeric() || c == '_';
     let text = ghost.trim();
-    text.chars().all(word) || text.chars().all(|c| !word(c) && !c.is_whitespace())
+    support::first_word(text) == text
 }
 
 /// explain served by `primary/mid` (medium); with it down, by `secondary/small`.

@@ -438,15 +438,15 @@ async fn the_completion_menu_offers_the_suggestion_and_the_stats_count_what_beca
         let (label, _) = helix.menu().await;
         // Typed into the open menu (an Escape and a letter straight after
         // it would reach Helix as Alt and the letter).
-        let word = first_word(&label);
+        let word = support::first_word(&label);
         if word == label && one_word < 3 {
             one_word += 1;
-            helix.type_text(other_than(&label));
+            helix.type_text(support::other_than(&label));
             helix.keys(&["Enter"]);
             continue;
         }
         helix.type_text(&word);
-        helix.type_text(other_than(&label[word.len()..]));
+        helix.type_text(support::other_than(&label[word.len()..]));
         shown.push(label);
         break;
     }
@@ -455,20 +455,16 @@ async fn the_completion_menu_offers_the_suggestion_and_the_stats_count_what_beca
     let saved = helix.saved("store.rs").await;
     helix.open_below(&saved, "        let total = self.hits + self.misses;");
     let (label, _) = helix.menu().await;
-    helix.type_text(other_than(&label));
+    helix.type_text(support::other_than(&label));
     shown.push(label);
     helix.saved("store.rs").await;
 
     // Each was settled from the edits Helix sent, for the editor it names.
     let stats = support::completion_stats(&helix.root().join("state"));
-    let helix_group = stats["groups"]
-        .as_array()
-        .and_then(|groups| groups.iter().find(|g| g["editor"] == "helix"))
-        .unwrap_or_else(|| panic!("no stats for helix: {stats}"));
+    let records = std::fs::read_to_string(helix.root().join("state/completions.jsonl"));
     for (outcome, n) in [("accepted", 1), ("partial", 1), ("ignored", 1 + one_word)] {
-        let records = std::fs::read_to_string(helix.root().join("state/completions.jsonl"));
         assert_eq!(
-            helix_group[outcome],
+            support::stats_sum(&stats, outcome, |g| g["editor"] == "helix"),
             n,
             "{outcome}: {stats}\n{records:?}\n{shown:?}\n{}",
             helix.log_tail()
@@ -503,21 +499,6 @@ async fn the_completion_menu_offers_the_suggestion_and_the_stats_count_what_beca
     helix
         .wait_screen("the resume", |s| s.contains("completions ⋅ ready"))
         .await;
-}
-
-/// The first word of a suggestion (or its first run of punctuation), as an
-/// editor's accept-word takes it.
-fn first_word(text: &str) -> String {
-    let word = |c: char| c.is_alphanumeric() || c == '_';
-    let first = text.chars().next().expect("a suggestion");
-    text.chars()
-        .take_while(|&c| word(c) == word(first) && !c.is_whitespace())
-        .collect()
-}
-
-/// A character that does not go on with `text`.
-fn other_than(text: &str) -> &'static str {
-    if text.starts_with('#') { "@" } else { "#" }
 }
 
 const ADD: &str =

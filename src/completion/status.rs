@@ -57,12 +57,11 @@ impl Default for CompletionStatus {
     }
 }
 
-/// Why the recent automatic requests that reached the engine were late
-/// (`None`: in time).
 impl CompletionStatus {
     /// Whether this state, after `other`, is a change worth telling a user
-    /// who reads messages: a new state (but the end of a load), a new reason to be off or failing, a new snooze end (a
-    /// late state's count moving on is not).
+    /// who reads messages: a new state (but the end of a load), a new reason
+    /// to be off or failing, a new snooze end (a late state's count moving on
+    /// is not).
     pub fn differs_for_a_reader(&self, other: &CompletionStatus) -> bool {
         // The model's load has its own progress that ends in "ready".
         if (self.state, other.state) == (CompletionState::Ready, CompletionState::Loading) {
@@ -92,6 +91,8 @@ impl CompletionStatus {
     }
 }
 
+/// Why the recent automatic requests that reached the engine were late
+/// (`None`: in time).
 #[derive(Default)]
 pub(super) struct Recent {
     requests: VecDeque<Option<Lateness>>,

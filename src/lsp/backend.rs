@@ -17,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 use super::documents::DocumentStore;
 use super::parked::Parking;
 use super::position::PositionEncoding;
+use super::progress;
 use super::wire::{StatusNotification, StatusParams};
 use crate::completion::CompletionService;
 use crate::completion::controls::Snooze;
@@ -129,7 +130,7 @@ impl Backend {
         let (client, mut rx) = (self.client.clone(), self.core.subscribe());
         let mut completion = self.completion.subscribe_status();
         let notify = self.config().status_notifications;
-        let progress = self.supports_progress();
+        let shows_progress = self.supports_progress();
         let core = self.core.clone();
         tokio::spawn(async move {
             let mut before = rx.borrow_and_update().clone();
@@ -156,7 +157,7 @@ impl Backend {
                         // up none of the messages after it.
                         let (client, now) = (client.clone(), completion_now.clone());
                         tokio::spawn(async move {
-                            tell_completion_state(&client, &now, progress).await
+                            tell_completion_state(&client, &now, shows_progress).await
                         });
                         completion_before = completion_now;
                     }
@@ -334,18 +335,14 @@ pub(super) fn negotiate_encoding(caps: &ClientCapabilities) -> PositionEncoding 
 /// progress that begins and ends at once, whose end message Helix shows in
 /// its status line ("switchyard: completions ⋅ snoozed for 30 more min");
 /// a message where the client has no progress.
-async fn tell_completion_state(client: &Client, status: &CompletionStatus, progress: bool) {
-    static REPORTS: AtomicU64 = AtomicU64::new(0);
+async fn tell_completion_state(client: &Client, status: &CompletionStatus, shows_progress: bool) {
     let message = status.message(crate::clock::now_ms());
-    let n = REPORTS.fetch_add(1, Ordering::Relaxed);
-    let token = NumberOrString::String(format!("switchyard/completions/{n}"));
-    if progress
-        && client
-            .create_work_done_progress(token.clone())
-            .await
-            .is_ok()
-    {
-        let ongoing = client.progress(token, "completions").begin().await;
+    let token = progress::numbered_token("completions");
+    let begun = match shows_progress {
+        true => progress::begin(client, token, "completions".into()).await,
+        false => None,
+    };
+    if let Some(ongoing) = begun {
         ongoing.finish_with_message(message).await;
     } else if status.state != CompletionState::Failed {
         // (A model that failed has had its error message from the loader.)

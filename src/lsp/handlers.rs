@@ -4,16 +4,14 @@
 //! Both answer every request exactly once: a superseded, cancelled, late or
 //! impossible completion is an empty result, never a dropped request.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-
 use ropey::Rope;
 use tower_lsp_server::jsonrpc::{Error, Result};
 use tower_lsp_server::ls_types::*;
-use tower_lsp_server::{NotCancellable, OngoingProgress, Unbounded};
 
 use super::actions::ACCEPTED;
 use super::backend::Backend;
 use super::position;
+use super::progress;
 use crate::cancel::CancelFlag;
 use crate::completion::{CompletionRequest, Origin, Suggestion, Trigger, tracking};
 
@@ -125,22 +123,12 @@ impl Backend {
 
     /// The progress a request the user asked for shows while it runs (the
     /// editor's own spinner covers automatic ones).
-    async fn completing(
-        &self,
-        trigger: Trigger,
-    ) -> Option<OngoingProgress<Unbounded, NotCancellable>> {
-        static REQUESTS: AtomicU64 = AtomicU64::new(0);
+    async fn completing(&self, trigger: Trigger) -> Option<progress::Progress> {
         if trigger != Trigger::Invoked || !self.supports_progress() {
             return None;
         }
-        let n = REQUESTS.fetch_add(1, Ordering::Relaxed);
-        let token = NumberOrString::String(format!("switchyard/complete/{n}"));
-        self.client
-            .create_work_done_progress(token.clone())
-            .await
-            .ok()?;
-        let title = "switchyard: completing";
-        Some(self.client.progress(token, title).begin().await)
+        let token = progress::numbered_token("complete");
+        progress::begin(&self.client, token, "switchyard: completing".into()).await
     }
 
     pub async fn inline_completion(

@@ -12,6 +12,7 @@ mod kept_local;
 mod loader;
 mod parked;
 pub mod position;
+mod progress;
 mod server;
 pub mod wire;
 

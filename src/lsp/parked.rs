@@ -18,6 +18,7 @@ use tower_lsp_server::ls_types::*;
 use super::documents::DocumentStore;
 use super::edits;
 use super::position::PositionEncoding;
+use super::progress::{self, Progress};
 use super::wire::RefactorParked;
 use crate::clock::now_ms;
 use crate::context::chat::code_block;
@@ -180,17 +181,13 @@ impl Parking {
     }
 
     /// `$/progress` for one resume attempt, where the client shows it.
-    async fn begin_progress(&self, checkpoint: &Checkpoint) -> Option<ResumeProgress> {
+    async fn begin_progress(&self, checkpoint: &Checkpoint) -> Option<Progress> {
         if !self.progress.load(Ordering::Acquire) {
             return None;
         }
         let token = NumberOrString::String(format!("switchyard/resume/{}", checkpoint.id));
-        self.client
-            .create_work_done_progress(token.clone())
-            .await
-            .ok()?;
         let title = format!("switchyard: resuming a parked {}", checkpoint.kind.as_str());
-        Some(self.client.progress(token, title).begin().await)
+        progress::begin(&self.client, token, title).await
     }
 
     /// Tries one parked task; says how it went.
@@ -385,11 +382,6 @@ impl Parking {
         }
     }
 }
-
-type ResumeProgress = tower_lsp_server::OngoingProgress<
-    tower_lsp_server::Unbounded,
-    tower_lsp_server::NotCancellable,
->;
 
 enum Applied {
     Done,

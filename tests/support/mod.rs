@@ -13,6 +13,7 @@ pub mod lsp_client;
 pub mod redis_server;
 pub mod scenario;
 pub mod secrets;
+pub mod spread;
 
 use std::path::{Path, PathBuf};
 
@@ -62,10 +63,42 @@ pub fn sample_with_hole() -> (String, usize) {
     (text, SAMPLE_RUST[..at].lines().count() + 1)
 }
 
+/// The first word of a suggestion (or its first run of punctuation), as an
+/// editor's accept-word takes it.
+pub fn first_word(text: &str) -> String {
+    let word = |c: char| c.is_alphanumeric() || c == '_';
+    let first = text.chars().next().expect("a suggestion");
+    text.chars()
+        .take_while(|&c| word(c) == word(first) && !c.is_whitespace())
+        .collect()
+}
+
+/// A character that does not go on with `text` (typed to ignore a suggestion).
+pub fn other_than(text: &str) -> &'static str {
+    if text.starts_with('#') { "@" } else { "#" }
+}
+
+/// `key` (`accepted`, `shown`, ...) summed over the groups of a `switchyard
+/// stats --json` report that `group` picks.
+pub fn stats_sum(
+    stats: &serde_json::Value,
+    key: &str,
+    group: impl Fn(&serde_json::Value) -> bool,
+) -> u64 {
+    let groups = stats["groups"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    groups
+        .iter()
+        .filter(|g| group(g))
+        .map(|g| g[key].as_u64().unwrap_or(0))
+        .sum()
+}
+
 /// Fails if the completion stats file in `state_dir` holds a line of any
 /// suggestion in `shown` (long enough not to be JSON's own text; an editor's
 /// `…` of a cut label left out).
-#[allow(dead_code)] // not every test binary reads them
 pub fn assert_no_suggestion_text(state_dir: &Path, shown: &[String]) {
     let file = std::fs::read_to_string(state_dir.join("completions.jsonl"))
         .expect("the completion stats file");

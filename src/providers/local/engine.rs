@@ -40,6 +40,10 @@ use load::{
 use prefill::SyncError;
 use recent::RecentPrompts;
 
+/// llama.cpp's backend, initialised once per process and shared with the
+/// engine: what a benchmark of llama.cpp's own decode needs beside it.
+pub use load::backend as llama_backend;
+
 /// Tokens per decode call: the cancel flag and deadline are checked between chunks.
 const CHUNK: usize = 32;
 /// A greedy choice won by less than this logit margin is a near tie: rounding
@@ -49,12 +53,6 @@ const NEAR_TIE: f32 = 0.1;
 /// The KV sequence holding the prompt, and the one a shifted suffix waits in.
 const MAIN: i32 = 0;
 const PARKED: i32 = 1;
-
-/// llama.cpp's backend, initialised once per process and shared with the
-/// engine: what a benchmark of llama.cpp's own decode needs beside it.
-pub fn llama_backend() -> Result<&'static LlamaBackend, String> {
-    backend()
-}
 
 pub(super) fn run(options: EngineOptions, rx: Receiver<Job>, status: watch::Sender<EngineStatus>) {
     let started = Instant::now();
@@ -68,10 +66,7 @@ pub(super) fn run(options: EngineOptions, rx: Receiver<Job>, status: watch::Send
         Ok(fim) => fim,
         Err(reason) => return fail(&status, rx, reason),
     };
-    let threads = match options.threads {
-        0 => std::thread::available_parallelism().map_or(2, |n| n.get()),
-        n => n,
-    };
+    let threads = options.threads_in_use();
     let speed = match measure_prompt_speed(backend, &model, threads) {
         Ok(speed) => speed,
         Err(reason) => return fail(&status, rx, reason),

@@ -42,6 +42,16 @@ pub struct EngineOptions {
     pub recent_prompts: usize,
 }
 
+impl EngineOptions {
+    /// The threads the engine runs with: `threads`, or every available core.
+    pub fn threads_in_use(&self) -> usize {
+        match self.threads {
+            0 => std::thread::available_parallelism().map_or(2, |n| n.get()),
+            n => n,
+        }
+    }
+}
+
 /// What the engine is doing, published to the editor's status and `$/progress`.
 #[derive(Clone, Debug)]
 pub enum EngineStatus {

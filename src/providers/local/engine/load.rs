@@ -25,7 +25,7 @@ const COLD_FILL_SECONDS: f64 = 4.0;
 const MIN_INPUT_BUDGET: usize = 256;
 
 /// llama.cpp's backend may be initialised once per process.
-pub(super) fn backend() -> Result<&'static LlamaBackend, String> {
+pub fn backend() -> Result<&'static LlamaBackend, String> {
     static BACKEND: OnceLock<Result<LlamaBackend, String>> = OnceLock::new();
     BACKEND
         .get_or_init(|| {
