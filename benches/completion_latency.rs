@@ -133,7 +133,7 @@ async fn run_script(service: &CompletionService, budget: Duration, every: usize)
         match step {
             Step::ClearLineFrom { line_text } => session.clear_line_from(line_text),
             Step::Pause => {
-                service.prewarm(DOC, &session.rope, session.cursor);
+                service.prewarm(DOC, &session.rope, session.cursor, false);
                 tokio::time::sleep(Duration::from_millis(400)).await;
             }
             Step::Type(text) => {

@@ -150,9 +150,9 @@ async fn main() {
         }
     );
     println!(
-        "| budget ms | cursor | tasks | exact % | pass@1 % | empty % | p50 / p95 ms | empty reasons |"
+        "| budget ms | cursor | tasks | exact % | pass@1 % | empty % | p50 / p95 ms | decoded at request p50 / p95 | generated per shown char | empty reasons |"
     );
-    println!("|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
     for &budget in &budgets {
         for &arrival in &arrivals {
             let attempts = run(&tasks, budget, arrival, idle).await;
@@ -163,13 +163,16 @@ async fn main() {
                 .map(|(r, n)| format!("{n}× {r}"))
                 .collect();
             println!(
-                "| {budget} | {arrival:?} | {} | {:.1} | {:.1} | {:.1} | {} / {} | {} |",
+                "| {budget} | {arrival:?} | {} | {:.1} | {:.1} | {:.1} | {} / {} | {} / {} | {:.2} | {} |",
                 score.tasks,
                 score.exact * 100.0,
                 score.pass_at_1 * 100.0,
                 score.empty * 100.0,
                 ms(score.p50),
                 ms(score.p95),
+                score.to_decode.0,
+                score.to_decode.1,
+                score.tokens_per_char,
                 reasons.join("; ")
             );
             if let Ok(dir) = std::env::var("QUALITY_OUT") {
@@ -177,7 +180,7 @@ async fn main() {
                 let lines: Vec<String> = attempts
                     .iter()
                     .map(|a| {
-                        json!({"task_id": a.task_id, "completion": a.completion, "latency_ms": ms(a.latency), "empty_reason": a.empty_reason, "exact": a.exact, "passed": a.passed}).to_string()
+                        json!({"task_id": a.task_id, "completion": a.completion, "latency_ms": ms(a.latency), "empty_reason": a.empty_reason, "exact": a.exact, "passed": a.passed, "to_decode": a.work.to_decode, "generated": a.work.generated, "chars": a.work.chars}).to_string()
                     })
                     .collect();
                 std::fs::write(&path, lines.join("\n")).expect("QUALITY_OUT is writable");

@@ -4,7 +4,7 @@
 //! as llama-bench measures it: a prompt of 32, 128 and 512 tokens decoded in
 //! one batch on an empty context (pp32, pp128, pp512) and 32 tokens decoded
 //! one at a time on an empty context (tg32). Then in the engine's shape: its
-//! context size and two sequences, the window's depth decoded in batches of 32
+//! context size and three sequences, the window's depth decoded in batches of 32
 //! (the engine checks its cancel flag and deadline between batches), and 32
 //! tokens generated one at a time after that depth.
 //!
@@ -22,7 +22,8 @@
 //! figure; the median and the range are printed. `ENGINE_SPEED_HOG=1`: busy
 //! loops on every core while measuring (a build beside the editor).
 //! `ENGINE_SPEED_THREADS=N`: the engine's `local.threads` (default: the
-//! machine's cores), for both the engine and the raw decode.
+//! machine's cores), for both the engine and the raw decode; pinned, so the
+//! engine does not choose its own count here.
 
 use std::num::NonZeroU32;
 use std::path::PathBuf;
@@ -253,9 +254,10 @@ async fn completion_path(config: &Config, drafts: bool, reps: usize) -> PathRun 
 async fn main() {
     let reps = reps();
     let mut config = Config::default();
-    if let Ok(threads) = std::env::var("ENGINE_SPEED_THREADS") {
-        config.local.threads = threads.parse().expect("ENGINE_SPEED_THREADS");
-    }
+    config.local.threads = match std::env::var("ENGINE_SPEED_THREADS") {
+        Ok(threads) => threads.parse().expect("ENGINE_SPEED_THREADS"),
+        Err(_) => std::thread::available_parallelism().map_or(2, |n| n.get()),
+    };
     let hog =
         (std::env::var("ENGINE_SPEED_HOG").as_deref() == Ok("1")).then(cpu_hog::CpuHog::start);
     let plain = completion_path(&config, false, reps).await;
@@ -290,7 +292,7 @@ async fn main() {
             .expect("the test model loads");
         let engine = Shape {
             n_ctx: info.context_tokens,
-            sequences: 2,
+            sequences: 3,
             threads: plain.threads,
         };
         raw(&model, engine, depth as usize, reps)

@@ -335,3 +335,74 @@ async fn switching_back_to_a_document_is_warm() {
         "without kept prompts: {decoded} of {prompt}"
     );
 }
+
+/// The open document stays resident: after it is prewarmed, a completion at a
+/// new place decodes its suffix section and little else, and typing there
+/// goes on reusing it; every answer is the one a fresh context gives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resident_document_serves_new_places_like_a_fresh_context() {
+    // The document and every prompt stay under the smallest input budget (see
+    // `options`), so both engines see the same tokens however fast the machine is.
+    let options = EngineOptions {
+        budget: PromptBudget {
+            suffix: 48,
+            ..options().budget
+        },
+        ..options()
+    };
+    let document = &support::SAMPLE_RUST[..720];
+    let at = |marker: &str, typed: &str| {
+        let cursor = document.find(marker).unwrap() + marker.len();
+        FimText {
+            prefix: format!("{}{typed}", &document[..cursor]),
+            suffix: document[cursor..(cursor + 150).min(document.len())].to_owned(),
+            ..FimText::default()
+        }
+    };
+    let places = [
+        ("        match ", ""),
+        ("            value: ", ""),
+        ("        match ", "s"),
+        ("        match ", "se"),
+        ("        match ", "sel"),
+    ];
+    let resident = LocalEngine::spawn(options.clone());
+    resident.wait_ready().await.unwrap();
+    resident
+        .prewarm_and_wait(Prewarm {
+            window: at("impl Entry {", ""),
+            document: Some(document.to_owned()),
+        })
+        .await
+        .unwrap();
+    let mut answers = Vec::new();
+    for (marker, typed) in places {
+        let answer = resident
+            .complete(job(at(marker, typed), Duration::from_secs(120)))
+            .await
+            .unwrap();
+        // The suffix section (at most 48 tokens and its markers) and the
+        // token the cursor splits; the document before the cursor is reused.
+        assert!(
+            answer.tokens_to_decode <= 48 + 8,
+            "at {marker:?} after {typed:?}: {} of {} tokens decoded",
+            answer.tokens_to_decode,
+            answer.prompt_tokens
+        );
+        answers.push(answer.text);
+    }
+    drop(resident);
+
+    let fresh = LocalEngine::spawn(EngineOptions {
+        reuse_cache: false,
+        ..options
+    });
+    fresh.wait_ready().await.unwrap();
+    for ((marker, typed), answer) in places.into_iter().zip(&answers) {
+        let fresh_answer = fresh
+            .complete(job(at(marker, typed), Duration::from_secs(120)))
+            .await
+            .unwrap();
+        assert_eq!(*answer, fresh_answer.text, "at {marker:?} after {typed:?}");
+    }
+}

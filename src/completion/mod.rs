@@ -29,7 +29,7 @@ use crate::context::fim::{self, CHARS_PER_TOKEN, WindowBudget};
 use crate::context::repository::{self, OpenDocuments, RepositoryContext};
 use crate::entry::{ChainEntry, ModelRef};
 use crate::providers::local::{
-    CompletionJob, EngineError, EngineStatus, FimText, Generation, LocalEngine, ModelInfo,
+    CompletionJob, EngineError, EngineStatus, FimText, Generation, LocalEngine, ModelInfo, Prewarm,
     StopReason,
 };
 use controls::Snooze;
@@ -43,7 +43,7 @@ use typethrough::{Spot, TypeThrough};
 /// one; unit tests of deadline behaviour substitute engines that stall.
 pub trait FimEngine: Send + Sync {
     fn complete(&self, job: CompletionJob) -> BoxFuture<'static, Result<Generation, EngineError>>;
-    fn prewarm(&self, text: FimText);
+    fn prewarm(&self, prewarm: Prewarm);
     fn model(&self) -> Result<ModelInfo, EngineError>;
 }
 
@@ -53,8 +53,8 @@ impl FimEngine for LocalEngine {
         Box::pin(async move { engine.complete(job).await })
     }
 
-    fn prewarm(&self, text: FimText) {
-        LocalEngine::prewarm(self, text);
+    fn prewarm(&self, prewarm: Prewarm) {
+        LocalEngine::prewarm(self, prewarm);
     }
 
     fn model(&self) -> Result<ModelInfo, EngineError> {
@@ -69,6 +69,10 @@ impl FimEngine for LocalEngine {
 /// The engine stops generating this long before the request's deadline, so its
 /// partial answer arrives in time.
 const ENGINE_MARGIN: Duration = Duration::from_millis(100);
+/// At a new place the suffix is decoded afresh (the resident document holds
+/// the prefix): its tokens are what this share of the automatic budget decodes
+/// at the measured prompt speed, so the rest is left for the answer.
+const SUFFIX_SHARE_OF_BUDGET: f64 = 0.35;
 /// Of the budget, this share is kept for the local engine when a remote entry
 /// completes first (a warm local answer takes a few hundred ms on a laptop CPU).
 const LOCAL_SHARE: f64 = 0.4;
@@ -288,16 +292,43 @@ impl CompletionService {
         info: &ModelInfo,
         config: &AutocompleteConfig,
     ) -> FimText {
+        self.placed_window(doc, rope, cursor, info, config).0
+    }
+
+    /// The window at `cursor`, and the document from the window's start as
+    /// far as a window from that start can reach (what the engine keeps resident).
+    fn placed_window(
+        &self,
+        doc: &str,
+        rope: &Rope,
+        cursor: usize,
+        info: &ModelInfo,
+        config: &AutocompleteConfig,
+    ) -> (FimText, String) {
         let input = config.input_tokens.min(info.input_budget);
-        let budget = WindowBudget::for_input(input, config.suffix_tokens);
+        let budget = WindowBudget::for_input(input, Self::suffix_tokens(config, info));
         let anchor = self.anchors.get(doc).map(|a| *a);
         let window = fim::window(rope, cursor, budget, anchor);
         self.anchors.insert(doc.to_owned(), window.anchor_line);
-        FimText {
+        let document = window.document(rope, cursor, budget);
+        let text = FimText {
             context: self.repository.block(),
             path: repository::display_path(doc),
             ..window.text
-        }
+        };
+        (text, document)
+    }
+
+    /// Suffix tokens of a window: as configured, but at most what decodes in
+    /// [`SUFFIX_SHARE_OF_BUDGET`] of the automatic budget at the measured
+    /// prompt speed (a busy machine gets a shorter suffix, not a late answer),
+    /// and at least the fresh tokens a moved suffix keeps.
+    fn suffix_tokens(config: &AutocompleteConfig, info: &ModelInfo) -> usize {
+        let budget_s = config.budget_ms as f64 / 1e3;
+        let affordable = (info.prompt_tokens_per_s * budget_s * SUFFIX_SHARE_OF_BUDGET) as usize;
+        config
+            .suffix_tokens
+            .min(affordable.max(crate::providers::local::reuse::FRESH_SUFFIX_TOKENS))
     }
 
     /// Repository context tokens: as configured, but at most twice the input
@@ -322,12 +353,12 @@ impl CompletionService {
 
     /// The user has paused at `cursor` (see [`Self::context_refresh_idle`]):
     /// the repository context takes in the place and definitions from open
-    /// documents, and when that changed it, the cache is refilled for this
-    /// place in the background.
-    pub fn refresh_context(&self, doc: &str, rope: &Rope, cursor: usize) {
+    /// documents. Returns whether that changed it (the cache then wants a
+    /// prewarm).
+    pub fn refresh_context(&self, doc: &str, rope: &Rope, cursor: usize) -> bool {
         let config = self.config();
         let Ok((_, info)) = self.engine() else {
-            return;
+            return false;
         };
         let tokens = Self::repository_budget(&config, &info);
         let open = self
@@ -342,20 +373,25 @@ impl CompletionService {
             .repository
             .refresh(doc, rope, line, &open, tokens * CHARS_PER_TOKEN);
         tracing::debug!(doc, line, changed, "repository context refresh");
-        if changed {
-            self.prewarm(doc, rope, cursor);
-        }
+        changed
     }
 
-    /// Fills the engine's cache for a likely next request (after an edit, debounced).
+    /// Fills the engine's cache for a likely next request (after an edit, debounced),
+    /// first keeping the document `resident` when asked (see `Prewarm`).
     /// While the model loads, the latest such request waits for [`Self::model_ready`].
-    pub fn prewarm(&self, doc: &str, rope: &Rope, cursor: usize) {
+    pub fn prewarm(&self, doc: &str, rope: &Rope, cursor: usize, resident: bool) {
         let config = self.config();
         if !config.enabled {
             return;
         }
         match self.engine() {
-            Ok((engine, info)) => engine.prewarm(self.window(doc, rope, cursor, &info, &config)),
+            Ok((engine, info)) => {
+                let (window, document) = self.placed_window(doc, rope, cursor, &info, &config);
+                engine.prewarm(Prewarm {
+                    window,
+                    document: resident.then_some(document),
+                });
+            }
             Err(_) => {
                 tracing::debug!("prewarm deferred until the model is ready");
                 *self.deferred_prewarm.lock().expect("deferred prewarm lock") =
@@ -376,7 +412,7 @@ impl CompletionService {
             .expect("deferred prewarm lock")
             .take();
         if let Some(DeferredPrewarm { doc, rope, cursor }) = deferred {
-            self.prewarm(&doc, &rope, cursor);
+            self.prewarm(&doc, &rope, cursor, true);
         }
         self.publish_status();
     }
@@ -556,9 +592,12 @@ impl CompletionService {
         };
         self.type_through.remember(&request.doc, spot, &suggestion);
         if config.precompute_next {
-            engine.prewarm(FimText {
-                prefix: format!("{}{suggestion}", text.prefix),
-                ..text
+            engine.prewarm(Prewarm {
+                window: FimText {
+                    prefix: format!("{}{suggestion}", text.prefix),
+                    ..text
+                },
+                document: None,
             });
         }
         (

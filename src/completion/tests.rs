@@ -14,7 +14,7 @@ impl FimEngine for StalledEngine {
         self.jobs.lock().unwrap().push(job.cancel.clone());
         Box::pin(futures::future::pending())
     }
-    fn prewarm(&self, _: FimText) {}
+    fn prewarm(&self, _: Prewarm) {}
     fn model(&self) -> Result<ModelInfo, EngineError> {
         Ok(ModelInfo {
             name: "stalled".into(),
@@ -161,6 +161,7 @@ impl FimEngine for SlowEngine {
                 tokens_drafted: 0,
                 tokens_accepted: 0,
                 near_tie_at: None,
+                tokens_to_decode: 10,
                 tokens_decoded: 10,
                 prompt_tokens: 10,
                 prompt_ms: 0.0,
@@ -168,7 +169,7 @@ impl FimEngine for SlowEngine {
             })
         })
     }
-    fn prewarm(&self, _: FimText) {}
+    fn prewarm(&self, _: Prewarm) {}
     fn model(&self) -> Result<ModelInfo, EngineError> {
         StalledEngine::default().model()
     }

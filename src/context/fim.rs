@@ -109,6 +109,20 @@ pub fn window(
     }
 }
 
+impl Window {
+    /// The document from this window's start, in file order, as far as a
+    /// window from the same start can reach (its prefix and suffix budgets
+    /// together): the text the engine keeps resident, which every window
+    /// from this anchor begins the same as.
+    pub fn document(&self, rope: &Rope, cursor: usize, budget: WindowBudget) -> String {
+        let cursor = cursor.min(rope.len_chars());
+        let reach = (budget.prefix_tokens + budget.suffix_tokens) * CHARS_PER_TOKEN;
+        let after = reach.saturating_sub(self.text.prefix.chars().count());
+        let end = (cursor + after).min(rope.len_chars());
+        format!("{}{}", self.text.prefix, rope.slice(cursor..end))
+    }
+}
+
 /// How far up the scope heads are looked for.
 const HEADS_LOOKBACK_LINES: usize = 2_000;
 
@@ -187,6 +201,19 @@ mod tests {
             w.text.prefix.len()
         );
         assert_eq!(w.text.suffix, "line 0150\nline 0151\nline 0152\n");
+    }
+
+    #[test]
+    fn the_document_begins_as_the_windows_below_it_do() {
+        let rope = Rope::from_str(&numbered_lines(200));
+        let first = window(&rope, rope.line_to_char(20), BUDGET, None);
+        let document = first.document(&rope, rope.line_to_char(20), BUDGET);
+        let reach = (BUDGET.prefix_tokens + BUDGET.suffix_tokens) * CHARS_PER_TOKEN;
+        assert_eq!(document.chars().count(), reach);
+        let below = rope.line_to_char(24) + 3;
+        let later = window(&rope, below, BUDGET, Some(first.anchor_line));
+        assert_eq!(later.anchor_line, first.anchor_line);
+        assert!(document.starts_with(&format!("{}{}", later.text.prefix, later.text.suffix)));
     }
 
     #[test]

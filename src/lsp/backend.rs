@@ -277,8 +277,12 @@ impl Backend {
     }
 
     /// Prewarms the engine's cache where the user is once they pause: after
-    /// an edit, or at a cursor the editor revealed.
-    pub(super) fn schedule_prewarm(&self, uri: Uri) {
+    /// an edit, or at a cursor the editor revealed. The document is kept
+    /// resident at once where the user arrived (opened it, moved the cursor),
+    /// and after an edit only once the user is idle: a prewarm between two
+    /// keystrokes refills the window at the cursor, which the next keystroke
+    /// reuses, not the whole document after it.
+    pub(super) fn schedule_prewarm(&self, uri: Uri, pause: Pause) {
         let count = {
             let mut entry = self.activity.entry(uri.clone()).or_insert(0);
             *entry += 1;
@@ -302,14 +306,26 @@ impl Backend {
                 return;
             }
             let cursor = doc.cursor.unwrap_or_else(|| opening_cursor(&doc.rope));
-            service.prewarm(uri.as_str(), &doc.rope, cursor);
+            let resident = pause == Pause::Arrived;
+            service.prewarm(uri.as_str(), &doc.rope, cursor, resident);
             // Repository context changes only while the user is idle.
             tokio::time::sleep(service.context_refresh_idle()).await;
             if all.load(Ordering::Relaxed) == any {
-                service.refresh_context(uri.as_str(), &doc.rope, cursor);
+                let changed = service.refresh_context(uri.as_str(), &doc.rope, cursor);
+                if changed || !resident {
+                    service.prewarm(uri.as_str(), &doc.rope, cursor, true);
+                }
             }
         });
     }
+}
+
+/// What the user did before a pause.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Pause {
+    /// Opened the document or moved the cursor.
+    Arrived,
+    Edited,
 }
 
 /// Where to prewarm a just-opened document: the end of its first window, so the

@@ -1,6 +1,6 @@
 //! The `LanguageServer` implementation: lifecycle, document sync, configuration.
 
-use super::backend::{Backend, negotiate_encoding, workspace_owner};
+use super::backend::{Backend, Pause, negotiate_encoding, workspace_owner};
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -139,7 +139,7 @@ impl LanguageServer for Backend {
         let doc = params.text_document;
         self.documents
             .open(doc.uri.clone(), &doc.text, doc.version, doc.language_id);
-        self.schedule_prewarm(doc.uri);
+        self.schedule_prewarm(doc.uri, Pause::Arrived);
     }
 
     async fn did_change(&self, params: DidChangeTextDocumentParams) {
@@ -166,7 +166,7 @@ impl LanguageServer for Backend {
                         Applied::Replaced => self.tracking.left(uri.as_str()),
                     }
                 }
-                self.schedule_prewarm(uri)
+                self.schedule_prewarm(uri, Pause::Edited)
             }
             Err(e) => {
                 tracing::warn!("{e}");
@@ -223,7 +223,7 @@ impl LanguageServer for Backend {
             .documents
             .reveal(uri, params.range.end, self.encoding())
         {
-            self.schedule_prewarm(uri.clone());
+            self.schedule_prewarm(uri.clone(), Pause::Arrived);
         }
         Ok(Some(self.code_actions(params)))
     }

@@ -363,5 +363,6 @@ pub async fn attempt(
         completion,
         latency,
         empty_reason,
+        work: infilling::Work::from_log(&client.log(), log_before),
     }
 }

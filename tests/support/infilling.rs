@@ -116,6 +116,44 @@ pub struct Attempt {
     pub empty_reason: Option<String>,
     pub exact: bool,
     pub passed: bool,
+    pub work: Work,
+}
+
+/// What the engine did for one request, from the server's log.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Work {
+    /// Prompt tokens the cache lacked when the request came.
+    pub to_decode: Option<usize>,
+    /// Tokens generated for a shown suggestion, and its characters.
+    pub generated: Option<usize>,
+    pub chars: Option<usize>,
+}
+
+impl Work {
+    /// From the log since byte `log_before`: the engine's `prompt synced` line
+    /// and the handler's `completion` line (absent for an empty answer).
+    pub fn from_log(log: &str, log_before: usize) -> Work {
+        let lines: Vec<&str> = log.get(log_before..).unwrap_or_default().lines().collect();
+        let field = |event: &str, key: &str| {
+            lines
+                .iter()
+                .rev()
+                .filter(|l| l.contains(event))
+                .find_map(|l| logged_number(l, key))
+        };
+        Work {
+            to_decode: field("prompt synced", "to_decode"),
+            generated: field(" generated=", "generated"),
+            chars: field(" generated=", "chars"),
+        }
+    }
+}
+
+/// The number logged as `key=N` on `line`.
+fn logged_number(line: &str, key: &str) -> Option<usize> {
+    let (_, after) = line.split_once(&format!(" {key}="))?;
+    let digits: String = after.chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().ok()
 }
 
 /// How the cursor reaches the task's place before the request.
@@ -168,6 +206,7 @@ pub async fn attempt(
         latency,
         empty_reason,
         passed,
+        work: Work::from_log(&client.log(), log_before),
     }
 }
 
@@ -254,19 +293,21 @@ pub struct Score {
     pub empty_reasons: Vec<(String, usize)>,
     pub p50: Duration,
     pub p95: Duration,
+    /// Prompt tokens the cache lacked at request time: median and p95.
+    pub to_decode: (usize, usize),
+    /// Tokens generated per character shown, over the shown suggestions.
+    pub tokens_per_char: f64,
 }
 
 pub fn score(attempts: &[Attempt]) -> Score {
     let n = attempts.len().max(1) as f64;
     let share = |f: &dyn Fn(&Attempt) -> bool| attempts.iter().filter(|a| f(a)).count() as f64 / n;
-    let mut latencies: Vec<Duration> = attempts.iter().map(|a| a.latency).collect();
-    latencies.sort();
-    let at = |p: f64| {
-        latencies
-            .get(((latencies.len() as f64 - 1.0) * p).round() as usize)
-            .copied()
-            .unwrap_or_default()
-    };
+    let latencies: Vec<Duration> = attempts.iter().map(|a| a.latency).collect();
+    let to_decode: Vec<usize> = attempts.iter().filter_map(|a| a.work.to_decode).collect();
+    let shown = attempts
+        .iter()
+        .filter_map(|a| a.work.generated.zip(a.work.chars));
+    let (generated, chars) = shown.fold((0, 0), |(g, c), (dg, dc)| (g + dg, c + dc));
     let mut reasons: Vec<(String, usize)> = Vec::new();
     for reason in attempts.iter().filter_map(|a| a.empty_reason.as_ref()) {
         match reasons.iter_mut().find(|(r, _)| r == reason) {
@@ -281,7 +322,19 @@ pub fn score(attempts: &[Attempt]) -> Score {
         pass_at_1: share(&|a| a.passed),
         empty: share(&|a| a.completion.is_empty()),
         empty_reasons: reasons,
-        p50: at(0.5),
-        p95: at(0.95),
+        p50: percentile(&latencies, 0.5),
+        p95: percentile(&latencies, 0.95),
+        to_decode: (percentile(&to_decode, 0.5), percentile(&to_decode, 0.95)),
+        tokens_per_char: generated as f64 / chars.max(1) as f64,
     }
+}
+
+/// The value at quantile `p` (nearest rank), or the default for no values.
+fn percentile<T: Copy + Ord + Default>(values: &[T], p: f64) -> T {
+    let mut sorted = values.to_vec();
+    sorted.sort();
+    sorted
+        .get(((sorted.len() as f64 - 1.0) * p).round() as usize)
+        .copied()
+        .unwrap_or_default()
 }

@@ -1,18 +1,22 @@
 //! The inference thread: sole owner of the llama.cpp model and context.
 //!
-//! Latency techniques live here: the KV cache of the last prompt is kept and only
-//! what changed is decoded (common token prefix, plus a RoPE shift of an unchanged
-//! suffix); prompts are decoded in chunks with the cancel flag and deadline checked
-//! between chunks and tokens; a prompt that misses its deadline is answered empty
-//! and keeps filling in the background until a newer job arrives.
+//! Latency techniques live here: the open document stays resident in the KV
+//! cache and only what changed is decoded (common token prefix, plus a RoPE
+//! shift of an unchanged suffix); prompts are decoded in chunks with
+//! the cancel flag and deadline checked between chunks and tokens; a prompt that
+//! misses its deadline is answered empty and keeps filling in the background
+//! until a newer job arrives.
 //!
 //! This file owns the thread's job loop, interruption and generation; loading and
-//! sizing the model are in `load`, decoding prompts into the KV cache in `prefill`.
+//! sizing the model are in `load`, decoding prompts into the KV cache in
+//! `prefill`, the resident document in `resident`.
 
 mod generate;
 mod load;
 mod prefill;
 mod recent;
+mod resident;
+mod threads;
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -27,18 +31,19 @@ use tokio::sync::{oneshot, watch};
 
 use super::lookup;
 use super::prompt::{self, FimPrompt, FimTokens, PromptBudget};
-use super::reuse::SuffixSpan;
+use super::reuse::Span;
 use super::{
     ChatJob, CompletionJob, EngineError, EngineOptions, EngineStatus, FimText, Generation, Job,
-    ModelInfo, Snippet, StopReason,
+    ModelInfo, Prewarm, Snippet, StopReason,
 };
 use crate::cancel::CancelFlag;
 use load::{
-    backend, context_params, fim_tokens, load_model, measure_prompt_speed, resized_input_budget,
+    backend, context_params, fim_tokens, load_model, probe, resized_input_budget,
     sized_input_budget,
 };
 use prefill::SyncError;
 use recent::RecentPrompts;
+use resident::Lent;
 
 /// llama.cpp's backend, initialised once per process and shared with the
 /// engine: what a benchmark of llama.cpp's own decode needs beside it.
@@ -50,9 +55,11 @@ const CHUNK: usize = 32;
 /// differences between llama.cpp's kernels for different batch shapes (a draft
 /// verified in one batch, a token decoded alone) can flip it.
 const NEAR_TIE: f32 = 0.1;
-/// The KV sequence holding the prompt, and the one a shifted suffix waits in.
+/// The KV sequence holding the prompt, the one a shifted suffix waits in, and
+/// the one holding a resident document's tail while a FIM prompt borrows its start.
 const MAIN: i32 = 0;
 const PARKED: i32 = 1;
+const LENT: i32 = 2;
 
 pub(super) fn run(options: EngineOptions, rx: Receiver<Job>, status: watch::Sender<EngineStatus>) {
     let started = Instant::now();
@@ -66,18 +73,29 @@ pub(super) fn run(options: EngineOptions, rx: Receiver<Job>, status: watch::Send
         Ok(fim) => fim,
         Err(reason) => return fail(&status, rx, reason),
     };
-    let threads = options.threads_in_use();
-    let speed = match measure_prompt_speed(backend, &model, threads) {
-        Ok(speed) => speed,
+    let thread_candidates = options.thread_candidates();
+    let probes: Result<Vec<_>, String> = thread_candidates
+        .iter()
+        .filter_map(|&threads| probe(backend, &model, threads, &mut || false).transpose())
+        .collect();
+    let best = match probes.map(|probes| (threads::fastest(&probes), probes)) {
+        Ok((Some(best), probes)) => {
+            tracing::info!(
+                ?probes,
+                threads = best.threads,
+                "threads chosen from measurement"
+            );
+            best
+        }
+        Ok((None, _)) => return fail(&status, rx, "no thread count to run with".into()),
         Err(reason) => return fail(&status, rx, reason),
     };
+    let (threads, speed) = (best.threads, best.prompt_tokens_per_s);
     let input_budget = sized_input_budget(options.budget.input, speed);
     // Room for the configured input (the sized budget follows the measured speed
     // up to it) and a completion or a chat answer (explain downshifted to local).
-    let context_tokens = (options.budget.input
-        + options.budget.repository
-        + options.max_output_tokens.max(super::CHAT_OUTPUT_TOKENS)
-        + CHUNK) as u32;
+    let answer_room = options.max_output_tokens.max(super::CHAT_OUTPUT_TOKENS) + CHUNK;
+    let context_tokens = (options.budget.input + options.budget.repository + answer_room) as u32;
     let params = context_params(context_tokens, threads);
     let ctx = match model.new_context(backend, params) {
         Ok(ctx) => ctx,
@@ -97,7 +115,10 @@ pub(super) fn run(options: EngineOptions, rx: Receiver<Job>, status: watch::Send
         backend,
         ctx,
         context_tokens,
+        answer_room,
         threads,
+        thread_candidates,
+        retune: false,
         fim,
         budget: PromptBudget {
             input: input_budget,
@@ -107,12 +128,14 @@ pub(super) fn run(options: EngineOptions, rx: Receiver<Job>, status: watch::Send
         reuse_cache: options.reuse_cache,
         cached: Vec::new(),
         cached_suffix: None,
+        resident: false,
+        lent: None,
         recent: RecentPrompts::new(options.recent_prompts),
         repository: None,
         batch: LlamaBatch::new(CHUNK, 1),
         logits_index: 0,
         chunk_cost: Duration::from_secs_f64(CHUNK as f64 / speed),
-        token_cost: Duration::from_secs_f64(4.0 / speed),
+        token_cost: Duration::from_secs_f64(best.token_seconds),
         draft_token_cost: Duration::from_secs_f64(1.0 / speed),
         draft_tokens: options.draft_tokens.min(CHUNK - 1),
         drafting: lookup::Acceptance::default(),
@@ -136,7 +159,7 @@ fn fail(status: &watch::Sender<EngineStatus>, rx: Receiver<Job>, reason: String)
             Job::Complete(_, reply) | Job::Chat(_, reply) => {
                 let _ = reply.send(Err(EngineError::Failed(reason.clone())));
             }
-            Job::Prewarm(_) => {}
+            Job::Prewarm(..) => {}
             Job::Shutdown => break,
         }
     }
@@ -161,7 +184,13 @@ struct Engine<'m> {
     backend: &'static LlamaBackend,
     ctx: LlamaContext<'m>,
     context_tokens: u32,
+    /// What the context keeps free for an answer.
+    answer_room: usize,
     threads: usize,
+    /// The thread counts to choose from, and whether the speed moved enough
+    /// since the choice to measure them again (see `threads`).
+    thread_candidates: Vec<usize>,
+    retune: bool,
     fim: FimTokens,
     /// The input budget follows the measured prompt speed, up to the configured one.
     budget: PromptBudget,
@@ -169,7 +198,13 @@ struct Engine<'m> {
     reuse_cache: bool,
     /// The token at each KV cache position, in order.
     cached: Vec<i32>,
-    cached_suffix: Option<SuffixSpan>,
+    /// Where the cache holds a FIM prompt's suffix section.
+    cached_suffix: Option<Span>,
+    /// The cache holds (the start of) a resident document (`prompt::document`).
+    resident: bool,
+    /// The cache holds a FIM prompt that borrows a resident document's start;
+    /// the document's tail waits in `LENT`.
+    lent: Option<Lent>,
     /// Caches left for another prompt, to switch back to.
     recent: RecentPrompts,
     /// The last repository context block, its document path and its tokens.
@@ -202,14 +237,28 @@ impl Engine<'_> {
                 Job::Shutdown => break,
                 Job::Complete(job, reply) => self.complete(job, reply),
                 Job::Chat(job, reply) => self.chat(job, reply),
-                Job::Prewarm(text) => {
-                    // A newer job makes this prewarm moot.
-                    if self.pending.is_empty() {
-                        let prompt = self.build_prompt(&text);
-                        self.fill_in_background(&prompt, "prewarm");
+                Job::Prewarm(prewarm, done) => {
+                    self.prewarm(&prewarm);
+                    if let Some(done) = done {
+                        let _ = done.send(());
                     }
                 }
             }
+        }
+    }
+
+    /// Makes the document resident, then fills the window at the cursor from
+    /// it. A newer job makes the rest of a prewarm moot.
+    fn prewarm(&mut self, prewarm: &Prewarm) {
+        if let Some(document) = &prewarm.document
+            && self.pending.is_empty()
+            && let Some(prompt) = self.document_prompt(&prewarm.window, document)
+        {
+            self.fill_in_background(&prompt, "resident document");
+        }
+        if self.pending.is_empty() {
+            let prompt = self.build_prompt(&prewarm.window);
+            self.fill_in_background(&prompt, "prewarm");
         }
     }
 
@@ -221,12 +270,21 @@ impl Engine<'_> {
             preemptible: true,
         };
         match self.sync_prompt(prompt, &background) {
-            Ok(decoded) => tracing::debug!(decoded, prompt = prompt.tokens.len(), "{what} done"),
+            Ok(prefill) => {
+                tracing::debug!(
+                    decoded = prefill.decoded,
+                    prompt = prompt.tokens.len(),
+                    "{what} done"
+                )
+            }
             Err(e) => tracing::debug!("{what} stopped: {e}"),
         }
     }
 
     fn next_job(&mut self) -> Option<Job> {
+        if self.retune && !self.job_arrived() {
+            self.retune_threads();
+        }
         self.pending.pop_front().or_else(|| self.rx.recv().ok())
     }
 
@@ -286,6 +344,7 @@ impl Engine<'_> {
             self.info.input_budget = budget;
             self.status
                 .send_replace(EngineStatus::Ready(self.info.clone()));
+            self.retune = self.thread_candidates.len() > 1;
         }
     }
 
@@ -354,6 +413,7 @@ impl Engine<'_> {
         Ok(FimPrompt {
             tokens,
             suffix_span: None,
+            document: false,
             prefix_trimmed: 0,
             suffix_trimmed: 0,
         })
@@ -376,22 +436,34 @@ impl Engine<'_> {
         };
         let synced = self.sync_prompt(prompt, &foreground);
         answer.prompt_ms = started.elapsed().as_secs_f64() * 1e3;
+        let prefill = match &synced {
+            Ok(prefill) | Err(SyncError::Stopped(_, prefill)) => *prefill,
+            Err(SyncError::Decode(_)) => Default::default(),
+        };
+        answer.tokens_to_decode = prefill.to_decode;
+        answer.tokens_decoded = prefill.decoded;
+        tracing::debug!(
+            prompt = prompt.tokens.len(),
+            to_decode = prefill.to_decode,
+            decoded = prefill.decoded,
+            prompt_ms = answer.prompt_ms.round(),
+            "prompt synced"
+        );
         match synced {
-            Ok(decoded) => answer.tokens_decoded = decoded,
-            Err(SyncError::Stopped(Stopped::Deadline, decoded)) => {
-                answer.tokens_decoded = decoded;
+            Ok(_) => {}
+            Err(SyncError::Stopped(Stopped::Deadline, _)) => {
                 answer.stop = StopReason::PromptDeadline;
                 let _ = reply.send(Ok(answer));
                 // Keep filling so the next keystroke finds a warm cache.
                 self.fill_in_background(prompt, "fill after a missed deadline");
                 return;
             }
-            Err(SyncError::Stopped(_, decoded)) => {
-                answer.tokens_decoded = decoded;
+            Err(SyncError::Stopped(..)) => {
                 let _ = reply.send(Ok(answer));
                 return;
             }
             Err(SyncError::Decode(reason)) => {
+                self.reset_cache();
                 let _ = reply.send(Err(EngineError::Failed(reason)));
                 return;
             }
@@ -403,34 +475,44 @@ impl Engine<'_> {
     }
 
     fn build_prompt(&mut self, text: &FimText) -> FimPrompt {
-        let vocab = self.model.vocab();
-        let to_ids = |s: &str| -> Vec<i32> {
-            vocab
-                .tokenize(s.as_bytes(), false, false)
-                .into_iter()
-                .map(|t| t.0)
-                .collect()
-        };
-        // The block stays the same while the user types: tokenize it once.
+        let context = self.context_tokens(text);
+        prompt::assemble(
+            &self.fim,
+            &context,
+            &self.tokenize(&text.prefix),
+            &self.tokenize(&text.suffix),
+            self.budget,
+        )
+    }
+
+    /// The resident document's prompt: `document` after `window`'s context.
+    fn document_prompt(&mut self, window: &FimText, document: &str) -> Option<FimPrompt> {
+        let context = self.context_tokens(window);
+        prompt::document(&self.fim, &context, &self.tokenize(document), self.budget)
+    }
+
+    fn tokenize(&self, text: &str) -> Vec<i32> {
+        self.model
+            .vocab()
+            .tokenize(text.as_bytes(), false, false)
+            .into_iter()
+            .map(|t| t.0)
+            .collect()
+    }
+
+    /// The repository context's tokens. The block stays the same while the
+    /// user types: it is tokenized once.
+    fn context_tokens(&mut self, text: &FimText) -> Vec<i32> {
         let cached = self
             .repository
             .as_ref()
             .filter(|(context, path, _)| Arc::ptr_eq(context, &text.context) && *path == text.path);
-        let context = match cached {
-            Some((_, _, tokens)) => tokens.clone(),
-            None => {
-                let tokens = self.repository_tokens(text, to_ids);
-                self.repository = Some((text.context.clone(), text.path.clone(), tokens.clone()));
-                tokens
-            }
-        };
-        prompt::assemble(
-            &self.fim,
-            &context,
-            &to_ids(&text.prefix),
-            &to_ids(&text.suffix),
-            self.budget,
-        )
+        if let Some((_, _, tokens)) = cached {
+            return tokens.clone();
+        }
+        let tokens = self.repository_tokens(text);
+        self.repository = Some((text.context.clone(), text.path.clone(), tokens.clone()));
+        tokens
     }
 
     /// The repository context in the model's repository format: its name, then
@@ -438,7 +520,8 @@ impl Engine<'_> {
     /// without those tokens get a plain-text header per snippet. The oldest
     /// snippets go when the tokens exceed the budget (the service sizes the
     /// context in chars, the tokenizer decides).
-    fn repository_tokens(&self, text: &FimText, to_ids: impl Fn(&str) -> Vec<i32>) -> Vec<i32> {
+    fn repository_tokens(&self, text: &FimText) -> Vec<i32> {
+        let to_ids = |s: &str| self.tokenize(s);
         let header = |path: &str| match self.fim.file_sep {
             Some(sep) => std::iter::once(sep)
                 .chain(to_ids(&format!("{path}\n")))

@@ -27,7 +27,8 @@ pub use prompt::PromptBudget;
 pub struct EngineOptions {
     pub model_name: String,
     pub model_path: PathBuf,
-    /// Inference threads; 0 picks the machine's available parallelism.
+    /// Inference threads; 0 chooses between every core and one by measuring
+    /// them, at load and whenever the machine's speed changes a lot.
     pub threads: usize,
     pub budget: PromptBudget,
     pub max_output_tokens: usize,
@@ -43,11 +44,21 @@ pub struct EngineOptions {
 }
 
 impl EngineOptions {
-    /// The threads the engine runs with: `threads`, or every available core.
+    /// The most threads the engine runs with: `threads`, or every available core.
     pub fn threads_in_use(&self) -> usize {
         match self.threads {
             0 => std::thread::available_parallelism().map_or(2, |n| n.get()),
             n => n,
+        }
+    }
+
+    /// The thread counts the engine chooses from by measuring them: the
+    /// configured count alone, or every core and one.
+    pub fn thread_candidates(&self) -> Vec<usize> {
+        let all = self.threads_in_use();
+        match self.threads {
+            0 if all > 1 => vec![all, 1],
+            _ => vec![all],
         }
     }
 }
@@ -83,6 +94,17 @@ pub struct FimText {
     pub context: Arc<[Snippet]>,
     /// The document's path as the model sees it after the context.
     pub path: String,
+}
+
+/// What a prewarm fills the cache with while the user pauses.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Prewarm {
+    /// The window at the cursor, for the request likely to come there.
+    pub window: FimText,
+    /// The document's text in file order from the window's start (`window`'s
+    /// prefix begins the same), kept resident in the cache first, so a request
+    /// anywhere in it decodes only what is new at its cursor.
+    pub document: Option<String>,
 }
 
 /// A piece of a file the user has been looking at, shown to the model with
@@ -131,7 +153,9 @@ pub struct Generation {
     /// Byte offset in `text` of the first token greedy sampling chose by a
     /// near tie (see the engine): from there, another batch shape may differ.
     pub near_tie_at: Option<usize>,
-    /// Prompt tokens decoded for this request (the rest came from the KV cache).
+    /// Prompt tokens the KV cache lacked when the request came (the rest it
+    /// held), and how many of them were decoded before the answer.
+    pub tokens_to_decode: usize,
     pub tokens_decoded: usize,
     pub prompt_tokens: usize,
     pub prompt_ms: f64,
@@ -169,6 +193,7 @@ impl Generation {
             tokens_drafted: 0,
             tokens_accepted: 0,
             near_tie_at: None,
+            tokens_to_decode: 0,
             tokens_decoded: 0,
             prompt_tokens: 0,
             prompt_ms: 0.0,
@@ -183,8 +208,9 @@ pub(crate) enum Job {
         oneshot::Sender<Result<Generation, EngineError>>,
     ),
     Chat(ChatJob, oneshot::Sender<Result<Generation, EngineError>>),
-    /// Decode this prompt into the cache without generating, while the user pauses.
-    Prewarm(FimText),
+    /// Fill the cache without generating, while the user pauses; told when
+    /// done (or stopped by a newer job) where someone waits for it.
+    Prewarm(Prewarm, Option<oneshot::Sender<()>>),
     Shutdown,
 }
 
@@ -272,9 +298,23 @@ impl LocalEngine {
     }
 
     /// Fills the cache for a prompt the user is likely to ask for next. Best effort.
-    pub fn prewarm(&self, text: FimText) {
+    pub fn prewarm(&self, prewarm: Prewarm) {
         if matches!(self.status(), EngineStatus::Ready(_)) {
-            let _ = self.jobs.send(Job::Prewarm(text));
+            let _ = self.jobs.send(Job::Prewarm(prewarm, None));
         }
+    }
+
+    /// Fills the cache as [`Self::prewarm`] does and waits until that is done
+    /// or a newer job stopped it: for one-shot callers and tests, which would
+    /// otherwise stop the prewarm with their next job.
+    pub async fn prewarm_and_wait(&self, prewarm: Prewarm) -> Result<(), EngineError> {
+        if let EngineStatus::Failed(reason) = self.status() {
+            return Err(EngineError::Failed(reason));
+        }
+        let (done, wait) = oneshot::channel();
+        self.jobs
+            .send(Job::Prewarm(prewarm, Some(done)))
+            .map_err(|_| EngineError::Stopped)?;
+        wait.await.map_err(|_| EngineError::Stopped)
     }
 }

@@ -5,7 +5,7 @@
 //! or token text). Codestral-style vocabularies (`[PREFIX]`/`[SUFFIX]`) are trained
 //! suffix-first; the rest prefix-suffix-middle.
 
-use super::reuse::SuffixSpan;
+use super::reuse::Span;
 
 /// The FIM special tokens of a model and the order its training used.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -67,7 +67,9 @@ pub fn suffix_room(room: usize, ceiling: usize) -> usize {
 pub struct FimPrompt {
     pub tokens: Vec<i32>,
     /// Suffix marker and suffix tokens (not the middle marker), when they follow the prefix.
-    pub suffix_span: Option<SuffixSpan>,
+    pub suffix_span: Option<Span>,
+    /// A resident document (its text in file order, no suffix or middle), not a FIM prompt.
+    pub document: bool,
     /// Prefix tokens dropped from the front to meet the budget.
     pub prefix_trimmed: usize,
     /// Suffix tokens dropped from the end to meet the budget.
@@ -104,7 +106,7 @@ pub fn assemble(
             tokens.extend_from_slice(suffix_kept);
             let end = tokens.len();
             tokens.push(fim.middle);
-            Some(SuffixSpan { start, end })
+            Some(Span { start, end })
         }
         FimOrder::SuffixPrefixMiddle => {
             tokens.push(fim.suffix);
@@ -118,9 +120,42 @@ pub fn assemble(
     FimPrompt {
         tokens,
         suffix_span,
+        document: false,
         prefix_trimmed: prefix.len() - prefix_len,
         suffix_trimmed: suffix.len() - suffix_len,
     }
+}
+
+/// The prompt a resident document keeps in the cache: what a FIM prompt of
+/// this document starts with (the repository context and the prefix marker,
+/// for prefix-suffix-middle models), then the document's text in file order
+/// from the window's start, cut at the end to the budget. A completion
+/// anywhere in it finds its prefix here, and its suffix further on.
+/// Suffix-first models start their prompts with the suffix: nothing of the
+/// document would be shared, so they keep none (`None`).
+pub fn document(
+    fim: &FimTokens,
+    context: &[i32],
+    text: &[i32],
+    budget: PromptBudget,
+) -> Option<FimPrompt> {
+    if fim.order != FimOrder::PrefixSuffixMiddle {
+        return None;
+    }
+    let specials = 1 + usize::from(fim.bos.is_some());
+    let kept = text.len().min(budget.input.saturating_sub(specials));
+    let mut tokens = Vec::with_capacity(specials + context.len() + kept);
+    tokens.extend(fim.bos);
+    tokens.extend_from_slice(context);
+    tokens.push(fim.prefix);
+    tokens.extend_from_slice(&text[..kept]);
+    Some(FimPrompt {
+        tokens,
+        suffix_span: None,
+        document: true,
+        prefix_trimmed: 0,
+        suffix_trimmed: text.len() - kept,
+    })
 }
 
 #[cfg(test)]
@@ -151,7 +186,7 @@ mod tests {
             },
         );
         assert_eq!(p.tokens, vec![100, 1, 2, 101, 3, 102]);
-        assert_eq!(p.suffix_span, Some(SuffixSpan { start: 3, end: 5 }));
+        assert_eq!(p.suffix_span, Some(Span { start: 3, end: 5 }));
     }
 
     #[test]
@@ -220,5 +255,24 @@ mod tests {
         );
         assert_eq!(p.tokens.len(), 10);
         assert_eq!(p.tokens[0], 7);
+    }
+
+    #[test]
+    fn a_document_starts_as_its_fim_prompts_do_and_is_cut_at_the_end() {
+        let budget = PromptBudget {
+            input: 10,
+            suffix: 5,
+            repository: 0,
+        };
+        let text: Vec<i32> = (0..50).collect();
+        let doc = document(&QWEN, &[7], &text, budget).unwrap();
+        let fim = assemble(&QWEN, &[7], &text[..4], &text[4..6], budget);
+        assert_eq!(doc.tokens[..6], fim.tokens[..6]);
+        assert_eq!(doc.tokens.len(), 1 + 10, "the context, then the budget");
+        let suffix_first = FimTokens {
+            order: FimOrder::SuffixPrefixMiddle,
+            ..QWEN
+        };
+        assert_eq!(document(&suffix_first, &[], &text, budget), None);
     }
 }

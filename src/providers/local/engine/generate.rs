@@ -23,7 +23,8 @@ impl Engine<'_> {
     ) -> Result<(), EngineError> {
         let mut sampler = LlamaSampler::greedy();
         let mut bytes = Vec::new();
-        let room = (self.context_tokens as usize).saturating_sub(self.cached.len());
+        let set_aside = self.lent.as_ref().map_or(0, |lent| lent.tail.len());
+        let room = (self.context_tokens as usize).saturating_sub(self.cached.len() + set_aside);
         let max_tokens = job.max_tokens.min(room);
         let interrupt = Interrupt {
             cancel: Some(&job.cancel),

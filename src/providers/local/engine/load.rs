@@ -82,17 +82,46 @@ pub(super) fn context_params(n_ctx: u32, threads: usize) -> LlamaContextParams {
         .with_n_ubatch(CHUNK as u32)
         .with_n_threads(threads as i32)
         .with_n_threads_batch(threads as i32)
-        // A second sequence parks a shifted suffix while the gap before it is decoded.
-        .with_n_seq_max(2)
+        // A second sequence parks a shifted suffix while the gap before it is
+        // decoded; a third holds a resident document's tail while a FIM prompt
+        // borrows its start.
+        .with_n_seq_max(3)
         .with_kv_unified(true)
 }
 
-/// Prompt tokens per second on this machine, from decoding a few chunks in a scratch context.
-pub(super) fn measure_prompt_speed(
+/// What a scratch context measured with some number of threads.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) struct Probe {
+    pub threads: usize,
+    pub prompt_tokens_per_s: f64,
+    /// One generated token's decode.
+    pub token_seconds: f64,
+}
+
+/// Prompt tokens and generated tokens of the request the thread count is
+/// chosen for: a completion at a new place decodes a chunk or so and
+/// generates a line.
+const PROBE_PROMPT_TOKENS: f64 = CHUNK as f64;
+const PROBE_GENERATED_TOKENS: f64 = 16.0;
+const PROBE_STEPS: usize = 4;
+
+impl Probe {
+    /// Seconds such a request takes at these speeds.
+    pub(super) fn request_seconds(&self) -> f64 {
+        PROBE_PROMPT_TOKENS / self.prompt_tokens_per_s.max(1e-6)
+            + PROBE_GENERATED_TOKENS * self.token_seconds
+    }
+}
+
+/// Decodes a few prompt chunks and then single tokens in a scratch context
+/// with `threads` threads, and times them; `None` when `interrupted` said
+/// stop between two decodes (a newer job arrived).
+pub(super) fn probe(
     backend: &LlamaBackend,
     model: &LlamaModel,
     threads: usize,
-) -> Result<f64, String> {
+    interrupted: &mut dyn FnMut() -> bool,
+) -> Result<Option<Probe>, String> {
     let mut ctx = model
         .new_context(backend, context_params(4 * CHUNK as u32, threads))
         .map_err(|e| format!("creating a llama.cpp context: {e}"))?;
@@ -100,23 +129,44 @@ pub(super) fn measure_prompt_speed(
     let tokens = model.vocab().tokenize(sample.as_bytes(), false, false);
     let tokens = &tokens[..tokens.len().min(3 * CHUNK)];
     let mut batch = LlamaBatch::new(CHUNK, 1);
-    // The first chunk warms caches and allocations; time the rest.
-    let mut timed = None;
-    for (i, chunk) in tokens.chunks(CHUNK).enumerate() {
-        if i == 1 {
-            timed = Some(Instant::now());
-        }
+    let mut decode = |batch: &mut LlamaBatch, tokens: &[LlamaToken], at: usize| {
         batch.clear();
-        for (j, &t) in chunk.iter().enumerate() {
+        for (j, &t) in tokens.iter().enumerate() {
             batch
-                .add(t, (i * CHUNK + j) as i32, &[0], j + 1 == chunk.len())
+                .add(t, (at + j) as i32, &[0], j + 1 == tokens.len())
                 .map_err(|e| e.to_string())?;
         }
-        ctx.decode(&mut batch)
-            .map_err(|e| format!("llama.cpp decode failed: {e}"))?;
+        ctx.decode(batch)
+            .map_err(|e| format!("llama.cpp decode failed: {e}"))
+    };
+    // The first chunk warms caches and allocations; time the rest.
+    let mut prompt_seconds = 0.0;
+    for (i, chunk) in tokens.chunks(CHUNK).enumerate() {
+        if interrupted() {
+            return Ok(None);
+        }
+        let started = Instant::now();
+        decode(&mut batch, chunk, i * CHUNK)?;
+        if i > 0 {
+            prompt_seconds += started.elapsed().as_secs_f64();
+        }
     }
-    let seconds = timed.map_or(1.0, |t| t.elapsed().as_secs_f64()).max(1e-6);
-    Ok((tokens.len() - CHUNK.min(tokens.len())) as f64 / seconds)
+    let mut token_seconds = f64::MAX;
+    for step in 0..PROBE_STEPS {
+        if interrupted() {
+            return Ok(None);
+        }
+        let started = Instant::now();
+        decode(&mut batch, &tokens[step..=step], tokens.len() + step)?;
+        // The fastest step: what the threads can do, without the hiccups.
+        token_seconds = token_seconds.min(started.elapsed().as_secs_f64());
+    }
+    let timed = tokens.len() - CHUNK.min(tokens.len());
+    Ok(Some(Probe {
+        threads,
+        prompt_tokens_per_s: timed as f64 / prompt_seconds.max(1e-6),
+        token_seconds,
+    }))
 }
 
 pub(super) fn sized_input_budget(configured: usize, tokens_per_s: f64) -> usize {

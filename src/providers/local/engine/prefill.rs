@@ -2,85 +2,113 @@
 //!
 //! Keeps the common token prefix, moves an unchanged suffix to its new positions
 //! (a RoPE shift through the parking sequence) and decodes the rest in chunks,
-//! checking the cancel flag, deadline and newer jobs between chunks.
+//! checking the cancel flag, deadline and newer jobs between chunks. A FIM
+//! prompt borrows a resident document's start (see `resident`).
 
 use std::time::Instant;
 
+use llama_cpp_2::context::kv_cache::KvCacheConversionError;
 use llama_cpp_2::token::LlamaToken;
 
 use super::load::context_params;
 use super::{CHUNK, Engine, Interrupt, MAIN, PARKED, Stopped};
 use crate::providers::local::prompt::FimPrompt;
-use crate::providers::local::reuse::{self, SuffixSpan};
+use crate::providers::local::reuse::{self, Span};
+
+/// What bringing the cache to a prompt took.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct Prefill {
+    /// Prompt tokens the cache lacked when the job came.
+    pub to_decode: usize,
+    /// Of those, the ones decoded before the job stopped (all, unless stopped).
+    pub decoded: usize,
+}
 
 impl Engine<'_> {
     /// Brings the KV cache to `prompt`, decoding only what the cache lacks.
-    /// Returns how many tokens were decoded.
     pub(super) fn sync_prompt(
         &mut self,
         prompt: &FimPrompt,
         interrupt: &Interrupt,
-    ) -> Result<usize, SyncError> {
-        if self.reuse_cache {
-            self.switch_recent(&prompt.tokens);
+    ) -> Result<Prefill, SyncError> {
+        let lent_stays = if self.reuse_cache {
+            let stays = self.settle_lent(prompt);
+            if !stays {
+                self.switch_recent(&prompt.tokens);
+            }
+            stays
         } else {
             self.fresh_context()?;
-        }
+            false
+        };
         let plan = reuse::plan(
             &self.cached,
             self.cached_suffix,
             &prompt.tokens,
             prompt.suffix_span,
         );
-        let mem = |e: llama_cpp_2::context::kv_cache::KvCacheConversionError| {
-            SyncError::Decode(e.to_string())
+        let mut prefill = Prefill {
+            to_decode: plan.tokens_to_decode(prompt.tokens.len()),
+            decoded: 0,
         };
-        if let Some((old, new_start)) = plan.shifted_suffix {
+        // A FIM prompt borrows a resident document's start, where the context
+        // has room for both and an answer.
+        let room_to_lend = self.cached.len() + (prompt.tokens.len() - plan.keep) + self.answer_room
+            <= self.context_tokens as usize;
+        if self.resident && !prompt.document && !lent_stays && room_to_lend {
+            self.lend(plan.keep).map_err(SyncError::Decode)?;
+        }
+        let mem = |e: KvCacheConversionError| SyncError::Decode(e.to_string());
+        if let Some(run) = plan.moved {
             // llama.cpp requires each sequence's positions to stay consecutive, so the
-            // suffix waits in the parking sequence, moved to its new positions, while
+            // run waits in the parking sequence, moved to its new positions, while
             // the gap before it is decoded into the main sequence.
-            let delta = new_start as i32 - old.start as i32;
+            let (from, end) = (run.from as u32, (run.from + run.len) as u32);
             self.ctx
-                .copy_kv_cache_seq(MAIN, PARKED, Some(old.start as u32), Some(old.end as u32))
+                .copy_kv_cache_seq(MAIN, PARKED, Some(from), Some(end))
                 .map_err(mem)?;
             self.ctx
-                .kv_cache_seq_add(PARKED, Some(old.start as u32), Some(old.end as u32), delta)
+                .kv_cache_seq_rm(MAIN, Some(plan.keep as u32), None)
+                .map_err(mem)?;
+            self.ctx
+                .kv_cache_seq_add(PARKED, Some(from), Some(end), run.delta())
+                .map_err(mem)?;
+        } else {
+            self.ctx
+                .kv_cache_seq_rm(MAIN, Some(plan.keep as u32), None)
                 .map_err(mem)?;
         }
-        self.ctx
-            .kv_cache_seq_rm(MAIN, Some(plan.keep as u32), None)
-            .map_err(mem)?;
         self.cached.truncate(plan.keep);
         self.cached_suffix = None;
+        self.resident = prompt.document;
 
-        let mut decoded = 0;
-        if let Some((old, new_start)) = plan.shifted_suffix {
-            let shifted_len = old.end - old.start;
-            // Fill the gap before the shifted suffix; if stopped, drop the suffix so the
+        if let Some(run) = plan.moved {
+            // Fill the gap before the moved run; if stopped, drop the run so the
             // cache stays a contiguous run of known tokens.
-            let gap = self.decode_into_cache(&prompt.tokens[..new_start], interrupt, &mut decoded);
+            let gap =
+                self.decode_into_cache(&prompt.tokens[..run.to], interrupt, &mut prefill.decoded);
             if gap.is_ok() {
-                let end = (new_start + shifted_len) as u32;
+                let (to, end) = (run.to as u32, (run.to + run.len) as u32);
                 self.ctx
-                    .copy_kv_cache_seq(PARKED, MAIN, Some(new_start as u32), Some(end))
+                    .copy_kv_cache_seq(PARKED, MAIN, Some(to), Some(end))
                     .map_err(mem)?;
                 self.cached
-                    .extend_from_slice(&prompt.tokens[new_start..new_start + shifted_len]);
+                    .extend_from_slice(&prompt.tokens[run.to..run.to + run.len]);
             }
             self.ctx.kv_cache_seq_rm(PARKED, None, None).map_err(mem)?;
-            gap.map_err(|stopped| SyncError::Stopped(stopped, decoded))?;
+            gap.map_err(|stopped| SyncError::Stopped(stopped, prefill))?;
         }
-        let filled = self.decode_into_cache(&prompt.tokens, interrupt, &mut decoded);
-        // A partly decoded suffix is still worth shifting next time.
+        let filled = self.decode_into_cache(&prompt.tokens, interrupt, &mut prefill.decoded);
+        // A partly decoded suffix is still worth moving next time.
         self.cached_suffix = prompt
             .suffix_span
-            .map(|span| SuffixSpan {
+            .map(|span| Span {
                 start: span.start,
                 end: span.end.min(self.cached.len()),
             })
             .filter(|span| span.end > span.start);
-        filled.map_err(|stopped| SyncError::Stopped(stopped, decoded))?;
-        Ok(decoded)
+        filled.map_err(|stopped| SyncError::Stopped(stopped, prefill))?;
+        Ok(prefill)
     }
 
     /// Decodes `target[self.cached.len()..]` in chunks; the last token gets logits.
@@ -121,8 +149,15 @@ impl Engine<'_> {
 
     pub(super) fn reset_cache(&mut self) {
         self.ctx.clear_kv_cache();
+        self.forget_cache();
+    }
+
+    /// The cache's contents are gone (cleared, or a new context).
+    pub(super) fn forget_cache(&mut self) {
         self.cached.clear();
         self.cached_suffix = None;
+        self.resident = false;
+        self.lent = None;
     }
 
     /// The naive baseline: a new context for every request.
@@ -134,14 +169,13 @@ impl Engine<'_> {
                 context_params(self.context_tokens, self.threads),
             )
             .map_err(|e| SyncError::Decode(format!("creating a llama.cpp context: {e}")))?;
-        self.cached.clear();
-        self.cached_suffix = None;
+        self.forget_cache();
         Ok(())
     }
 }
 
 pub(super) enum SyncError {
-    Stopped(Stopped, usize),
+    Stopped(Stopped, Prefill),
     Decode(String),
 }
 

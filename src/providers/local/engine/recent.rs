@@ -11,7 +11,7 @@ use std::collections::VecDeque;
 use llama_cpp_2::context::session::{LlamaStateSeqFlags, SeqState};
 
 use super::{CHUNK, Engine, MAIN};
-use crate::providers::local::reuse::{SuffixSpan, common_prefix};
+use crate::providers::local::reuse::{Span, common_prefix};
 
 /// At most this much memory for saved states (the test model's KV is ~12 KiB
 /// a token; a 7B model's ~10 times that).
@@ -19,7 +19,8 @@ const MAX_BYTES: usize = 128 << 20;
 
 struct Saved {
     tokens: Vec<i32>,
-    suffix: Option<SuffixSpan>,
+    suffix: Option<Span>,
+    resident: bool,
     state: SeqState,
 }
 
@@ -75,6 +76,7 @@ impl Engine<'_> {
                 Ok(state) => Some(Saved {
                     tokens: self.cached.clone(),
                     suffix: self.cached_suffix,
+                    resident: self.resident,
                     state,
                 }),
                 Err(e) => {
@@ -113,6 +115,7 @@ impl Engine<'_> {
                 );
                 self.cached = saved.tokens;
                 self.cached_suffix = saved.suffix;
+                self.resident = saved.resident;
             }
             Err(e) => {
                 tracing::debug!("restoring a recent prompt failed: {e}; clearing the cache");

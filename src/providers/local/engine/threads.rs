@@ -1,0 +1,120 @@
+//! How many threads decode: the count measured fastest, chosen at load and
+//! again between jobs after the prompt speed moved a lot (a build started
+//! beside the editor, or ended). With every core taken by another process,
+//! each decode step of a multi-threaded context waits for the thread that
+//! does not get its core: one thread is then faster (measured in
+//! BENCHMARKS.md, "Engine speed").
+//!
+//! llama-cpp-2 cannot change a context's threads, so a switch makes a new
+//! context and copies the cache's state into it: cheap next to decoding it
+//! again, and done only at those moments.
+
+use std::time::Duration;
+
+use llama_cpp_2::context::session::LlamaStateSeqFlags;
+
+use super::load::{Probe, context_params, probe};
+use super::{CHUNK, Engine, MAIN};
+
+/// The fastest of `probes` for a completion's work.
+pub(super) fn fastest(probes: &[Probe]) -> Option<Probe> {
+    probes
+        .iter()
+        .copied()
+        .min_by(|a, b| a.request_seconds().total_cmp(&b.request_seconds()))
+}
+
+impl Engine<'_> {
+    /// Probes each candidate thread count, unless a job arrives meanwhile
+    /// (then it is tried again before a later wait), and moves the cache to
+    /// the fastest.
+    pub(super) fn retune_threads(&mut self) {
+        let (backend, model) = (self.backend, self.model);
+        let mut probes = Vec::new();
+        for threads in self.thread_candidates.clone() {
+            match probe(backend, model, threads, &mut || self.job_arrived()) {
+                Ok(Some(probe)) => probes.push(probe),
+                Ok(None) => return,
+                Err(e) => {
+                    tracing::warn!("probing {threads} threads failed: {e}");
+                    self.retune = false;
+                    return;
+                }
+            }
+        }
+        self.retune = false;
+        let Some(best) = fastest(&probes) else {
+            return;
+        };
+        tracing::info!(
+            ?probes,
+            threads = best.threads,
+            "threads chosen from measurement"
+        );
+        self.chunk_cost = Duration::from_secs_f64(CHUNK as f64 / best.prompt_tokens_per_s);
+        self.token_cost = Duration::from_secs_f64(best.token_seconds);
+        if best.threads != self.threads {
+            self.switch_threads(best.threads);
+        }
+    }
+
+    /// A context with `threads` threads, holding what the cache held.
+    fn switch_threads(&mut self, threads: usize) {
+        let params = context_params(self.context_tokens, threads);
+        let ctx = match self.model.new_context(self.backend, params) {
+            Ok(ctx) => ctx,
+            Err(e) => {
+                tracing::warn!(
+                    "a context with {threads} threads failed: {e}; keeping {}",
+                    self.threads
+                );
+                return;
+            }
+        };
+        self.take_back_lent();
+        let state = match self.cached.is_empty() {
+            true => None,
+            false => self
+                .ctx
+                .state_seq_get(MAIN, LlamaStateSeqFlags::empty())
+                .map_err(|e| tracing::debug!("copying the cache out failed: {e}"))
+                .ok(),
+        };
+        self.ctx = ctx;
+        self.threads = threads;
+        let restored = state.is_some_and(|state| {
+            self.ctx
+                .state_seq_set(&state, MAIN)
+                .map_err(|e| tracing::debug!("copying the cache in failed: {e}"))
+                .is_ok()
+        });
+        if !restored {
+            self.forget_cache();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn probe(threads: usize, prompt_tokens_per_s: f64, token_seconds: f64) -> Probe {
+        Probe {
+            threads,
+            prompt_tokens_per_s,
+            token_seconds,
+        }
+    }
+
+    #[test]
+    fn the_count_that_serves_a_completion_soonest_wins() {
+        // Idle: two threads are faster at both.
+        let idle = [probe(2, 190.0, 0.022), probe(1, 100.0, 0.035)];
+        assert_eq!(fastest(&idle).unwrap().threads, 2);
+        // Another process on both cores: two threads prompt a little slower
+        // and generate far slower (measured: 55 and 65 tokens/s, 9.5 and 22 tokens/s).
+        let busy = [probe(2, 55.0, 0.105), probe(1, 65.0, 0.045)];
+        assert_eq!(fastest(&busy).unwrap().threads, 1);
+        assert_eq!(fastest(&[]), None);
+    }
+}
