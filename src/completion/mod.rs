@@ -69,10 +69,6 @@ impl FimEngine for LocalEngine {
 /// The engine stops generating this long before the request's deadline, so its
 /// partial answer arrives in time.
 const ENGINE_MARGIN: Duration = Duration::from_millis(100);
-/// At a new place the suffix is decoded afresh (the resident document holds
-/// the prefix): its tokens are what this share of the automatic budget decodes
-/// at the measured prompt speed, so the rest is left for the answer.
-const SUFFIX_SHARE_OF_BUDGET: f64 = 0.35;
 /// Of the budget, this share is kept for the local engine when a remote entry
 /// completes first (a warm local answer takes a few hundred ms on a laptop CPU).
 const LOCAL_SHARE: f64 = 0.4;
@@ -284,29 +280,25 @@ impl CompletionService {
         Ok((engine, info))
     }
 
+    /// The window at `cursor` for a request of `trigger`, and the document
+    /// from the window's start as far as a window from that start can reach
+    /// (what the engine keeps resident).
     fn window(
         &self,
         doc: &str,
         rope: &Rope,
         cursor: usize,
         info: &ModelInfo,
-        config: &AutocompleteConfig,
-    ) -> FimText {
-        self.placed_window(doc, rope, cursor, info, config).0
-    }
-
-    /// The window at `cursor`, and the document from the window's start as
-    /// far as a window from that start can reach (what the engine keeps resident).
-    fn placed_window(
-        &self,
-        doc: &str,
-        rope: &Rope,
-        cursor: usize,
-        info: &ModelInfo,
-        config: &AutocompleteConfig,
+        trigger: Trigger,
     ) -> (FimText, String) {
+        let config = self.config();
         let input = config.input_tokens.min(info.input_budget);
-        let budget = WindowBudget::for_input(input, Self::suffix_tokens(config, info));
+        let suffix = fim::affordable_suffix(
+            config.suffix_tokens,
+            info.prompt_tokens_per_s,
+            self.budget(trigger),
+        );
+        let budget = WindowBudget::for_input(input, suffix);
         let anchor = self.anchors.get(doc).map(|a| *a);
         let window = fim::window(rope, cursor, budget, anchor);
         self.anchors.insert(doc.to_owned(), window.anchor_line);
@@ -317,18 +309,6 @@ impl CompletionService {
             ..window.text
         };
         (text, document)
-    }
-
-    /// Suffix tokens of a window: as configured, but at most what decodes in
-    /// [`SUFFIX_SHARE_OF_BUDGET`] of the automatic budget at the measured
-    /// prompt speed (a busy machine gets a shorter suffix, not a late answer),
-    /// and at least the fresh tokens a moved suffix keeps.
-    fn suffix_tokens(config: &AutocompleteConfig, info: &ModelInfo) -> usize {
-        let budget_s = config.budget_ms as f64 / 1e3;
-        let affordable = (info.prompt_tokens_per_s * budget_s * SUFFIX_SHARE_OF_BUDGET) as usize;
-        config
-            .suffix_tokens
-            .min(affordable.max(crate::providers::local::reuse::FRESH_SUFFIX_TOKENS))
     }
 
     /// Repository context tokens: as configured, but at most twice the input
@@ -386,7 +366,7 @@ impl CompletionService {
         }
         match self.engine() {
             Ok((engine, info)) => {
-                let (window, document) = self.placed_window(doc, rope, cursor, &info, &config);
+                let (window, document) = self.window(doc, rope, cursor, &info, Trigger::Automatic);
                 engine.prewarm(Prewarm {
                     window,
                     document: resident.then_some(document),
@@ -425,10 +405,9 @@ impl CompletionService {
         rope: &Rope,
         cursor: usize,
     ) -> Result<Generation, NoSuggestion> {
-        let config = self.config();
         let (engine, info) = self.engine()?;
         let job = CompletionJob {
-            text: self.window(doc, rope, cursor, &info, &config),
+            text: self.window(doc, rope, cursor, &info, Trigger::Automatic).0,
             max_tokens: 0,
             stop: Box::new(|_| true),
             deadline: (Instant::now() + WARM_LIMIT).into_std(),
@@ -542,7 +521,7 @@ impl CompletionService {
             Err(e) => return (Err(e), None),
         };
         let model = Some(info.name.clone());
-        let text = self.window(&request.doc, rope, cursor, &info, &config);
+        let (text, _) = self.window(&request.doc, rope, cursor, &info, request.trigger);
         if let Some(previous) = self
             .inflight
             .insert(request.doc.clone(), request.cancel.clone())

@@ -6,10 +6,13 @@
 //! Sizes here are in chars, chosen so the window fits the token budget; the engine
 //! then enforces the budget exactly with the model's tokenizer.
 
+use std::time::Duration;
+
 use ropey::{Rope, RopeSlice};
 
 use crate::providers::local::FimText;
 use crate::providers::local::prompt::suffix_room;
+use crate::providers::local::reuse::FRESH_SUFFIX_TOKENS;
 
 /// Chars per token assumed when sizing the window: low for code, so the window
 /// rarely exceeds the token budget and the engine rarely has to trim it.
@@ -25,6 +28,20 @@ const ANCHOR_MIN_FILL: f64 = 0.5;
 const HEADS_SHARE: usize = 5;
 /// Special tokens of a FIM prompt (prefix, suffix and middle markers, BOS).
 const SPECIAL_TOKENS: usize = 4;
+
+/// At a new place the suffix is decoded afresh (the resident document holds
+/// the prefix): its tokens are what this share of the request's budget decodes
+/// at the measured prompt speed, so the rest is left for the answer.
+const SUFFIX_SHARE_OF_BUDGET: f64 = 0.35;
+
+/// Suffix tokens of a window: `configured`, but at most what decodes in
+/// [`SUFFIX_SHARE_OF_BUDGET`] of `budget` at `prompt_tokens_per_s` (a busy
+/// machine gets a shorter suffix, not a late answer), and at least the fresh
+/// tokens a moved suffix keeps.
+pub fn affordable_suffix(configured: usize, prompt_tokens_per_s: f64, budget: Duration) -> usize {
+    let affordable = prompt_tokens_per_s * budget.as_secs_f64() * SUFFIX_SHARE_OF_BUDGET;
+    configured.min((affordable as usize).max(FRESH_SUFFIX_TOKENS))
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WindowBudget {
@@ -201,6 +218,26 @@ mod tests {
             w.text.prefix.len()
         );
         assert_eq!(w.text.suffix, "line 0150\nline 0151\nline 0152\n");
+    }
+
+    #[test]
+    fn the_suffix_is_what_a_third_of_the_budget_decodes() {
+        let second = Duration::from_secs(1);
+        assert_eq!(affordable_suffix(128, 140.0, second), 49);
+        assert_eq!(
+            affordable_suffix(128, 1000.0, second),
+            128,
+            "at most as configured"
+        );
+        assert_eq!(
+            affordable_suffix(128, 140.0, second * 3),
+            128,
+            "an invoked request's budget"
+        );
+        assert_eq!(
+            affordable_suffix(128, 50.0, Duration::from_millis(50)),
+            FRESH_SUFFIX_TOKENS
+        );
     }
 
     #[test]
