@@ -311,7 +311,13 @@ impl LspClient {
             }
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
-        panic!("no inline completion after 60 tries");
+        let log = self.log();
+        let why: Vec<&str> = log
+            .lines()
+            .filter(|l| l.contains("no completion") || l.contains("prompt synced"))
+            .collect();
+        let tail = why[why.len().saturating_sub(12)..].join("\n");
+        panic!("no inline completion after 60 tries; the server said:\n{tail}");
     }
 
     pub async fn shutdown(mut self) -> std::process::ExitStatus {

@@ -20,7 +20,7 @@ mod threads;
 
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::sync::mpsc::{Receiver, TryRecvError};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
 use std::time::{Duration, Instant};
 
 use llama_cpp_2::context::LlamaContext;
@@ -55,6 +55,8 @@ const CHUNK: usize = 32;
 /// differences between llama.cpp's kernels for different batch shapes (a draft
 /// verified in one batch, a token decoded alone) can flip it.
 const NEAR_TIE: f32 = 0.1;
+/// Threads are probed again only after this long without a job.
+const RETUNE_AFTER_QUIET: Duration = Duration::from_secs(2);
 /// The KV sequence holding the prompt, the one a shifted suffix waits in, and
 /// the one holding a resident document's tail while a FIM prompt borrows its start.
 const MAIN: i32 = 0;
@@ -281,9 +283,18 @@ impl Engine<'_> {
         }
     }
 
+    /// The next job. Threads are measured again only after a quiet spell: a
+    /// probe a request has to wait for would cost that request its budget.
     fn next_job(&mut self) -> Option<Job> {
-        if self.retune && !self.job_arrived() {
-            self.retune_threads();
+        if let Some(job) = self.pending.pop_front() {
+            return Some(job);
+        }
+        if self.retune {
+            match self.rx.recv_timeout(RETUNE_AFTER_QUIET) {
+                Ok(job) => return Some(job),
+                Err(RecvTimeoutError::Timeout) => self.retune_threads(),
+                Err(RecvTimeoutError::Disconnected) => return None,
+            }
         }
         self.pending.pop_front().or_else(|| self.rx.recv().ok())
     }

@@ -1,6 +1,6 @@
 //! How many threads decode: the count measured fastest, chosen at load and
-//! again between jobs after the prompt speed moved a lot (a build started
-//! beside the editor, or ended). With every core taken by another process,
+//! again after the prompt speed moved a lot (a build started beside the
+//! editor, or ended), once no job has come for a while. With every core taken by another process,
 //! each decode step of a multi-threaded context waits for the thread that
 //! does not get its core: one thread is then faster (measured in
 //! BENCHMARKS.md, "Engine speed").
