@@ -26,7 +26,7 @@ pub(super) fn fastest(probes: &[Probe]) -> Option<Probe> {
 
 impl Engine<'_> {
     /// Probes each candidate thread count, unless a job arrives meanwhile
-    /// (then it is tried again before a later wait), and moves the cache to
+    /// (then it is tried again after the next quiet spell), and moves the cache to
     /// the fastest.
     pub(super) fn retune_threads(&mut self) {
         let (backend, model) = (self.backend, self.model);
