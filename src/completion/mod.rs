@@ -280,17 +280,15 @@ impl CompletionService {
         Ok((engine, info))
     }
 
-    /// The window at `cursor` for a request of `trigger`, and the document
-    /// from the window's start as far as a window from that start can reach
-    /// (what the engine keeps resident).
-    fn window(
+    /// The window at `cursor` for a request of `trigger`, and its budget.
+    fn place(
         &self,
         doc: &str,
         rope: &Rope,
         cursor: usize,
         info: &ModelInfo,
         trigger: Trigger,
-    ) -> (FimText, String) {
+    ) -> (fim::Window, WindowBudget) {
         let config = self.config();
         let input = config.input_tokens.min(info.input_budget);
         let suffix = fim::affordable_suffix(
@@ -302,13 +300,16 @@ impl CompletionService {
         let anchor = self.anchors.get(doc).map(|a| *a);
         let window = fim::window(rope, cursor, budget, anchor);
         self.anchors.insert(doc.to_owned(), window.anchor_line);
-        let document = window.document(rope, cursor, budget);
-        let text = FimText {
+        (window, budget)
+    }
+
+    /// A placed window's text, with the repository context in front.
+    fn fim_text(&self, doc: &str, (window, _): (fim::Window, WindowBudget)) -> FimText {
+        FimText {
             context: self.repository.block(),
             path: repository::display_path(doc),
             ..window.text
-        };
-        (text, document)
+        }
     }
 
     /// Repository context tokens: as configured, but at most twice the input
@@ -366,10 +367,12 @@ impl CompletionService {
         }
         match self.engine() {
             Ok((engine, info)) => {
-                let (window, document) = self.window(doc, rope, cursor, &info, Trigger::Automatic);
+                let placed = self.place(doc, rope, cursor, &info, Trigger::Automatic);
+                // The document from the window's start (what the engine keeps resident).
+                let document = resident.then(|| placed.0.document(rope, cursor, placed.1));
                 engine.prewarm(Prewarm {
-                    window,
-                    document: resident.then_some(document),
+                    window: self.fim_text(doc, placed),
+                    document,
                 });
             }
             Err(_) => {
@@ -407,7 +410,10 @@ impl CompletionService {
     ) -> Result<Generation, NoSuggestion> {
         let (engine, info) = self.engine()?;
         let job = CompletionJob {
-            text: self.window(doc, rope, cursor, &info, Trigger::Automatic).0,
+            text: self.fim_text(
+                doc,
+                self.place(doc, rope, cursor, &info, Trigger::Automatic),
+            ),
             max_tokens: 0,
             stop: Box::new(|_| true),
             deadline: (Instant::now() + WARM_LIMIT).into_std(),
@@ -521,7 +527,8 @@ impl CompletionService {
             Err(e) => return (Err(e), None),
         };
         let model = Some(info.name.clone());
-        let (text, _) = self.window(&request.doc, rope, cursor, &info, request.trigger);
+        let placed = self.place(&request.doc, rope, cursor, &info, request.trigger);
+        let text = self.fim_text(&request.doc, placed);
         if let Some(previous) = self
             .inflight
             .insert(request.doc.clone(), request.cancel.clone())

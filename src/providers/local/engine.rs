@@ -38,8 +38,7 @@ use super::{
 };
 use crate::cancel::CancelFlag;
 use load::{
-    backend, context_params, fim_tokens, load_model, probe, resized_input_budget,
-    sized_input_budget,
+    backend, context_params, fim_tokens, load_model, resized_input_budget, sized_input_budget,
 };
 use prefill::SyncError;
 use recent::RecentPrompts;
@@ -76,20 +75,9 @@ pub(super) fn run(options: EngineOptions, rx: Receiver<Job>, status: watch::Send
         Err(reason) => return fail(&status, rx, reason),
     };
     let thread_candidates = options.thread_candidates();
-    let probes: Result<Vec<_>, String> = thread_candidates
-        .iter()
-        .filter_map(|&threads| probe(backend, &model, threads, &mut || false).transpose())
-        .collect();
-    let best = match probes.map(|probes| (threads::fastest(&probes), probes)) {
-        Ok((Some(best), probes)) => {
-            tracing::info!(
-                ?probes,
-                threads = best.threads,
-                "threads chosen from measurement"
-            );
-            best
-        }
-        Ok((None, _)) => return fail(&status, rx, "no thread count to run with".into()),
+    let best = match threads::choose(backend, &model, &thread_candidates, &mut || false) {
+        Ok(Some(best)) => best,
+        Ok(None) => return fail(&status, rx, "no thread count to run with".into()),
         Err(reason) => return fail(&status, rx, reason),
     };
     let (threads, speed) = (best.threads, best.prompt_tokens_per_s);

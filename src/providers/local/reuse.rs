@@ -95,12 +95,10 @@ fn moved_run(
     let first = span.start.max(keep) + FRESH_SUFFIX_TOKENS;
     let (source_start, source_end) = (source.start.max(keep), source.end.min(cached.len()));
     for to in first..(first + ALIGNMENT_SLACK).min(end) {
-        let Some(key) = prompt
-            .get(to..to + MIN_MOVED_RUN)
-            .filter(|_| to + MIN_MOVED_RUN <= end)
-        else {
+        if to + MIN_MOVED_RUN > end {
             return None;
-        };
+        }
+        let key = &prompt[to..to + MIN_MOVED_RUN];
         let best = (source_start..source_end.saturating_sub(MIN_MOVED_RUN - 1))
             .filter(|&from| &cached[from..from + MIN_MOVED_RUN] == key)
             .map(|from| MovedRun {

@@ -68,16 +68,12 @@ impl Engine<'_> {
                 .copy_kv_cache_seq(MAIN, PARKED, Some(from), Some(end))
                 .map_err(mem)?;
             self.ctx
-                .kv_cache_seq_rm(MAIN, Some(plan.keep as u32), None)
-                .map_err(mem)?;
-            self.ctx
                 .kv_cache_seq_add(PARKED, Some(from), Some(end), run.delta())
                 .map_err(mem)?;
-        } else {
-            self.ctx
-                .kv_cache_seq_rm(MAIN, Some(plan.keep as u32), None)
-                .map_err(mem)?;
         }
+        self.ctx
+            .kv_cache_seq_rm(MAIN, Some(plan.keep as u32), None)
+            .map_err(mem)?;
         self.cached.truncate(plan.keep);
         self.cached_suffix = None;
         self.resident = prompt.document;

@@ -12,6 +12,8 @@
 use std::time::Duration;
 
 use llama_cpp_2::context::session::LlamaStateSeqFlags;
+use llama_cpp_2::llama_backend::LlamaBackend;
+use llama_cpp_2::model::LlamaModel;
 
 use super::load::{Probe, context_params, probe};
 use super::{CHUNK, Engine, MAIN};
@@ -24,33 +26,49 @@ pub(super) fn fastest(probes: &[Probe]) -> Option<Probe> {
         .min_by(|a, b| a.request_seconds().total_cmp(&b.request_seconds()))
 }
 
+/// Probes each of `candidates` and returns the fastest; `None` when
+/// `interrupted` stopped a probe.
+pub(super) fn choose(
+    backend: &LlamaBackend,
+    model: &LlamaModel,
+    candidates: &[usize],
+    interrupted: &mut dyn FnMut() -> bool,
+) -> Result<Option<Probe>, String> {
+    let mut probes = Vec::new();
+    for &threads in candidates {
+        match probe(backend, model, threads, interrupted)? {
+            Some(probe) => probes.push(probe),
+            None => return Ok(None),
+        }
+    }
+    let best = fastest(&probes);
+    if let Some(best) = best {
+        tracing::info!(
+            ?probes,
+            threads = best.threads,
+            "threads chosen from measurement"
+        );
+    }
+    Ok(best)
+}
+
 impl Engine<'_> {
     /// Probes each candidate thread count, unless a job arrives meanwhile
     /// (then it is tried again after the next quiet spell), and moves the cache to
     /// the fastest.
     pub(super) fn retune_threads(&mut self) {
         let (backend, model) = (self.backend, self.model);
-        let mut probes = Vec::new();
-        for threads in self.thread_candidates.clone() {
-            match probe(backend, model, threads, &mut || self.job_arrived()) {
-                Ok(Some(probe)) => probes.push(probe),
-                Ok(None) => return,
-                Err(e) => {
-                    tracing::warn!("probing {threads} threads failed: {e}");
-                    self.retune = false;
-                    return;
-                }
+        let candidates = self.thread_candidates.clone();
+        let best = match choose(backend, model, &candidates, &mut || self.job_arrived()) {
+            Ok(Some(best)) => best,
+            Ok(None) => return,
+            Err(e) => {
+                tracing::warn!("probing threads failed: {e}");
+                self.retune = false;
+                return;
             }
-        }
-        self.retune = false;
-        let Some(best) = fastest(&probes) else {
-            return;
         };
-        tracing::info!(
-            ?probes,
-            threads = best.threads,
-            "threads chosen from measurement"
-        );
+        self.retune = false;
         self.chunk_cost = Duration::from_secs_f64(CHUNK as f64 / best.prompt_tokens_per_s);
         self.token_cost = Duration::from_secs_f64(best.token_seconds);
         if best.threads != self.threads {
