@@ -12,7 +12,6 @@ use ropey::{Rope, RopeSlice};
 
 use crate::providers::local::FimText;
 use crate::providers::local::prompt::suffix_room;
-use crate::providers::local::reuse::FRESH_SUFFIX_TOKENS;
 
 /// Chars per token assumed when sizing the window: low for code, so the window
 /// rarely exceeds the token budget and the engine rarely has to trim it.
@@ -34,13 +33,20 @@ const SPECIAL_TOKENS: usize = 4;
 /// at the measured prompt speed, so the rest is left for the answer.
 const SUFFIX_SHARE_OF_BUDGET: f64 = 0.35;
 
+/// A window's suffix is never cut below this by the speed: what the smallest
+/// input budget (256 tokens) gives it anyway. Below it the window would
+/// change with every speed measurement, and so would the answer at the same
+/// place (seen: a test's place answered on an idle machine and not on a
+/// loaded one).
+const MIN_SUFFIX_TOKENS: usize = 64;
+
 /// Suffix tokens of a window: `configured`, but at most what decodes in
 /// [`SUFFIX_SHARE_OF_BUDGET`] of `budget` at `prompt_tokens_per_s` (a busy
-/// machine gets a shorter suffix, not a late answer), and at least the fresh
-/// tokens a moved suffix keeps.
+/// machine gets a shorter suffix, not a late answer), and at least
+/// [`MIN_SUFFIX_TOKENS`].
 pub fn affordable_suffix(configured: usize, prompt_tokens_per_s: f64, budget: Duration) -> usize {
     let affordable = prompt_tokens_per_s * budget.as_secs_f64() * SUFFIX_SHARE_OF_BUDGET;
-    configured.min((affordable as usize).max(FRESH_SUFFIX_TOKENS))
+    configured.min((affordable as usize).max(MIN_SUFFIX_TOKENS))
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -223,7 +229,7 @@ mod tests {
     #[test]
     fn the_suffix_is_what_a_third_of_the_budget_decodes() {
         let second = Duration::from_secs(1);
-        assert_eq!(affordable_suffix(128, 140.0, second), 49);
+        assert_eq!(affordable_suffix(128, 200.0, second), 70);
         assert_eq!(
             affordable_suffix(128, 1000.0, second),
             128,
@@ -235,8 +241,9 @@ mod tests {
             "an invoked request's budget"
         );
         assert_eq!(
-            affordable_suffix(128, 50.0, Duration::from_millis(50)),
-            FRESH_SUFFIX_TOKENS
+            affordable_suffix(128, 140.0, second),
+            MIN_SUFFIX_TOKENS,
+            "never below what the smallest input budget gives"
         );
     }
 
