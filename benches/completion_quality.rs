@@ -11,6 +11,8 @@
 //! - `QUALITY_ARRIVALS=revealed,silent`: whether the editor reveals the cursor
 //!   (a code-action request at it) before the idle time, or says nothing.
 //! - `QUALITY_IDLE_MS=2000`: idle time between arriving and asking.
+//! - `QUALITY_INPUT_TOKENS`: `autocomplete.input_tokens` (the largest window;
+//!   the engine's speed-following budget is at most this).
 //! - `QUALITY_HOG=1`: busy loops on every core while measuring (a build
 //!   running beside the editor).
 //! - `QUALITY_OUT`: a directory for each attempt (JSON lines) and each
@@ -45,7 +47,11 @@ async fn run(
     arrival: Arrival,
     idle: Duration,
 ) -> Vec<Attempt> {
-    let mut client = infilling::server(json!({"budget_ms": budget_ms})).await;
+    let mut autocomplete = json!({"budget_ms": budget_ms});
+    if let Ok(tokens) = std::env::var("QUALITY_INPUT_TOKENS") {
+        autocomplete["input_tokens"] = tokens.parse::<u64>().expect("QUALITY_INPUT_TOKENS").into();
+    }
+    let mut client = infilling::server(autocomplete).await;
     let mut attempts = Vec::new();
     for (i, task) in tasks.iter().enumerate() {
         attempts.push(infilling::attempt(&mut client, task, i, arrival, idle).await);

@@ -5,7 +5,7 @@
 //! checking the cancel flag, deadline and newer jobs between chunks. A FIM
 //! prompt borrows a resident document's start (see `resident`).
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use llama_cpp_2::context::kv_cache::KvCacheConversionError;
 use llama_cpp_2::token::LlamaToken;
@@ -114,9 +114,10 @@ impl Engine<'_> {
         interrupt: &Interrupt,
         decoded: &mut usize,
     ) -> Result<(), Stopped> {
+        let chunk = chunk_len(self.chunk_cost, interrupt.preemptible);
         while self.cached.len() < target.len() {
             let start = self.cached.len();
-            let end = (start + CHUNK).min(target.len());
+            let end = (start + chunk).min(target.len());
             if let Some(stopped) = self.check(
                 interrupt,
                 self.chunk_cost.mul_f64((end - start) as f64 / CHUNK as f64),
@@ -170,6 +171,23 @@ impl Engine<'_> {
     }
 }
 
+/// The longest a request should wait for a background chunk already in flight.
+const BACKGROUND_CHUNK_TIME: Duration = Duration::from_millis(250);
+
+/// Tokens per decode call. A job's own prompt goes in full chunks, the fastest
+/// per token. Background work goes in chunks that end within
+/// `BACKGROUND_CHUNK_TIME` at the measured speed: a request that arrives waits
+/// for the chunk in flight, and under a CPU hog a full chunk takes ~0.6 s of its
+/// 1 s. Never below half a chunk: shorter ones are mostly per-call overhead,
+/// and their time is not taken as a speed measurement.
+fn chunk_len(chunk_cost: Duration, background: bool) -> usize {
+    if !background {
+        return CHUNK;
+    }
+    let affordable = BACKGROUND_CHUNK_TIME.as_secs_f64() / chunk_cost.as_secs_f64().max(1e-6);
+    ((affordable * CHUNK as f64) as usize).clamp(CHUNK / 2, CHUNK)
+}
+
 pub(super) enum SyncError {
     Stopped(Stopped, Prefill),
     Decode(String),
@@ -183,5 +201,28 @@ impl std::fmt::Display for SyncError {
             SyncError::Stopped(Stopped::Preempted, _) => f.write_str("a newer job arrived"),
             SyncError::Decode(reason) => f.write_str(reason),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cost_at(tokens_per_s: f64) -> Duration {
+        Duration::from_secs_f64(CHUNK as f64 / tokens_per_s)
+    }
+
+    #[test]
+    fn background_chunks_shrink_on_a_busy_machine_only() {
+        // Speeds measured on the test machine: idle, and under a CPU hog.
+        assert_eq!(chunk_len(cost_at(140.0), true), CHUNK, "idle: full chunks");
+        assert_eq!(chunk_len(cost_at(100.0), true), 25);
+        assert_eq!(chunk_len(cost_at(55.0), true), CHUNK / 2, "hog: half");
+        assert_eq!(chunk_len(cost_at(5.0), true), CHUNK / 2, "never below half");
+        assert_eq!(
+            chunk_len(cost_at(55.0), false),
+            CHUNK,
+            "a request's own prompt"
+        );
     }
 }
