@@ -42,7 +42,7 @@ use load::{
 };
 use prefill::SyncError;
 use recent::RecentPrompts;
-use resident::Lent;
+use resident::Residency;
 
 /// llama.cpp's backend, initialised once per process and shared with the
 /// engine: what a benchmark of llama.cpp's own decode needs beside it.
@@ -118,8 +118,7 @@ pub(super) fn run(options: EngineOptions, rx: Receiver<Job>, status: watch::Send
         reuse_cache: options.reuse_cache,
         cached: Vec::new(),
         cached_suffix: None,
-        resident: false,
-        lent: None,
+        residency: Residency::None,
         recent: RecentPrompts::new(options.recent_prompts),
         repository: None,
         batch: LlamaBatch::new(CHUNK, 1),
@@ -190,11 +189,8 @@ struct Engine<'m> {
     cached: Vec<i32>,
     /// Where the cache holds a FIM prompt's suffix section.
     cached_suffix: Option<Span>,
-    /// The cache holds (the start of) a resident document (`prompt::document`).
-    resident: bool,
-    /// The cache holds a FIM prompt that borrows a resident document's start;
-    /// the document's tail waits in `LENT`.
-    lent: Option<Lent>,
+    /// What of a resident document the cache holds.
+    residency: Residency,
     /// Caches left for another prompt, to switch back to.
     recent: RecentPrompts,
     /// The last repository context block, its document path and its tokens.

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use llama_cpp_2::sampling::LlamaSampler;
 use llama_cpp_2::token::LlamaToken;
 
-use super::{Engine, Interrupt, MAIN, NEAR_TIE, Stopped};
+use super::{Engine, Interrupt, MAIN, NEAR_TIE, Residency, Stopped};
 use crate::providers::local::lookup;
 use crate::providers::local::{CompletionJob, EngineError, Generation, StopReason};
 
@@ -23,7 +23,10 @@ impl Engine<'_> {
     ) -> Result<(), EngineError> {
         let mut sampler = LlamaSampler::greedy();
         let mut bytes = Vec::new();
-        let set_aside = self.lent.as_ref().map_or(0, |lent| lent.tail.len());
+        let set_aside = match &self.residency {
+            Residency::Lent(lent) => lent.tail.len(),
+            _ => 0,
+        };
         let room = (self.context_tokens as usize).saturating_sub(self.cached.len() + set_aside);
         let max_tokens = job.max_tokens.min(room);
         let interrupt = Interrupt {

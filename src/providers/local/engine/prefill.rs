@@ -11,7 +11,7 @@ use llama_cpp_2::context::kv_cache::KvCacheConversionError;
 use llama_cpp_2::token::LlamaToken;
 
 use super::load::context_params;
-use super::{CHUNK, Engine, Interrupt, MAIN, PARKED, Stopped};
+use super::{CHUNK, Engine, Interrupt, MAIN, PARKED, Residency, Stopped};
 use crate::providers::local::prompt::FimPrompt;
 use crate::providers::local::reuse::{self, Span};
 
@@ -31,16 +31,11 @@ impl Engine<'_> {
         prompt: &FimPrompt,
         interrupt: &Interrupt,
     ) -> Result<Prefill, SyncError> {
-        let lent_stays = if self.reuse_cache {
-            let stays = self.settle_lent(prompt);
-            if !stays {
-                self.switch_recent(&prompt.tokens);
-            }
-            stays
-        } else {
+        if !self.reuse_cache {
             self.fresh_context()?;
-            false
-        };
+        } else if !self.settle_lent(prompt) {
+            self.switch_recent(&prompt.tokens);
+        }
         let plan = reuse::plan(
             &self.cached,
             self.cached_suffix,
@@ -55,7 +50,7 @@ impl Engine<'_> {
         // has room for both and an answer.
         let room_to_lend = self.cached.len() + (prompt.tokens.len() - plan.keep) + self.answer_room
             <= self.context_tokens as usize;
-        if self.resident && !prompt.document && !lent_stays && room_to_lend {
+        if matches!(self.residency, Residency::Whole) && !prompt.document && room_to_lend {
             self.lend(plan.keep).map_err(SyncError::Decode)?;
         }
         let mem = |e: KvCacheConversionError| SyncError::Decode(e.to_string());
@@ -76,7 +71,12 @@ impl Engine<'_> {
             .map_err(mem)?;
         self.cached.truncate(plan.keep);
         self.cached_suffix = None;
-        self.resident = prompt.document;
+        // A FIM prompt that did not borrow the document's start overwrote it.
+        if prompt.document {
+            self.residency = Residency::Whole;
+        } else if matches!(self.residency, Residency::Whole) {
+            self.residency = Residency::None;
+        }
 
         if let Some(run) = plan.moved {
             // Fill the gap before the moved run; if stopped, drop the run so the
@@ -153,8 +153,7 @@ impl Engine<'_> {
     pub(super) fn forget_cache(&mut self) {
         self.cached.clear();
         self.cached_suffix = None;
-        self.resident = false;
-        self.lent = None;
+        self.residency = Residency::None;
     }
 
     /// The naive baseline: a new context for every request.

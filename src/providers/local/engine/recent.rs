@@ -10,7 +10,7 @@ use std::collections::VecDeque;
 
 use llama_cpp_2::context::session::{LlamaStateSeqFlags, SeqState};
 
-use super::{CHUNK, Engine, MAIN};
+use super::{CHUNK, Engine, MAIN, Residency};
 use crate::providers::local::reuse::{Span, common_prefix};
 
 /// At most this much memory for saved states (the test model's KV is ~12 KiB
@@ -76,7 +76,7 @@ impl Engine<'_> {
                 Ok(state) => Some(Saved {
                     tokens: self.cached.clone(),
                     suffix: self.cached_suffix,
-                    resident: self.resident,
+                    resident: matches!(self.residency, Residency::Whole),
                     state,
                 }),
                 Err(e) => {
@@ -115,7 +115,10 @@ impl Engine<'_> {
                 );
                 self.cached = saved.tokens;
                 self.cached_suffix = saved.suffix;
-                self.resident = saved.resident;
+                self.residency = match saved.resident {
+                    true => Residency::Whole,
+                    false => Residency::None,
+                };
             }
             Err(e) => {
                 tracing::debug!("restoring a recent prompt failed: {e}; clearing the cache");

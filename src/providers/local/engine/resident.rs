@@ -15,6 +15,18 @@ use super::{Engine, LENT, MAIN};
 use crate::providers::local::prompt::FimPrompt;
 use crate::providers::local::reuse;
 
+/// What of a resident document the cache holds.
+#[derive(Default)]
+pub(super) enum Residency {
+    /// None: the cache holds a prompt of its own.
+    #[default]
+    None,
+    /// The document (`prompt::document`), or the start of it, in `MAIN`.
+    Whole,
+    /// A FIM prompt borrowing the document's start; its tail waits in `LENT`.
+    Lent(Lent),
+}
+
 /// A resident document's tail, set aside while a FIM prompt borrows its start.
 pub(super) struct Lent {
     /// The main sequence still holds the document's tokens before this position.
@@ -28,7 +40,7 @@ impl Engine<'_> {
     /// the FIM prompt in the cache serves `prompt` with no more decoding and
     /// keeps the document's start. Returns whether the tail stays lent.
     pub(super) fn settle_lent(&mut self, prompt: &FimPrompt) -> bool {
-        let Some(lent) = &self.lent else {
+        let Residency::Lent(lent) = &self.residency else {
             return false;
         };
         let len = prompt.tokens.len();
@@ -54,7 +66,7 @@ impl Engine<'_> {
         self.ctx
             .copy_kv_cache_seq(MAIN, LENT, Some(at as u32), None)
             .map_err(|e| e.to_string())?;
-        self.lent = Some(Lent {
+        self.residency = Residency::Lent(Lent {
             at,
             tail: self.cached[at..].to_vec(),
         });
@@ -63,8 +75,12 @@ impl Engine<'_> {
 
     /// Puts the lent tail back after the document's start.
     pub(super) fn take_back_lent(&mut self) {
-        let Some(lent) = self.lent.take() else {
-            return;
+        let lent = match std::mem::take(&mut self.residency) {
+            Residency::Lent(lent) => lent,
+            other => {
+                self.residency = other;
+                return;
+            }
         };
         let at = lent.at as u32;
         let returned = self
@@ -77,7 +93,7 @@ impl Engine<'_> {
                 self.cached.truncate(lent.at);
                 self.cached.extend_from_slice(&lent.tail);
                 self.cached_suffix = None;
-                self.resident = true;
+                self.residency = Residency::Whole;
             }
             Err(e) => {
                 tracing::debug!("taking the document's tail back failed: {e}; clearing the cache");
