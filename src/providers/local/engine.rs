@@ -31,7 +31,7 @@ use tokio::sync::{oneshot, watch};
 
 use super::lookup;
 use super::prompt::{self, FimPrompt, FimTokens, PromptBudget};
-use super::reuse::Span;
+use super::reuse::SuffixSpan;
 use super::{
     ChatJob, CompletionJob, EngineError, EngineOptions, EngineStatus, FimText, Generation, Job,
     ModelInfo, Prewarm, Snippet, StopReason,
@@ -188,7 +188,7 @@ struct Engine<'m> {
     /// The token at each KV cache position, in order.
     cached: Vec<i32>,
     /// Where the cache holds a FIM prompt's suffix section.
-    cached_suffix: Option<Span>,
+    cached_suffix: Option<SuffixSpan>,
     /// What of a resident document the cache holds.
     residency: Residency,
     /// Caches left for another prompt, to switch back to.

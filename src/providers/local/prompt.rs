@@ -5,7 +5,7 @@
 //! or token text). Codestral-style vocabularies (`[PREFIX]`/`[SUFFIX]`) are trained
 //! suffix-first; the rest prefix-suffix-middle.
 
-use super::reuse::Span;
+use super::reuse::SuffixSpan;
 
 /// The FIM special tokens of a model and the order its training used.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -67,7 +67,7 @@ pub fn suffix_room(room: usize, ceiling: usize) -> usize {
 pub struct FimPrompt {
     pub tokens: Vec<i32>,
     /// Suffix marker and suffix tokens (not the middle marker), when they follow the prefix.
-    pub suffix_span: Option<Span>,
+    pub suffix_span: Option<SuffixSpan>,
     /// A resident document (its text in file order, no suffix or middle), not a FIM prompt.
     pub document: bool,
     /// Prefix tokens dropped from the front to meet the budget.
@@ -106,7 +106,7 @@ pub fn assemble(
             tokens.extend_from_slice(suffix_kept);
             let end = tokens.len();
             tokens.push(fim.middle);
-            Some(Span { start, end })
+            Some(SuffixSpan { start, end })
         }
         FimOrder::SuffixPrefixMiddle => {
             tokens.push(fim.suffix);
@@ -186,7 +186,7 @@ mod tests {
             },
         );
         assert_eq!(p.tokens, vec![100, 1, 2, 101, 3, 102]);
-        assert_eq!(p.suffix_span, Some(Span { start: 3, end: 5 }));
+        assert_eq!(p.suffix_span, Some(SuffixSpan { start: 3, end: 5 }));
     }
 
     #[test]

@@ -8,7 +8,7 @@
 /// prefix-suffix-middle prompts have one that can move; suffix-first prompts
 /// keep their suffix in the common prefix.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Span {
+pub struct SuffixSpan {
     pub start: usize,
     pub end: usize,
 }
@@ -69,9 +69,9 @@ impl ReusePlan {
 /// always re-decoded, because its logits start generation.
 pub fn plan(
     cached: &[i32],
-    cached_suffix: Option<Span>,
+    cached_suffix: Option<SuffixSpan>,
     prompt: &[i32],
-    prompt_suffix: Option<Span>,
+    prompt_suffix: Option<SuffixSpan>,
 ) -> ReusePlan {
     let keep = common_prefix(cached, prompt).min(prompt.len().saturating_sub(1));
     let moved = match (cached_suffix, prompt_suffix) {
@@ -87,9 +87,9 @@ pub fn plan(
 fn moved_run(
     cached: &[i32],
     keep: usize,
-    source: Span,
+    source: SuffixSpan,
     prompt: &[i32],
-    span: Span,
+    span: SuffixSpan,
 ) -> Option<MovedRun> {
     let end = span.end.min(prompt.len().saturating_sub(1));
     let first = span.start.max(keep) + FRESH_SUFFIX_TOKENS;
@@ -125,19 +125,19 @@ mod tests {
 
     const F: usize = FRESH_SUFFIX_TOKENS;
 
-    fn span(start: usize, end: usize) -> Option<Span> {
-        Some(Span { start, end })
+    fn span(start: usize, end: usize) -> Option<SuffixSpan> {
+        Some(SuffixSpan { start, end })
     }
 
     /// `prefix` tokens, the suffix marker 90, `suffix` tokens 1000.., the middle marker 91.
-    fn prompt(prefix: &[i32], suffix: usize) -> (Vec<i32>, Option<Span>) {
+    fn prompt(prefix: &[i32], suffix: usize) -> (Vec<i32>, Option<SuffixSpan>) {
         fim(
             prefix,
             &(0..suffix as i32).map(|i| 1000 + i).collect::<Vec<_>>(),
         )
     }
 
-    fn fim(prefix: &[i32], suffix: &[i32]) -> (Vec<i32>, Option<Span>) {
+    fn fim(prefix: &[i32], suffix: &[i32]) -> (Vec<i32>, Option<SuffixSpan>) {
         let mut tokens = prefix.to_vec();
         let start = tokens.len();
         tokens.push(90);
@@ -209,9 +209,9 @@ mod tests {
 
     fn plan_moves(
         old: &[i32],
-        old_span: Option<Span>,
+        old_span: Option<SuffixSpan>,
         new: &[i32],
-        new_span: Option<Span>,
+        new_span: Option<SuffixSpan>,
     ) -> bool {
         plan(old, old_span, new, new_span).moved.is_some()
     }

@@ -13,7 +13,7 @@ use llama_cpp_2::token::LlamaToken;
 use super::load::context_params;
 use super::{CHUNK, Engine, Interrupt, MAIN, PARKED, Residency, Stopped};
 use crate::providers::local::prompt::FimPrompt;
-use crate::providers::local::reuse::{self, Span};
+use crate::providers::local::reuse::{self, SuffixSpan};
 
 /// What bringing the cache to a prompt took.
 #[derive(Clone, Copy, Debug, Default)]
@@ -98,7 +98,7 @@ impl Engine<'_> {
         // A partly decoded suffix is still worth moving next time.
         self.cached_suffix = prompt
             .suffix_span
-            .map(|span| Span {
+            .map(|span| SuffixSpan {
                 start: span.start,
                 end: span.end.min(self.cached.len()),
             })

@@ -11,7 +11,7 @@ use std::collections::VecDeque;
 use llama_cpp_2::context::session::{LlamaStateSeqFlags, SeqState};
 
 use super::{CHUNK, Engine, MAIN, Residency};
-use crate::providers::local::reuse::{Span, common_prefix};
+use crate::providers::local::reuse::{SuffixSpan, common_prefix};
 
 /// At most this much memory for saved states (the test model's KV is ~12 KiB
 /// a token; a 7B model's ~10 times that).
@@ -19,7 +19,7 @@ const MAX_BYTES: usize = 128 << 20;
 
 struct Saved {
     tokens: Vec<i32>,
-    suffix: Option<Span>,
+    suffix: Option<SuffixSpan>,
     resident: bool,
     state: SeqState,
 }
