@@ -3,10 +3,12 @@
 //! Raw: llama.cpp's own decode through llama-cpp-2 on the test model. First
 //! as llama-bench measures it: a prompt of 32, 128 and 512 tokens decoded in
 //! one batch on an empty context (pp32, pp128, pp512) and 32 tokens decoded
-//! one at a time on an empty context (tg32). Then in the engine's shape: its
-//! context size and three sequences, the window's depth decoded in batches of 32
-//! (the engine checks its cancel flag and deadline between batches), and 32
-//! tokens generated one at a time after that depth.
+//! one at a time on an empty context (tg32), flash attention off as in
+//! llama-bench. Then in the engine's shape (its own context parameters): the
+//! window's depth decoded in batches of 32 (the engine checks its cancel flag
+//! and deadline between batches), and 32 tokens generated one at a time after
+//! that depth; and the same with llama.cpp's default flash attention, which
+//! the engine turns off on the CPU (the ratio is that choice's speed-up).
 //!
 //! The completion path: switchyard's engine (`LocalEngine`, the settings a
 //! server runs with, recent prompts off) answering completion jobs whose
@@ -36,11 +38,12 @@ use llama_cpp_2::llama_batch::LlamaBatch;
 use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::model::params::LlamaModelParams;
 use llama_cpp_2::token::LlamaToken;
+use llama_cpp_sys_2::{LLAMA_FLASH_ATTN_TYPE_AUTO, LLAMA_FLASH_ATTN_TYPE_DISABLED};
 use switchyard::cancel::CancelFlag;
 use switchyard::config::Config;
 use switchyard::local_setup;
 use switchyard::providers::local::{
-    CompletionJob, FimText, Generation, LocalEngine, ModelInfo, llama_backend,
+    CompletionJob, FimText, Generation, LocalEngine, ModelInfo, llama_backend, llama_context_params,
 };
 
 #[path = "../tests/support/cpu_hog.rs"]
@@ -73,28 +76,45 @@ fn row(what: &str, values: Vec<f64>, limit: Option<f64>) -> f64 {
     median
 }
 
-/// A context of `n_ctx` tokens decoding `batch` tokens per call; `sequences`
-/// as the engine keeps (its second parks a shifted suffix).
+/// A context decoding `batch` tokens per call, in `shape`.
 fn context(model: &LlamaModel, shape: Shape, batch: usize) -> LlamaContext<'_> {
-    let params = LlamaContextParams::default()
-        .with_n_ctx(NonZeroU32::new(shape.n_ctx))
-        .with_n_batch(batch as u32)
-        .with_n_ubatch(batch as u32)
-        .with_n_threads(shape.threads as i32)
-        .with_n_threads_batch(shape.threads as i32)
-        .with_n_seq_max(shape.sequences)
-        .with_kv_unified(true);
+    let params = match shape.kind {
+        // llama-bench's defaults: flash attention off.
+        Kind::LlamaBench => LlamaContextParams::default()
+            .with_n_ctx(NonZeroU32::new(1024))
+            .with_n_threads(shape.threads as i32)
+            .with_n_threads_batch(shape.threads as i32)
+            .with_flash_attention_policy(LLAMA_FLASH_ATTN_TYPE_DISABLED),
+        Kind::Engine => llama_context_params(shape.n_ctx, shape.threads),
+        Kind::EngineWithFlashAttention => llama_context_params(shape.n_ctx, shape.threads)
+            .with_flash_attention_policy(LLAMA_FLASH_ATTN_TYPE_AUTO),
+    };
     let backend = llama_backend().expect("llama.cpp backend");
     model
-        .new_context(backend, params)
+        .new_context(
+            backend,
+            params
+                .with_n_batch(batch as u32)
+                .with_n_ubatch(batch as u32),
+        )
         .expect("a llama.cpp context")
 }
 
 #[derive(Clone, Copy)]
 struct Shape {
+    kind: Kind,
     n_ctx: u32,
-    sequences: u32,
     threads: usize,
+}
+
+#[derive(Clone, Copy)]
+enum Kind {
+    LlamaBench,
+    /// The engine's own context parameters.
+    Engine,
+    /// The engine's, with llama.cpp's default flash attention (auto: on for
+    /// the CPU), as the engine ran before turning it off.
+    EngineWithFlashAttention,
 }
 
 fn tokens(model: &LlamaModel, n: usize) -> Vec<LlamaToken> {
@@ -158,8 +178,7 @@ struct Limits {
 
 fn raw(model: &LlamaModel, engine: Shape, depth: usize, reps: usize) -> Limits {
     let bench = Shape {
-        n_ctx: 1024,
-        sequences: 1,
+        kind: Kind::LlamaBench,
         ..engine
     };
     for n in [32, 128, 512] {
@@ -178,20 +197,31 @@ fn raw(model: &LlamaModel, engine: Shape, depth: usize, reps: usize) -> Limits {
         repeated(reps, || generation_speed(&mut ctx, &[])),
         None,
     );
-    let mut ctx = context(model, engine, 32);
     let prompt = tokens(model, depth);
-    Limits {
-        prompt: row(
-            &format!("engine shape: {depth} tokens in batches of 32"),
-            repeated(reps, || prompt_speed(&mut ctx, &prompt, 32)),
-            None,
-        ),
-        generation: row(
-            &format!("engine shape: tg32 after {depth} tokens"),
-            repeated(reps, || generation_speed(&mut ctx, &prompt)),
-            None,
-        ),
-    }
+    let mut at_depth = |shape: Shape, name: &str| {
+        let mut ctx = context(model, shape, 32);
+        Limits {
+            prompt: row(
+                &format!("{name}: {depth} tokens in batches of 32"),
+                repeated(reps, || prompt_speed(&mut ctx, &prompt, 32)),
+                None,
+            ),
+            generation: row(
+                &format!("{name}: tg32 after {depth} tokens"),
+                repeated(reps, || generation_speed(&mut ctx, &prompt)),
+                None,
+            ),
+        }
+    };
+    let flash = Shape {
+        kind: Kind::EngineWithFlashAttention,
+        ..engine
+    };
+    at_depth(
+        flash,
+        "engine shape, flash attention on (llama.cpp's default)",
+    );
+    at_depth(engine, "engine shape")
 }
 
 /// A completion job cut from the middle of file `i` (mod the files).
@@ -291,8 +321,8 @@ async fn main() {
         let model = LlamaModel::load_from_file(backend, &plain.path, &LlamaModelParams::default())
             .expect("the test model loads");
         let engine = Shape {
+            kind: Kind::Engine,
             n_ctx: info.context_tokens,
-            sequences: 3,
             threads: plain.threads,
         };
         raw(&model, engine, depth as usize, reps)

@@ -47,6 +47,8 @@ use resident::Residency;
 /// llama.cpp's backend, initialised once per process and shared with the
 /// engine: what a benchmark of llama.cpp's own decode needs beside it.
 pub use load::backend as llama_backend;
+/// The engine's context parameters, for the same comparison.
+pub use load::context_params as llama_context_params;
 
 /// Tokens per decode call: the cancel flag and deadline are checked between chunks.
 const CHUNK: usize = 32;

@@ -19,7 +19,7 @@ use std::time::Instant;
 use tokio::sync::{oneshot, watch};
 
 use crate::cancel::CancelFlag;
-pub use engine::llama_backend;
+pub use engine::{llama_backend, llama_context_params};
 pub use prompt::PromptBudget;
 
 /// How to run the engine.

@@ -75,8 +75,23 @@ pub(super) fn fim_tokens(model: &LlamaModel) -> Result<FimTokens, String> {
     })
 }
 
-pub(super) fn context_params(n_ctx: u32, threads: usize) -> LlamaContextParams {
+/// The engine's llama.cpp context: `n_ctx` tokens, prompts decoded in
+/// chunks of [`CHUNK`].
+///
+/// Flash attention is off on the CPU: llama.cpp's default (auto) turns it on,
+/// and its CPU kernel is slow for the engine's small batches at depth. Measured
+/// with `engine_speed` (BENCHMARKS.md): batches of 32 after ~400 cached tokens
+/// decode at 1.5x the speed without it, single tokens at 1.2x; batches of 64
+/// and more are the same either way. Where llama.cpp runs the model on a GPU
+/// (Metal), its kernels there are left to choose.
+pub fn context_params(n_ctx: u32, threads: usize) -> LlamaContextParams {
+    let flash_attention = if cfg!(all(target_os = "macos", target_arch = "aarch64")) {
+        llama_cpp_sys_2::LLAMA_FLASH_ATTN_TYPE_AUTO
+    } else {
+        llama_cpp_sys_2::LLAMA_FLASH_ATTN_TYPE_DISABLED
+    };
     LlamaContextParams::default()
+        .with_flash_attention_policy(flash_attention)
         .with_n_ctx(NonZeroU32::new(n_ctx))
         .with_n_batch(CHUNK as u32)
         .with_n_ubatch(CHUNK as u32)
