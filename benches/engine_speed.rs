@@ -3,8 +3,8 @@
 //! Raw: llama.cpp's own decode through llama-cpp-2 on the test model. First
 //! as llama-bench measures it: a prompt of 32, 128 and 512 tokens decoded in
 //! one batch on an empty context (pp32, pp128, pp512) and 32 tokens decoded
-//! one at a time on an empty context (tg32), flash attention off as in
-//! llama-bench. Then in the engine's shape (its own context parameters): the
+//! one at a time on an empty context (tg32), with llama-bench's defaults.
+//! Then in the engine's shape (its own context parameters): the
 //! window's depth decoded in batches of 32 (the engine checks its cancel flag
 //! and deadline between batches), and 32 tokens generated one at a time after
 //! that depth; and the same with llama.cpp's default flash attention, which
@@ -38,7 +38,7 @@ use llama_cpp_2::llama_batch::LlamaBatch;
 use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::model::params::LlamaModelParams;
 use llama_cpp_2::token::LlamaToken;
-use llama_cpp_sys_2::{LLAMA_FLASH_ATTN_TYPE_AUTO, LLAMA_FLASH_ATTN_TYPE_DISABLED};
+use llama_cpp_sys_2::LLAMA_FLASH_ATTN_TYPE_AUTO;
 use switchyard::cancel::CancelFlag;
 use switchyard::config::Config;
 use switchyard::local_setup;
@@ -79,12 +79,11 @@ fn row(what: &str, values: Vec<f64>, limit: Option<f64>) -> f64 {
 /// A context decoding `batch` tokens per call, in `shape`.
 fn context(model: &LlamaModel, shape: Shape, batch: usize) -> LlamaContext<'_> {
     let params = match shape.kind {
-        // llama-bench's defaults: flash attention off.
+        // llama-bench's defaults (flash attention auto, as the engine ran before).
         Kind::LlamaBench => LlamaContextParams::default()
             .with_n_ctx(NonZeroU32::new(1024))
             .with_n_threads(shape.threads as i32)
-            .with_n_threads_batch(shape.threads as i32)
-            .with_flash_attention_policy(LLAMA_FLASH_ATTN_TYPE_DISABLED),
+            .with_n_threads_batch(shape.threads as i32),
         Kind::Engine => llama_context_params(shape.n_ctx, shape.threads),
         Kind::EngineWithFlashAttention => llama_context_params(shape.n_ctx, shape.threads)
             .with_flash_attention_policy(LLAMA_FLASH_ATTN_TYPE_AUTO),
@@ -198,7 +197,7 @@ fn raw(model: &LlamaModel, engine: Shape, depth: usize, reps: usize) -> Limits {
         None,
     );
     let prompt = tokens(model, depth);
-    let mut at_depth = |shape: Shape, name: &str| {
+    let at_depth = |shape: Shape, name: &str| {
         let mut ctx = context(model, shape, 32);
         Limits {
             prompt: row(
