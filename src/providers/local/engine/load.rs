@@ -80,9 +80,9 @@ pub(super) fn fim_tokens(model: &LlamaModel) -> Result<FimTokens, String> {
 ///
 /// Flash attention is off on the CPU: llama.cpp's default (auto) turns it on,
 /// and its CPU kernel is slow for the engine's small batches at depth. Measured
-/// with `engine_speed` (BENCHMARKS.md): batches of 32 after ~400 cached tokens
-/// decode at 1.5x the speed without it, single tokens at 1.2x; batches of 64
-/// and more are the same either way. Where llama.cpp runs the model on a GPU
+/// with `engine_speed` (BENCHMARKS.md): batches of 32 after 400–700 cached
+/// tokens decode at 1.5–1.7x the speed without it, single tokens at 1.2x;
+/// batches of 64 and more are about the same either way. Where llama.cpp runs the model on a GPU
 /// (Metal), its kernels there are left to choose.
 pub fn context_params(n_ctx: u32, threads: usize) -> LlamaContextParams {
     let flash_attention = if cfg!(all(target_os = "macos", target_arch = "aarch64")) {
