@@ -212,7 +212,6 @@ impl Workbench {
     /// Waits until `done` holds of `script`'s value; on timeout fails with the
     /// page's state, the server log and a screenshot.
     async fn wait(&self, what: &str, script: &str, done: impl Fn(&Value) -> bool) -> Value {
-        let failed = shots().join(format!("failed-{}.png", what.replace([' ', ':', '/'], "-")));
         let deadline = Instant::now() + support::browser::PATIENCE;
         loop {
             let state = self.browser.eval(script).await;
@@ -220,14 +219,20 @@ impl Workbench {
                 return state;
             }
             if Instant::now() > deadline {
-                self.browser.screenshot(&failed).await;
-                panic!(
-                    "timed out waiting for {what}; the page showed: {state:#}\n{}",
-                    self.log_tail()
-                );
+                self.timed_out(what, &state).await;
             }
             tokio::time::sleep(Duration::from_millis(300)).await;
         }
+    }
+
+    /// Fails with the page's state, the server log and a screenshot.
+    async fn timed_out(&self, what: &str, state: &Value) -> ! {
+        let failed = shots().join(format!("failed-{}.png", what.replace([' ', ':', '/'], "-")));
+        self.browser.screenshot(&failed).await;
+        panic!(
+            "timed out waiting for {what}; the page showed: {state:#}\n{}",
+            self.log_tail()
+        );
     }
 
     /// The end of the server's log, newest line first.
@@ -266,16 +271,39 @@ impl Workbench {
         self.browser.keys(&[], key::ENTER).await;
     }
 
+    /// Accepts `choice` in the quick pick whose placeholder reads
+    /// `placeholder`. Keys typed while the palette hands over to the pick are
+    /// lost, so it types only into the open pick, and again until the pick
+    /// holds what was typed.
+    async fn pick(&self, placeholder: &str, choice: &str) {
+        let deadline = Instant::now() + support::browser::PATIENCE;
+        loop {
+            let state = self.browser.eval(QUICK_INPUT).await;
+            let open = state["visible"] == true
+                && state["placeholder"]
+                    .as_str()
+                    .is_some_and(|p| p.contains(placeholder));
+            let typed = state["value"].as_str() == Some(choice);
+            if open && typed && state["first"].as_str().is_some_and(|f| f.contains(choice)) {
+                self.browser.keys(&[], key::ENTER).await;
+                return;
+            }
+            if open && !typed {
+                self.browser.keys(&[key::CONTROL], "a").await;
+                self.browser.keys(&[], choice).await;
+            }
+            if Instant::now() > deadline {
+                self.timed_out(&format!("'{choice}' offered"), &state).await;
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    }
+
     /// Opens a workspace file through Quick Open and puts the cursor on `line`
     /// (1-based), at its end.
     async fn open_at(&self, path: &str, line: u32) {
         self.palette("Go to File").await;
-        self.browser.keys(&[], path).await;
-        self.wait(&format!("{path} in Quick Open"), QUICK_INPUT, |s| {
-            s["first"].as_str().is_some_and(|f| f.contains(path))
-        })
-        .await;
-        self.browser.keys(&[], key::ENTER).await;
+        self.pick("Search files by name", path).await;
         self.wait(&format!("{path} open"), EDITOR, |s| {
             s["tab"].as_str() == Some(path) && s["focused"] == true
         })
@@ -362,15 +390,24 @@ const QUICK_INPUT: &str = r#"
 const widget = document.querySelector(".quick-input-widget");
 const visible = !!widget && widget.style.display !== "none" && widget.offsetParent !== null;
 const row = widget && widget.querySelector(".monaco-list-row");
-return { visible, first: row ? (row.getAttribute("aria-label") || row.textContent) : null };
+const input = widget && widget.querySelector("input");
+return {
+  visible,
+  first: row ? (row.getAttribute("aria-label") || row.textContent) : null,
+  placeholder: input ? input.getAttribute("placeholder") : null,
+  value: input ? input.value : null,
+};
 "#;
 
 const EDITOR: &str = r#"
 const tab = document.querySelector(".tabs-container .tab.active");
 const editor = document.querySelector(".editor-instance .monaco-editor");
 const lines = editor ? [...editor.querySelectorAll(".view-line")].map((l) => l.textContent.replace(/\u00a0/g, " ")) : [];
-const ghost = [...document.querySelectorAll(".ghost-text-decoration, .ghost-text-decoration-preview, .ghost-text")]
-  .map((g) => g.textContent.replace(/\u00a0/g, " ")).join("\n");
+// The part on the cursor's line first: the lines below sit in a view zone,
+// which comes earlier in the page than the text lines.
+const inline = [...document.querySelectorAll(".ghost-text-decoration, .ghost-text-decoration-preview")];
+const below = [...document.querySelectorAll(".ghost-text")].filter((g) => !inline.includes(g));
+const ghost = [...inline, ...below].map((g) => g.textContent.replace(/\u00a0/g, " ")).join("\n");
 return {
   tab: tab ? tab.getAttribute("data-resource-name") || tab.textContent.trim() : null,
   focused: !!(editor && editor.classList.contains("focused")),
@@ -522,7 +559,7 @@ async fn suggestions_accepted_by_tab_by_word_and_ignored_are_counted() {
     bench.browser.keys(&[key::CONTROL], key::RIGHT).await;
     bench.shot("partly-accepted").await;
     let taken = bench
-        .saved_line("store.rs", "one word of the suggestion", |l| {
+        .saved_line("store.rs", &format!("one word of {whole:?}"), |l| {
             let typed = l.trim();
             !typed.is_empty() && typed.len() < whole.len() && whole.starts_with(typed)
         })
@@ -664,13 +701,7 @@ async fn status_bar_local_only_explain_and_the_downshift_indicator() {
         ("Resume completions", false),
     ] {
         bench.palette("switchyard: Snooze Completions").await;
-        bench.browser.keys(&[], choice).await;
-        bench
-            .wait(&format!("'{choice}' offered"), QUICK_INPUT, |s| {
-                s["first"].as_str().is_some_and(|f| f.contains(choice))
-            })
-            .await;
-        bench.browser.keys(&[], key::ENTER).await;
+        bench.pick("snooze inline completions", choice).await;
         bench
             .status_item(choice, |t| t.contains("completions snoozed") == done)
             .await;
