@@ -403,11 +403,12 @@ const EDITOR: &str = r#"
 const tab = document.querySelector(".tabs-container .tab.active");
 const editor = document.querySelector(".editor-instance .monaco-editor");
 const lines = editor ? [...editor.querySelectorAll(".view-line")].map((l) => l.textContent.replace(/\u00a0/g, " ")) : [];
-// The part on the cursor's line first: the lines below sit in a view zone,
-// which comes earlier in the page than the text lines.
+// The part on the cursor's line, drawn a piece per token, comes first; the
+// lines below sit in a view zone, which comes earlier in the page.
+const text = (g) => g.textContent.replace(/\u00a0/g, " ");
 const inline = [...document.querySelectorAll(".ghost-text-decoration, .ghost-text-decoration-preview")];
 const below = [...document.querySelectorAll(".ghost-text")].filter((g) => !inline.includes(g));
-const ghost = [...inline, ...below].map((g) => g.textContent.replace(/\u00a0/g, " ")).join("\n");
+const ghost = [inline.map(text).join(""), ...below.map(text)].filter((t) => t !== "").join("\n");
 return {
   tab: tab ? tab.getAttribute("data-resource-name") || tab.textContent.trim() : null,
   focused: !!(editor && editor.classList.contains("focused")),
@@ -537,7 +538,9 @@ async fn suggestions_accepted_by_tab_by_word_and_ignored_are_counted() {
     let first = ghost.lines().next().unwrap().trim().to_owned();
     bench.browser.keys(&[], key::TAB).await;
     bench
-        .saved_line("store.rs", "the accepted suggestion", |l| l.trim() == first)
+        .saved_line("store.rs", &format!("the accepted {ghost:?}"), |l| {
+            l.trim() == first
+        })
         .await;
     bench.shot("accepted").await;
     shown.push(ghost);
