@@ -13,6 +13,7 @@
 //! - `QUALITY_IDLE_MS=2000`: idle time between arriving and asking.
 //! - `QUALITY_INPUT_TOKENS`: `autocomplete.input_tokens` (the largest window;
 //!   the engine's speed-following budget is at most this).
+//! - `QUALITY_THREADS`: `local.threads` (default 0: the engine measures).
 //! - `QUALITY_HOG=1`: busy loops on every core while measuring (a build
 //!   running beside the editor).
 //! - `QUALITY_OUT`: a directory for each attempt (JSON lines) and each
@@ -51,7 +52,11 @@ async fn run(
     if let Ok(tokens) = std::env::var("QUALITY_INPUT_TOKENS") {
         autocomplete["input_tokens"] = tokens.parse::<u64>().expect("QUALITY_INPUT_TOKENS").into();
     }
-    let mut client = infilling::server(autocomplete).await;
+    let mut local = json!({});
+    if let Ok(threads) = std::env::var("QUALITY_THREADS") {
+        local["threads"] = threads.parse::<u64>().expect("QUALITY_THREADS").into();
+    }
+    let mut client = infilling::server_with(autocomplete, local).await;
     let mut attempts = Vec::new();
     for (i, task) in tasks.iter().enumerate() {
         attempts.push(infilling::attempt(&mut client, task, i, arrival, idle).await);

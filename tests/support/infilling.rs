@@ -94,11 +94,17 @@ pub fn sample(mut tasks: Vec<Task>, n: usize, seed: u64) -> Vec<Task> {
 /// A server with the model loaded, as the harnesses drive it: an editor with
 /// inline completion, the cached test model, `autocomplete` settings as given.
 pub async fn server(autocomplete: Value) -> LspClient {
+    server_with(autocomplete, json!({})).await
+}
+
+/// [`server`] with `local` settings beside `auto_pull = false`.
+pub async fn server_with(autocomplete: Value, mut local: Value) -> LspClient {
+    local["auto_pull"] = false.into();
     let mut client = LspClient::spawn(ServerOptions::default()).await;
     client
         .initialize(
             json!({"textDocument": {"inlineCompletion": {}}}),
-            json!({"local": {"auto_pull": false}, "autocomplete": autocomplete}),
+            json!({"local": local, "autocomplete": autocomplete}),
         )
         .await;
     client.wait_for_model().await;
