@@ -352,8 +352,15 @@ async fn a_remote_first_autocomplete_chain_falls_back_to_local_within_the_budget
     }
     // One answer and one miss: the local model has the whole budget since.
     assert_eq!(remote.user_request_count(), 2);
+    // Asked where the local model's answer is not in doubt: after the four Zs its
+    // greedy first token is end-of-text on one CPU's arithmetic and not on
+    // another's; a counter being bumped has one continuation everywhere.
+    let bump = "self.hits +";
+    let zs = json!({"start": {"line": line, "character": character}, "end": {"line": line, "character": character + 4}});
+    let change = json!({"textDocument": {"uri": URI, "version": 6}, "contentChanges": [{"range": zs, "text": bump}]});
+    client.notify("textDocument/didChange", change).await;
     let item = client
-        .inline_completion_eventually(URI, line, character + 4)
+        .inline_completion_eventually(URI, line, character + bump.len() as u32)
         .await;
     assert_ne!(item["insertText"], "let now = Instant::now();");
     assert_eq!(

@@ -219,6 +219,16 @@ async fn one_probe_after_an_outage(mut clients: Vec<LspClient>, primary: &FakePr
     }
 }
 
+/// Whether a server holds the claim on parked task `id` (it is resuming it).
+fn claimed(state: &Path, id: &str) -> bool {
+    let key = format!("\"park/{id}\"");
+    let claims = std::fs::read_dir(state.join("parked").join("claims"));
+    claims.into_iter().flatten().flatten().any(|entry| {
+        entry.path().extension().is_some_and(|x| x == "json")
+            && std::fs::read_to_string(entry.path()).is_ok_and(|record| record.contains(&key))
+    })
+}
+
 #[tokio::test]
 async fn a_parked_refactor_survives_kill_9_and_resumes_when_the_breaker_closes() {
     let state = tempfile::tempdir().unwrap();
@@ -256,7 +266,17 @@ async fn a_parked_refactor_survives_kill_9_and_resumes_when_the_breaker_closes()
         let mode = std::fs::metadata(&checkpoint).unwrap().permissions().mode();
         assert_eq!(mode & 0o777, 0o600);
     }
-    drop(first); // SIGKILL: no shutdown, no chance to clean up
+    // Killed mid-resume: its resume loop holds the task's claim. SIGKILL: no
+    // shutdown, no chance to give the claim back.
+    let deadline = std::time::Instant::now() + support::lsp_client::WAIT;
+    while !claimed(state.path(), &id) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the task was never claimed"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    drop(first);
 
     primary.set_default(Behaviour::ok(REWRITE));
     let mut second = server(state.path(), &primary, &secondary, only_primary).await;

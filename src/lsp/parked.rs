@@ -168,7 +168,7 @@ impl Parking {
             self.router().refresh_shared().await;
             self.relist();
             for checkpoint in self.lot.owned_by(&self.owner()) {
-                if self.lot.claim(&checkpoint.id).await {
+                if let Some(_claim) = self.lot.claim(&checkpoint.id).await {
                     let progress = self.begin_progress(&checkpoint).await;
                     let outcome = self.resume(checkpoint).await;
                     if let Some(progress) = progress {

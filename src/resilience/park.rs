@@ -7,10 +7,12 @@
 //!
 //! One process resumes a checkpoint at a time: the claim is a lease in a file
 //! state beside the checkpoints (the processes that see this directory are the
-//! ones that could resume them), so a crashed resumer's claim expires and
-//! another takes over.
+//! ones that could resume them). The claim is short-lived and renewed while
+//! its resumer works, so a resumer killed mid-resume frees it within
+//! [`CLAIM_TTL`] and another takes over.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::clock::now_ms;
@@ -54,13 +56,29 @@ pub struct Checkpoint {
 
 pub struct ParkingLot {
     dir: PathBuf,
-    claims: FileState,
+    claims: Arc<FileState>,
     holder: String,
+    claim_ttl: Duration,
 }
 
-/// How long a resumer's claim lives without renewal: a resumed refactor that
-/// outlives it is re-claimable, so keep it above the refactor ceiling.
-pub const CLAIM_TTL: Duration = Duration::from_secs(600);
+/// How long a claim lives without renewal: how long a resumer killed
+/// mid-resume holds up its task. A live resumer renews every quarter of it,
+/// however long its refactor runs.
+pub const CLAIM_TTL: Duration = Duration::from_secs(10);
+
+/// A claim held by this process, renewed in the background until dropped.
+/// Giving the task back (`unclaim`, `finish`) is apart because it awaits; a
+/// dropped claim that was not given back lapses within the TTL.
+#[must_use = "the claim lapses when dropped"]
+pub struct Claim {
+    renewal: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        self.renewal.abort();
+    }
+}
 
 impl ParkingLot {
     pub fn open(dir: PathBuf) -> std::io::Result<ParkingLot> {
@@ -68,8 +86,9 @@ impl ParkingLot {
         let claims = FileState::open(dir.join("claims")).map_err(std::io::Error::other)?;
         Ok(ParkingLot {
             dir,
-            claims,
+            claims: Arc::new(claims),
             holder: format!("{}-{:08x}", std::process::id(), fastrand::u32(..)),
+            claim_ttl: CLAIM_TTL,
         })
     }
 
@@ -126,17 +145,26 @@ impl ParkingLot {
             .collect()
     }
 
-    /// Claims a checkpoint for resuming; `false` when another process has it.
-    pub async fn claim(&self, id: &str) -> bool {
+    /// Claims a checkpoint for resuming; `None` when another process has it.
+    pub async fn claim(&self, id: &str) -> Option<Claim> {
+        let key = format!("park/{id}");
         match self
             .claims
-            .try_lease(&format!("park/{id}"), &self.holder, CLAIM_TTL)
+            .try_lease(&key, &self.holder, self.claim_ttl)
             .await
         {
-            Ok(claimed) => claimed,
+            Ok(true) => Some(Claim {
+                renewal: tokio::spawn(renew(
+                    self.claims.clone(),
+                    key,
+                    self.holder.clone(),
+                    self.claim_ttl,
+                )),
+            }),
+            Ok(false) => None,
             Err(error) => {
                 tracing::warn!("cannot claim parked task {id}: {error}");
-                false
+                None
             }
         }
     }
@@ -157,6 +185,22 @@ impl ParkingLot {
             tracing::warn!("could not remove parked task {id}: {error}");
         }
         self.unclaim(id).await;
+    }
+}
+
+/// Keeps a claim alive until aborted or lost.
+async fn renew(claims: Arc<FileState>, key: String, holder: String, ttl: Duration) {
+    loop {
+        tokio::time::sleep(ttl / 4).await;
+        match claims.renew_lease(&key, &holder, ttl).await {
+            Ok(true) => {}
+            Ok(false) => {
+                tracing::warn!("lost the claim on {key}: it lapsed before renewal");
+                return;
+            }
+            // A failed renewal leaves the lease as it was: try again next time.
+            Err(error) => tracing::warn!("cannot renew the claim on {key}: {error}"),
+        }
     }
 }
 
@@ -243,9 +287,41 @@ mod tests {
         let (a, b) = (lot(dir.path()), lot(dir.path()));
         let parked = checkpoint("o");
         a.park(&parked).unwrap();
-        assert!(a.claim(&parked.id).await);
-        assert!(!b.claim(&parked.id).await);
+        let claim = a.claim(&parked.id).await;
+        assert!(claim.is_some());
+        assert!(b.claim(&parked.id).await.is_none());
         a.unclaim(&parked.id).await;
-        assert!(b.claim(&parked.id).await);
+        assert!(b.claim(&parked.id).await.is_some());
+    }
+
+    fn short_lived(lot: ParkingLot) -> ParkingLot {
+        ParkingLot {
+            claim_ttl: Duration::from_millis(400),
+            ..lot
+        }
+    }
+
+    #[tokio::test]
+    async fn a_live_resumer_keeps_its_claim_past_the_ttl() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (short_lived(lot(dir.path())), short_lived(lot(dir.path())));
+        let parked = checkpoint("o");
+        a.park(&parked).unwrap();
+        let _claim = a.claim(&parked.id).await.expect("free");
+        tokio::time::sleep(a.claim_ttl * 3).await;
+        assert!(b.claim(&parked.id).await.is_none(), "renewed while held");
+    }
+
+    #[tokio::test]
+    async fn a_killed_resumers_claim_lapses_within_the_ttl() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (short_lived(lot(dir.path())), short_lived(lot(dir.path())));
+        let parked = checkpoint("o");
+        a.park(&parked).unwrap();
+        // Dropped without giving it back: what a `kill -9` mid-resume leaves.
+        drop(a.claim(&parked.id).await.expect("free"));
+        assert!(b.claim(&parked.id).await.is_none());
+        tokio::time::sleep(b.claim_ttl + Duration::from_millis(50)).await;
+        assert!(b.claim(&parked.id).await.is_some(), "lapsed");
     }
 }

@@ -168,6 +168,26 @@ impl FileState {
         Ok(())
     }
 
+    /// Extends `holder`'s live lease at `key` to `ttl` from now; `false` when
+    /// it no longer holds one (it lapsed, or was released).
+    pub async fn renew_lease(
+        &self,
+        key: &str,
+        holder: &str,
+        ttl: Duration,
+    ) -> Result<bool, StateError> {
+        let _lock = self.lock(key).await?;
+        let now = now_ms();
+        let held = self.read_live(key, now);
+        if held.as_ref().and_then(Json::as_str) != Some(holder) {
+            return Ok(false);
+        }
+        let expires = now.saturating_add(ttl.as_millis() as u64);
+        self.write(key, held.as_ref(), Some(expires))
+            .map_err(|e| self.error("cannot write", e))?;
+        Ok(true)
+    }
+
     /// Best effort: temp files of processes killed mid-write.
     fn remove_stale_temp_files(&self) {
         let Ok(entries) = fs::read_dir(&self.dir) else {
