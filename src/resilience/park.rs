@@ -195,7 +195,7 @@ async fn renew(claims: Arc<FileState>, key: String, holder: String, ttl: Duratio
         match claims.renew_lease(&key, &holder, ttl).await {
             Ok(true) => {}
             Ok(false) => {
-                tracing::warn!("lost the claim on {key}: it lapsed before renewal");
+                tracing::debug!("stopped renewing the claim on {key}: given back or lapsed");
                 return;
             }
             // A failed renewal leaves the lease as it was: try again next time.
@@ -296,7 +296,8 @@ mod tests {
 
     fn short_lived(lot: ParkingLot) -> ParkingLot {
         ParkingLot {
-            claim_ttl: Duration::from_millis(400),
+            // Long enough that a loaded test machine renews in time.
+            claim_ttl: Duration::from_secs(1),
             ..lot
         }
     }
@@ -308,7 +309,7 @@ mod tests {
         let parked = checkpoint("o");
         a.park(&parked).unwrap();
         let _claim = a.claim(&parked.id).await.expect("free");
-        tokio::time::sleep(a.claim_ttl * 3).await;
+        tokio::time::sleep(a.claim_ttl * 5 / 2).await;
         assert!(b.claim(&parked.id).await.is_none(), "renewed while held");
     }
 
