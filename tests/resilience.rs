@@ -14,6 +14,8 @@ use support::actions::{DOC, URI, command, whole_function};
 use support::fake_provider::{Behaviour, FakeProvider};
 use support::lsp_client::{LspClient, ServerOptions};
 use support::redis_server::RedisServer;
+use switchyard::state::SharedState;
+use switchyard::state::file::FileState;
 
 const REWRITE: &str = "```rust\nfn count(words: &[&str]) -> HashMap<String, usize> {\n    words.iter().fold(HashMap::new(), |mut m, w| { *m.entry(w.to_string()).or_insert(0) += 1; m })\n}\n```";
 const KEY: &str = "sk-test-shared-0123456789abcdef";
@@ -219,14 +221,11 @@ async fn one_probe_after_an_outage(mut clients: Vec<LspClient>, primary: &FakePr
     }
 }
 
-/// Whether a server holds the claim on parked task `id` (it is resuming it).
-fn claimed(state: &Path, id: &str) -> bool {
-    let key = format!("\"park/{id}\"");
-    let claims = std::fs::read_dir(state.join("parked").join("claims"));
-    claims.into_iter().flatten().flatten().any(|entry| {
-        entry.path().extension().is_some_and(|x| x == "json")
-            && std::fs::read_to_string(entry.path()).is_ok_and(|record| record.contains(&key))
-    })
+/// Whether a server holds the claim on parked task `id` (it is resuming it),
+/// read as the servers read it: the live lease in the claims' file state.
+async fn claimed(state: &Path, id: &str) -> bool {
+    let claims = FileState::open(state.join("parked").join("claims")).unwrap();
+    claims.get(&format!("park/{id}")).await.unwrap().is_some()
 }
 
 #[tokio::test]
@@ -269,7 +268,7 @@ async fn a_parked_refactor_survives_kill_9_and_resumes_when_the_breaker_closes()
     // Killed mid-resume: its resume loop holds the task's claim. SIGKILL: no
     // shutdown, no chance to give the claim back.
     let deadline = std::time::Instant::now() + support::lsp_client::WAIT;
-    while !claimed(state.path(), &id) {
+    while !claimed(state.path(), &id).await {
         assert!(
             std::time::Instant::now() < deadline,
             "the task was never claimed"

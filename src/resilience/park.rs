@@ -67,7 +67,7 @@ pub struct ParkingLot {
 pub const CLAIM_TTL: Duration = Duration::from_secs(10);
 
 /// A claim held by this process, renewed in the background until dropped.
-/// Giving the task back (`unclaim`, `finish`) is apart because it awaits; a
+/// Giving the task back (`unclaim`, `finish`) is separate, as it awaits; a
 /// dropped claim that was not given back lapses within the TTL.
 #[must_use = "the claim lapses when dropped"]
 pub struct Claim {
@@ -294,20 +294,24 @@ mod tests {
         assert!(b.claim(&parked.id).await.is_some());
     }
 
-    fn short_lived(lot: ParkingLot) -> ParkingLot {
-        ParkingLot {
-            // Long enough that a loaded test machine renews in time.
+    /// Two processes' lots on one directory, with claims short enough to
+    /// watch lapse, and a task parked there.
+    fn two_short_lived_lots(dir: &Path) -> (ParkingLot, ParkingLot, Checkpoint) {
+        // Long enough that a loaded test machine renews in time.
+        let short_lived = |lot| ParkingLot {
             claim_ttl: Duration::from_secs(1),
             ..lot
-        }
+        };
+        let (a, b) = (short_lived(lot(dir)), short_lived(lot(dir)));
+        let parked = checkpoint("o");
+        a.park(&parked).unwrap();
+        (a, b, parked)
     }
 
     #[tokio::test]
     async fn a_live_resumer_keeps_its_claim_past_the_ttl() {
         let dir = tempfile::tempdir().unwrap();
-        let (a, b) = (short_lived(lot(dir.path())), short_lived(lot(dir.path())));
-        let parked = checkpoint("o");
-        a.park(&parked).unwrap();
+        let (a, b, parked) = two_short_lived_lots(dir.path());
         let _claim = a.claim(&parked.id).await.expect("free");
         tokio::time::sleep(a.claim_ttl * 5 / 2).await;
         assert!(b.claim(&parked.id).await.is_none(), "renewed while held");
@@ -316,9 +320,7 @@ mod tests {
     #[tokio::test]
     async fn a_killed_resumers_claim_lapses_within_the_ttl() {
         let dir = tempfile::tempdir().unwrap();
-        let (a, b) = (short_lived(lot(dir.path())), short_lived(lot(dir.path())));
-        let parked = checkpoint("o");
-        a.park(&parked).unwrap();
+        let (a, b, parked) = two_short_lived_lots(dir.path());
         // Dropped without giving it back: what a `kill -9` mid-resume leaves.
         drop(a.claim(&parked.id).await.expect("free"));
         assert!(b.claim(&parked.id).await.is_none());
