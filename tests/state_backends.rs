@@ -2,24 +2,37 @@
 //! in-memory, file and Redis backends alike. The Redis tests start a real
 //! `redis-server` (Debian package `redis-server`, installed by scripts/test-setup) on
 //! a free local port, and fail rather than skip when it is missing.
+//!
+//! The contract waits on tokio's clock. The memory backend, and the file
+//! backend opened on tokio's clock, keep it on a paused clock: time passes only
+//! when the contract waits, at no cost. The Redis server's clock cannot be
+//! paused, so its TTLs are long enough that only the order of events matters.
 
 mod support;
 
 use std::net::TcpListener;
 use std::sync::{Arc, Barrier};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::json;
 use support::free_port;
 use support::redis_server::RedisServer;
+use support::timing;
+use switchyard::clock::Clock;
 use switchyard::state::bucket::{self, Record};
 use switchyard::state::file::FileState;
 use switchyard::state::memory::MemoryState;
 use switchyard::state::redis::RedisState;
 use switchyard::state::{BucketOp, BucketSpec, Json, SharedState};
 
-const SHORT_TTL: Duration = Duration::from_millis(300);
-const PAST_SHORT_TTL: Duration = Duration::from_millis(500);
+/// A TTL the contract waits out: long enough that a record read back right
+/// after its write is still there on a loaded machine's real clock.
+const SHORT_TTL: Duration = Duration::from_secs(2);
+/// How often the contract looks whether a record with [`SHORT_TTL`] is gone.
+const EXPIRY_POLL: Duration = Duration::from_millis(50);
+/// How soon a call to a Redis that is down or silent fails: the backend's
+/// one-second timeout, and slack.
+const FAILS_WITHIN: Duration = Duration::from_millis(1500);
 
 // ---------------------------------------------------------------- the contract
 
@@ -53,7 +66,7 @@ async fn records_update_and_read_back(state: &dyn SharedState) {
             "breaker/openai:gpt-4.1",
             None,
             Box::new(|old, now| {
-                assert!(now >= first_now, "the backend clock does not go back");
+                timing::assert_in_order("the backend clock does not go back", first_now, now);
                 let failures = old
                     .as_ref()
                     .and_then(|o| o["failures"].as_u64())
@@ -102,26 +115,52 @@ async fn scan_lists_live_records_under_a_prefix_in_key_order(state: &dyn SharedS
     assert!(state.scan("nothing/").await.unwrap().is_empty());
 }
 
+/// What `write` stores with [`SHORT_TTL`] is there right after the write and
+/// gone once the TTL has passed, never before. `gone` changes nothing while
+/// it is there.
+async fn expires_after_short_ttl(
+    what: &str,
+    write: impl AsyncFnOnce(),
+    mut gone: impl AsyncFnMut() -> bool,
+) {
+    let written = tokio::time::Instant::now();
+    write().await;
+    assert!(!gone().await, "{what}: gone right after the write");
+    let gone_after = tokio::time::timeout(timing::scaled(SHORT_TTL * 3), async {
+        while !gone().await {
+            tokio::time::sleep(EXPIRY_POLL).await;
+        }
+        written.elapsed()
+    })
+    .await
+    .unwrap_or_else(|_| panic!("{what}: still there long after its ttl"));
+    timing::assert_at_least(&format!("{what}: gone"), gone_after, SHORT_TTL);
+}
+
 async fn records_expire_after_their_ttl(state: &dyn SharedState) {
     state
         .update(
-            "ttl/short",
-            Some(SHORT_TTL),
-            Box::new(|_, _| Some(json!(1))),
-        )
-        .await
-        .unwrap();
-    state
-        .update(
             "ttl/long",
-            Some(Duration::from_secs(60)),
+            Some(Duration::from_secs(600)),
             Box::new(|_, _| Some(json!(2))),
         )
         .await
         .unwrap();
-    assert_eq!(state.get("ttl/short").await.unwrap(), Some(json!(1)));
-    tokio::time::sleep(PAST_SHORT_TTL).await;
-    assert_eq!(state.get("ttl/short").await.unwrap(), None);
+    expires_after_short_ttl(
+        "a record",
+        async || {
+            state
+                .update(
+                    "ttl/short",
+                    Some(SHORT_TTL),
+                    Box::new(|_, _| Some(json!(1))),
+                )
+                .await
+                .unwrap();
+        },
+        async || state.get("ttl/short").await.unwrap().is_none(),
+    )
+    .await;
     assert_eq!(state.get("ttl/long").await.unwrap(), Some(json!(2)));
     let keys: Vec<String> = state
         .scan("ttl/")
@@ -161,17 +200,19 @@ async fn leases_have_one_holder_until_release_or_expiry(state: &dyn SharedState)
     state.release_lease("lease/probe", "a").await.unwrap();
     assert!(state.try_lease("lease/probe", "b", ttl).await.unwrap());
 
-    assert!(
-        state
-            .try_lease("lease/crashed", "a", SHORT_TTL)
-            .await
-            .unwrap()
-    );
-    tokio::time::sleep(PAST_SHORT_TTL).await;
-    assert!(
-        state.try_lease("lease/crashed", "c", ttl).await.unwrap(),
-        "a crashed holder's lease expires"
-    );
+    expires_after_short_ttl(
+        "a crashed holder's lease",
+        async || {
+            assert!(
+                state
+                    .try_lease("lease/crashed", "a", SHORT_TTL)
+                    .await
+                    .unwrap()
+            );
+        },
+        async || state.try_lease("lease/crashed", "c", ttl).await.unwrap(),
+    )
+    .await;
 }
 
 async fn buckets_take_refill_and_observe(state: &dyn SharedState) {
@@ -369,15 +410,15 @@ fn runtime() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn memory_backend_keeps_the_contract() {
     contract(&MemoryState::new()).await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn file_backend_keeps_the_contract() {
     let dir = tempfile::tempdir().unwrap();
-    contract(&FileState::open(dir.path().join("shared")).unwrap()).await;
+    contract(&FileState::open_with_clock(dir.path().join("shared"), Clock::tokio()).unwrap()).await;
 }
 
 #[tokio::test]
@@ -486,16 +527,12 @@ async fn an_unreachable_redis_fails_fast_without_revealing_the_password() {
     let closed_port = free_port();
     let state =
         switchyard::state::open(&format!("redis://:hunter2@127.0.0.1:{closed_port}")).unwrap();
-    let started = Instant::now();
+    let started = std::time::Instant::now();
     let err = state
         .update("k", None, Box::new(|_, _| Some(json!(1))))
         .await
         .unwrap_err();
-    assert!(
-        started.elapsed() < Duration::from_millis(1500),
-        "{:?}: {err}",
-        started.elapsed()
-    );
+    timing::assert_within(&format!("failing ({err})"), started.elapsed(), FAILS_WITHIN);
     let text = format!("{err} {err:?}");
     assert!(!text.contains("hunter2"), "{text}");
     assert!(err.backend.starts_with("redis://***@127.0.0.1:"), "{text}");
@@ -513,13 +550,9 @@ async fn a_redis_that_never_answers_fails_within_a_second() {
     });
     let state = RedisState::open(&url).unwrap();
     for _ in 0..2 {
-        let started = Instant::now();
+        let started = std::time::Instant::now();
         let err = state.get("k").await.unwrap_err();
-        assert!(
-            started.elapsed() < Duration::from_millis(1500),
-            "{:?}: {err}",
-            started.elapsed()
-        );
+        timing::assert_within(&format!("failing ({err})"), started.elapsed(), FAILS_WITHIN);
         assert!(!err.to_string().contains("hunter2"), "{err}");
     }
 }
@@ -534,18 +567,23 @@ async fn the_redis_backend_recovers_when_the_server_comes_back() {
         .await
         .unwrap();
     drop(server);
-    let started = Instant::now();
+    let started = std::time::Instant::now();
     assert!(state.get("k").await.is_err(), "the server is gone");
-    assert!(started.elapsed() < Duration::from_millis(1500));
+    timing::assert_within("failing without a server", started.elapsed(), FAILS_WITHIN);
 
     let _server = RedisServer::start_on(port);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        match state.get("k").await {
-            // A fresh server without persistence: the record is gone, the connection is back.
-            Ok(value) => break assert_eq!(value, None),
-            Err(err) => assert!(Instant::now() < deadline, "never reconnected: {err}"),
+    let mut last_error = None;
+    let reconnected = tokio::time::timeout(timing::scaled(Duration::from_secs(10)), async {
+        loop {
+            match state.get("k").await {
+                Ok(value) => break value,
+                Err(err) => last_error = Some(err),
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("never reconnected: {last_error:?}"));
+    // A fresh server without persistence: the record is gone, the connection is back.
+    assert_eq!(reconnected, None);
 }

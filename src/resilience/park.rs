@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::clock::now_ms;
+use crate::clock::{Clock, now_ms};
 
 use serde::{Deserialize, Serialize};
 
@@ -58,7 +58,6 @@ pub struct ParkingLot {
     dir: PathBuf,
     claims: Arc<FileState>,
     holder: String,
-    claim_ttl: Duration,
 }
 
 /// How long a claim lives without renewal: how long a resumer killed
@@ -82,13 +81,19 @@ impl Drop for Claim {
 
 impl ParkingLot {
     pub fn open(dir: PathBuf) -> std::io::Result<ParkingLot> {
+        ParkingLot::open_with_clock(dir, Clock::Wall)
+    }
+
+    /// [`ParkingLot::open`] with claims timed on `clock`; every lot on the
+    /// directory must use the same one.
+    fn open_with_clock(dir: PathBuf, clock: Clock) -> std::io::Result<ParkingLot> {
         create_private_dir(&dir)?;
-        let claims = FileState::open(dir.join("claims")).map_err(std::io::Error::other)?;
+        let claims =
+            FileState::open_with_clock(dir.join("claims"), clock).map_err(std::io::Error::other)?;
         Ok(ParkingLot {
             dir,
             claims: Arc::new(claims),
             holder: format!("{}-{:08x}", std::process::id(), fastrand::u32(..)),
-            claim_ttl: CLAIM_TTL,
         })
     }
 
@@ -148,17 +153,13 @@ impl ParkingLot {
     /// Claims a checkpoint for resuming; `None` when another process has it.
     pub async fn claim(&self, id: &str) -> Option<Claim> {
         let key = format!("park/{id}");
-        match self
-            .claims
-            .try_lease(&key, &self.holder, self.claim_ttl)
-            .await
-        {
+        match self.claims.try_lease(&key, &self.holder, CLAIM_TTL).await {
             Ok(true) => Some(Claim {
                 renewal: tokio::spawn(renew(
                     self.claims.clone(),
                     key,
                     self.holder.clone(),
-                    self.claim_ttl,
+                    CLAIM_TTL,
                 )),
             }),
             Ok(false) => None,
@@ -294,37 +295,35 @@ mod tests {
         assert!(b.claim(&parked.id).await.is_some());
     }
 
-    /// Two processes' lots on one directory, with claims short enough to
-    /// watch lapse, and a task parked there.
-    fn two_short_lived_lots(dir: &Path) -> (ParkingLot, ParkingLot, Checkpoint) {
-        // Long enough that a loaded test machine renews in time.
-        let short_lived = |lot| ParkingLot {
-            claim_ttl: Duration::from_secs(1),
-            ..lot
-        };
-        let (a, b) = (short_lived(lot(dir)), short_lived(lot(dir)));
+    /// Two processes' lots on one directory, their claims on one tokio clock
+    /// (a test's paused clock moves only when the test waits), and a task
+    /// parked there.
+    fn two_lots_on_tokio_time(dir: &Path) -> (ParkingLot, ParkingLot, Checkpoint) {
+        let clock = Clock::tokio();
+        let lot = || ParkingLot::open_with_clock(dir.join("parked"), clock).unwrap();
+        let (a, b) = (lot(), lot());
         let parked = checkpoint("o");
         a.park(&parked).unwrap();
         (a, b, parked)
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn a_live_resumer_keeps_its_claim_past_the_ttl() {
         let dir = tempfile::tempdir().unwrap();
-        let (a, b, parked) = two_short_lived_lots(dir.path());
+        let (a, b, parked) = two_lots_on_tokio_time(dir.path());
         let _claim = a.claim(&parked.id).await.expect("free");
-        tokio::time::sleep(a.claim_ttl * 5 / 2).await;
+        tokio::time::sleep(CLAIM_TTL * 3).await;
         assert!(b.claim(&parked.id).await.is_none(), "renewed while held");
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn a_killed_resumers_claim_lapses_within_the_ttl() {
         let dir = tempfile::tempdir().unwrap();
-        let (a, b, parked) = two_short_lived_lots(dir.path());
+        let (a, b, parked) = two_lots_on_tokio_time(dir.path());
         // Dropped without giving it back: what a `kill -9` mid-resume leaves.
         drop(a.claim(&parked.id).await.expect("free"));
         assert!(b.claim(&parked.id).await.is_none());
-        tokio::time::sleep(b.claim_ttl + Duration::from_millis(50)).await;
+        tokio::time::sleep(CLAIM_TTL).await;
         assert!(b.claim(&parked.id).await.is_some(), "lapsed");
     }
 }

@@ -1,6 +1,8 @@
 //! Shared state in a directory: every switchyard process of this user on this
 //! machine. It survives crashes (ARCHITECTURE.md invariant 10). One JSON file per key, `{"key":…, "value":…, "expires": ms|null}`,
-//! on the wall clock (ms since the Unix epoch).
+//! on the wall clock (ms since the Unix epoch), which all those processes
+//! share. Tests open it on tokio's clock ([`FileState::open_with_clock`]) to
+//! check expiry on a paused clock.
 //!
 //! - Atomicity across processes: a read-modify-write holds an exclusive lock on
 //!   the key's lock file (`std::fs::File::lock`, stable since Rust 1.89: `flock`
@@ -35,7 +37,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use crate::clock::now_ms;
+use crate::clock::Clock;
 
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
@@ -65,6 +67,8 @@ impl StoredRecord {
 
 pub struct FileState {
     dir: PathBuf,
+    /// What records' expiry times are on.
+    clock: Clock,
     /// Records already reported as unreadable, so each is warned about once.
     reported: Mutex<HashSet<PathBuf>>,
 }
@@ -72,9 +76,16 @@ pub struct FileState {
 impl FileState {
     /// Opens (creating with mode 0700) the directory every process shares.
     pub fn open(dir: PathBuf) -> Result<FileState, String> {
+        FileState::open_with_clock(dir, Clock::Wall)
+    }
+
+    /// [`FileState::open`] with records timed on `clock`; every state sharing
+    /// the directory must use the same one.
+    pub fn open_with_clock(dir: PathBuf, clock: Clock) -> Result<FileState, String> {
         create_private_dir(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
         let state = FileState {
             dir,
+            clock,
             reported: Mutex::new(HashSet::new()),
         };
         state.remove_stale_temp_files();
@@ -177,7 +188,7 @@ impl FileState {
         ttl: Duration,
     ) -> Result<bool, StateError> {
         let _lock = self.lock(key).await?;
-        let now = now_ms();
+        let now = self.clock.now_ms();
         let held = self.read_live(key, now);
         if held.as_ref().and_then(Json::as_str) != Some(holder) {
             return Ok(false);
@@ -223,7 +234,7 @@ impl SharedState for FileState {
     ) -> BoxFuture<'a, Result<Option<Json>, StateError>> {
         Box::pin(async move {
             let _lock = self.lock(key).await?;
-            let now = now_ms();
+            let now = self.clock.now_ms();
             let next = update(self.read_live(key, now), now);
             let expires = ttl.map(|t| now.saturating_add(t.as_millis() as u64));
             self.write(key, next.as_ref(), expires)
@@ -233,12 +244,12 @@ impl SharedState for FileState {
     }
 
     fn now_ms(&self) -> BoxFuture<'_, Result<u64, StateError>> {
-        Box::pin(async { Ok(now_ms()) })
+        Box::pin(async move { Ok(self.clock.now_ms()) })
     }
 
     fn get<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Json>, StateError>> {
         // No lock: renames make every read see a whole record.
-        Box::pin(async move { Ok(self.read_live(key, now_ms())) })
+        Box::pin(async move { Ok(self.read_live(key, self.clock.now_ms())) })
     }
 
     fn scan<'a>(
@@ -255,7 +266,7 @@ impl SharedState for FileState {
             // with its prefix's escaped form (up to the cut of long names).
             let mut name_prefix = escape(prefix);
             name_prefix.truncate(MAX_NAME_STEM);
-            let now = now_ms();
+            let now = self.clock.now_ms();
             let mut live: Vec<(String, Json)> = entries
                 .flatten()
                 .filter(|entry| {
@@ -280,7 +291,7 @@ impl SharedState for FileState {
     ) -> BoxFuture<'a, Result<bool, StateError>> {
         Box::pin(async move {
             let _lock = self.lock(key).await?;
-            let now = now_ms();
+            let now = self.clock.now_ms();
             if self.read_live(key, now).is_some() {
                 return Ok(false);
             }
@@ -299,7 +310,7 @@ impl SharedState for FileState {
         Box::pin(async move {
             let _lock = self.lock(key).await?;
             if self
-                .read_live(key, now_ms())
+                .read_live(key, self.clock.now_ms())
                 .as_ref()
                 .and_then(Json::as_str)
                 == Some(holder)

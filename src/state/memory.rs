@@ -6,9 +6,9 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use tokio::time::Instant;
 
 use super::{Json, SharedState, StateError, Update};
+use crate::clock::Clock;
 
 struct Entry {
     value: Json,
@@ -16,7 +16,7 @@ struct Entry {
 }
 
 pub struct MemoryState {
-    origin: Instant,
+    clock: Clock,
     entries: Mutex<BTreeMap<String, Entry>>,
 }
 
@@ -29,13 +29,9 @@ impl Default for MemoryState {
 impl MemoryState {
     pub fn new() -> MemoryState {
         MemoryState {
-            origin: Instant::now(),
+            clock: Clock::tokio(),
             entries: Mutex::new(BTreeMap::new()),
         }
-    }
-
-    fn clock_ms(&self) -> u64 {
-        self.origin.elapsed().as_millis() as u64
     }
 
     fn live<'m>(entries: &'m BTreeMap<String, Entry>, key: &str, now: u64) -> Option<&'m Json> {
@@ -63,7 +59,7 @@ impl SharedState for MemoryState {
         mut update: Update<'a>,
     ) -> BoxFuture<'a, Result<Option<Json>, StateError>> {
         Box::pin(async move {
-            let now = self.clock_ms();
+            let now = self.clock.now_ms();
             let mut entries = self.entries();
             let current = Self::live(&entries, key, now).cloned();
             let next = update(current, now);
@@ -86,11 +82,11 @@ impl SharedState for MemoryState {
     }
 
     fn now_ms(&self) -> BoxFuture<'_, Result<u64, StateError>> {
-        Box::pin(async move { Ok(self.clock_ms()) })
+        Box::pin(async move { Ok(self.clock.now_ms()) })
     }
 
     fn get<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Json>, StateError>> {
-        Box::pin(async move { Ok(Self::live(&self.entries(), key, self.clock_ms()).cloned()) })
+        Box::pin(async move { Ok(Self::live(&self.entries(), key, self.clock.now_ms()).cloned()) })
     }
 
     fn scan<'a>(
@@ -98,7 +94,7 @@ impl SharedState for MemoryState {
         prefix: &'a str,
     ) -> BoxFuture<'a, Result<Vec<(String, Json)>, StateError>> {
         Box::pin(async move {
-            let now = self.clock_ms();
+            let now = self.clock.now_ms();
             let entries = self.entries();
             Ok(entries
                 .range(prefix.to_owned()..)
@@ -116,7 +112,7 @@ impl SharedState for MemoryState {
         ttl: Duration,
     ) -> BoxFuture<'a, Result<bool, StateError>> {
         Box::pin(async move {
-            let now = self.clock_ms();
+            let now = self.clock.now_ms();
             let mut entries = self.entries();
             if Self::live(&entries, key, now).is_some() {
                 return Ok(false);
@@ -138,7 +134,7 @@ impl SharedState for MemoryState {
         holder: &'a str,
     ) -> BoxFuture<'a, Result<(), StateError>> {
         Box::pin(async move {
-            let now = self.clock_ms();
+            let now = self.clock.now_ms();
             let mut entries = self.entries();
             if Self::live(&entries, key, now).and_then(Json::as_str) == Some(holder) {
                 entries.remove(key);

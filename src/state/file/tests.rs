@@ -1,18 +1,32 @@
-//! Behaviour of [`FileState`]: records, expiry, permissions, corrupt records,
-//! key names, leases, buckets and exact counting across tasks, threads and
-//! separately opened states on one directory.
+//! Behaviour of [`FileState`]: records, expiry and leases (on tokio's paused
+//! clock), permissions, corrupt records, key names, buckets and exact counting
+//! across tasks, threads and separately opened states on one directory.
 
 use std::fs;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::time::advance;
+
 use super::FileState;
+use crate::clock::Clock;
 use crate::state::{BucketOp, BucketSpec, Json, SharedState};
+
+/// The clock's resolution: how close to a TTL expiry is checked.
+const MS: Duration = Duration::from_millis(1);
 
 fn temp_state() -> (tempfile::TempDir, FileState) {
     let dir = tempfile::tempdir().unwrap();
     let state = FileState::open(dir.path().join("shared")).unwrap();
+    (dir, state)
+}
+
+/// A state whose records expire on tokio's clock: in a `start_paused` test
+/// time passes only when the test advances it.
+fn state_on_tokio_clock() -> (tempfile::TempDir, FileState) {
+    let dir = tempfile::tempdir().unwrap();
+    let state = FileState::open_with_clock(dir.path().join("shared"), Clock::tokio()).unwrap();
     (dir, state)
 }
 
@@ -50,16 +64,21 @@ async fn update_get_and_remove() {
     assert_eq!(state.get("breaker/openai:gpt").await.unwrap(), None);
 }
 
-#[tokio::test]
-async fn records_expire_on_the_wall_clock() {
-    let (_dir, state) = temp_state();
-    let ttl = Some(Duration::from_millis(50));
+#[tokio::test(start_paused = true)]
+async fn records_expire_after_their_ttl() {
+    let (_dir, state) = state_on_tokio_clock();
+    let ttl = Duration::from_secs(5);
     state
-        .update("k", ttl, Box::new(|_, _| Some(1.into())))
+        .update("k", Some(ttl), Box::new(|_, _| Some(1.into())))
         .await
         .unwrap();
-    assert_eq!(state.get("k").await.unwrap(), Some(1.into()));
-    std::thread::sleep(Duration::from_millis(80));
+    advance(ttl - MS).await;
+    assert_eq!(
+        state.get("k").await.unwrap(),
+        Some(1.into()),
+        "live until then"
+    );
+    advance(MS).await;
     assert_eq!(state.get("k").await.unwrap(), None);
     assert!(state.scan("").await.unwrap().is_empty());
 }
@@ -162,21 +181,54 @@ async fn keys_with_any_characters_and_lengths_round_trip_through_scan() {
     assert_eq!(state.get(&long).await.unwrap(), Some(long.clone().into()));
 }
 
-#[tokio::test]
-async fn leases_have_one_holder() {
-    let (_dir, state) = temp_state();
-    let ttl = Duration::from_millis(100);
+#[tokio::test(start_paused = true)]
+async fn leases_have_one_holder_until_release_or_expiry() {
+    let (_dir, state) = state_on_tokio_clock();
+    let ttl = Duration::from_secs(10);
     assert!(state.try_lease("lease", "a", ttl).await.unwrap());
     assert!(!state.try_lease("lease", "b", ttl).await.unwrap());
     state.release_lease("lease", "b").await.unwrap();
-    assert!(!state.try_lease("lease", "b", ttl).await.unwrap());
+    assert!(
+        !state.try_lease("lease", "b", ttl).await.unwrap(),
+        "only the holder releases"
+    );
     state.release_lease("lease", "a").await.unwrap();
     assert!(state.try_lease("lease", "b", ttl).await.unwrap());
-    std::thread::sleep(Duration::from_millis(150));
+    advance(ttl - MS).await;
+    assert!(
+        !state.try_lease("lease", "c", ttl).await.unwrap(),
+        "held until its ttl"
+    );
+    advance(MS).await;
     assert!(
         state.try_lease("lease", "c", ttl).await.unwrap(),
-        "an expired lease is free"
+        "a crashed holder's lease expires"
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_renewed_lease_outlives_its_first_ttl_and_a_lapsed_one_stays_lapsed() {
+    let (_dir, state) = state_on_tokio_clock();
+    let ttl = Duration::from_secs(10);
+    let second = Duration::from_secs(1);
+    assert!(state.try_lease("lease", "a", ttl).await.unwrap());
+    advance(ttl - second).await;
+    assert!(state.renew_lease("lease", "a", ttl).await.unwrap());
+    assert!(
+        !state.renew_lease("lease", "b", ttl).await.unwrap(),
+        "only the holder renews"
+    );
+    advance(ttl - second).await;
+    assert!(
+        !state.try_lease("lease", "b", ttl).await.unwrap(),
+        "held a whole ttl after the renewal"
+    );
+    advance(second).await;
+    assert!(
+        !state.renew_lease("lease", "a", ttl).await.unwrap(),
+        "a lapsed lease is not renewed"
+    );
+    assert!(state.try_lease("lease", "b", ttl).await.unwrap());
 }
 
 #[tokio::test]
