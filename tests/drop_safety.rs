@@ -31,6 +31,7 @@ use support::actions::{DOC, URI, whole_function};
 use support::fake_provider::{Behaviour, FakeProvider};
 use support::gateway::GatewayProcess;
 use support::lsp_client::{LspClient, ServerOptions};
+use support::timing;
 
 const KEY: &str = "sk-test-drop-0123456789abcdef";
 /// The one chain entry, as `account/provider/model` in the shared state.
@@ -147,15 +148,12 @@ impl SharedDir {
     }
 }
 
-/// Polls `condition` until it holds; panics with `what` after `within`.
-/// Returns how long it took.
-async fn eventually(what: &str, within: Duration, mut condition: impl FnMut() -> bool) -> Duration {
-    let start = Instant::now();
-    loop {
-        if condition() {
-            return start.elapsed();
-        }
-        assert!(start.elapsed() < within, "{what}: not within {within:?}");
+/// Polls `condition` until it holds; panics with `what` after `within`,
+/// scaled to this machine.
+async fn eventually(what: &str, within: Duration, mut condition: impl FnMut() -> bool) {
+    let deadline = timing::Deadline::after(within);
+    while !condition() {
+        deadline.assert_not_passed(format!("{what}: not within {within:?}"));
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
@@ -170,8 +168,10 @@ async fn until_half_open(shared: &SharedDir) {
 }
 
 /// Checks the lease a request holds: present, ours to watch, and with a TTL
-/// that is nowhere near the "at once" bound.
-async fn lease_taken(shared: &SharedDir) {
+/// that is nowhere near the "at once" bound. Returns when it would lapse
+/// (ms since the epoch): a probe by another process before then was not
+/// waiting for it.
+async fn lease_taken(shared: &SharedDir) -> u64 {
     eventually("the request holds the probe lease", PATIENCE, || {
         shared.lease().is_some()
     })
@@ -182,6 +182,7 @@ async fn lease_taken(shared: &SharedDir) {
         ttl_left > (LEASE_TTL - Duration::from_secs(10)).as_millis() as u64,
         "the lease lives for the task's ceiling: {lease}"
     );
+    lease["expires"].as_u64().unwrap()
 }
 
 // ---------------------------------------------------------------------------
@@ -322,9 +323,8 @@ impl Caller {
     }
 
     /// Closes the connection; returns when it did.
-    fn hang_up(self) -> Instant {
+    fn hang_up(self) {
         drop(self.socket);
-        Instant::now()
     }
 }
 
@@ -411,7 +411,7 @@ async fn gateway_hang_up_while_probing(stream: bool) {
     });
     let sent_before = fake.request_count();
     let mut caller = Caller::send(&first.url, stream).await;
-    lease_taken(&shared).await;
+    let lapses = lease_taken(&shared).await;
     eventually("the probe reached the provider", PATIENCE, || {
         fake.request_count() == sent_before + 1
     })
@@ -429,7 +429,7 @@ async fn gateway_hang_up_while_probing(stream: bool) {
     );
     assert_eq!(fake.request_count(), sent_before + 1);
 
-    let hung_up = caller.hang_up();
+    caller.hang_up();
     eventually("the lease is given back at once", AT_ONCE, || {
         shared.lease().is_none()
     })
@@ -442,10 +442,10 @@ async fn gateway_hang_up_while_probing(stream: bool) {
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["model"], "primary/mid", "{body}");
     assert_eq!(fake.request_count(), sent_before + 2);
-    assert!(
-        hung_up.elapsed() < LEASE_TTL / 2,
-        "served {:?} after the hang-up",
-        hung_up.elapsed()
+    timing::assert_in_order(
+        "served, then the hung-up probe's lease would have lapsed",
+        now_ms(),
+        lapses,
     );
     assert_eq!(shared.breaker().unwrap()["open"], false);
 }
@@ -642,14 +642,13 @@ async fn an_lsp_cancel_request_gives_the_probe_lease_back_at_once() {
     });
     let sent = fake.request_count();
     let id = send_explain(&mut client).await;
-    lease_taken(&shared).await;
+    let lapses = lease_taken(&shared).await;
     eventually("the probe reached the provider", PATIENCE, || {
         fake.request_count() == sent + 1
     })
     .await;
 
     client.notify("$/cancelRequest", json!({"id": id})).await;
-    let cancelled_at = Instant::now();
     eventually("the lease is given back at once", AT_ONCE, || {
         shared.lease().is_none()
     })
@@ -663,7 +662,11 @@ async fn an_lsp_cancel_request_gives_the_probe_lease_back_at_once() {
     let (status, body) = complete(&gateway.url).await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(fake.request_count(), sent + 2);
-    assert!(cancelled_at.elapsed() < LEASE_TTL);
+    timing::assert_in_order(
+        "served, then the cancelled probe's lease would have lapsed",
+        now_ms(),
+        lapses,
+    );
     assert_eq!(shared.breaker().unwrap()["open"], false);
     // And this server sees the breaker closed.
     assert_eq!(served_by(&explain(&mut client).await), "primary/mid");

@@ -5,8 +5,13 @@
 //!
 //! The default profile scales ceilings, backoff and the faults' waits down
 //! together; `FAULTS_FULL=1 cargo test --test faults` runs the real lengths
-//! (see `support::scenario::Profile` and docs/HOSTILE.md). Spacing is asserted
-//! with lower bounds and loose upper bounds, never as exact wall-clock speed.
+//! (see `support::scenario::Profile` and docs/HOSTILE.md). Through the binary
+//! a scenario checks who answered, how many requests each fake saw and in
+//! which order; a promise not to act early is a lower bound. How soon each
+//! thing happens (backoff ceilings and jitter, the idle ceiling, moving on at
+//! once, canary spacing, recovery, a trip waking a waiting retry) is checked
+//! on the paused clock in src/router/tests (faults.rs and routing.rs), where
+//! the machine's speed cannot move it.
 
 mod support;
 
@@ -18,19 +23,11 @@ use support::scenario::{
     CannedError, Front, PRIMARY, Profile, Rig, SECONDARY, Setup, Wire, each_front, prefill, tokens,
     words,
 };
+use support::timing;
 use tokio::time::Instant;
 
 async fn fakes() -> (FakeProvider, FakeProvider) {
     (FakeProvider::start().await, FakeProvider::start().await)
-}
-
-/// Tolerance on the upper bound of one short wait (a loaded 2-core box).
-fn tolerance(profile: &Profile) -> Duration {
-    if profile.full {
-        Duration::from_secs(2)
-    } else {
-        Duration::from_millis(600)
-    }
 }
 
 fn ms(d: Duration) -> u64 {
@@ -72,15 +69,11 @@ async fn s01_a_429_with_retry_after_is_waited_out_and_retried_once_on_the_same_p
         assert_eq!(reply.served().text, "Hello from the fake", "{front:?}");
         assert_eq!(primary.user_request_count(), 2, "{front:?}: one retry");
         assert_eq!(secondary.user_request_count(), 0, "{front:?}: no failover");
-        let gap = primary.gaps()[0];
-        assert!(
-            gap >= Duration::from_secs(2),
-            "{front:?}: retried after {gap:?}, before retry-after"
-        );
-        // retry-after plus at most 10% jitter.
-        assert!(
-            gap <= Duration::from_millis(2_200) + tolerance(&profile),
-            "{front:?}: retried only after {gap:?}"
+        // Not before retry-after (how soon after it: routing.rs, paused).
+        timing::assert_at_least(
+            &format!("{front:?}: the retry"),
+            primary.gaps()[0],
+            Duration::from_secs(2),
         );
     })
     .await;
@@ -115,34 +108,16 @@ async fn s02_a_persistent_429_backs_off_with_jitter_then_fails_over() {
             "{front:?}: {attempts} attempts on the primary"
         );
         assert_eq!(secondary.user_request_count(), 1, "{front:?}");
-        let gaps = primary.gaps();
-        for (i, gap) in gaps.iter().enumerate() {
+        // Each wait at least half its exponential ceiling (equal jitter);
+        // their upper bounds and the wait budget: faults.rs, paused.
+        for (i, gap) in primary.gaps().iter().enumerate() {
             let ceiling = (profile.rate_limit_base * (1 << i.min(16))).min(profile.backoff_cap);
-            assert!(
-                *gap <= ceiling + tolerance(&profile),
-                "{front:?}: wait {i} was {gap:?}, over its exponential ceiling {ceiling:?}: {gaps:?}"
-            );
+            timing::assert_at_least(&format!("{front:?}: wait {i}"), *gap, ceiling / 2);
         }
-        let waited: Duration = gaps.iter().sum();
-        assert!(
-            waited <= wait + tolerance(&profile),
-            "{front:?}: waited {waited:?}, over the {wait:?} budget"
-        );
-        // Full jitter: waits are spread below their ceilings, not at them.
-        if gaps.len() >= 3 {
-            assert!(
-                gaps.iter().enumerate().any(|(i, gap)| {
-                    let ceiling =
-                        (profile.rate_limit_base * (1 << i.min(16))).min(profile.backoff_cap);
-                    *gap < ceiling.mul_f64(0.9)
-                }),
-                "{front:?}: every wait at its ceiling, no jitter: {gaps:?}"
-            );
-        }
-        let last_primary = primary.user_requests().last().unwrap().at;
-        assert!(
-            secondary.user_requests()[0].at >= last_primary,
-            "{front:?}: failed over only after the primary gave up"
+        timing::assert_in_order(
+            &format!("{front:?}: failed over only after the primary gave up"),
+            primary.user_requests().last().unwrap().at,
+            secondary.user_requests()[0].at,
         );
     })
     .await;
@@ -159,11 +134,6 @@ async fn s03_a_single_500_is_retried_once_on_the_same_provider() {
         assert_eq!(reply.served().model, PRIMARY, "{front:?}");
         assert_eq!(primary.user_request_count(), 2, "{front:?}: one retry");
         assert_eq!(secondary.user_request_count(), 0, "{front:?}");
-        let gap = primary.gaps()[0];
-        assert!(
-            gap <= profile.transient_base + tolerance(&profile),
-            "{front:?}: a transient error waited {gap:?}"
-        );
     })
     .await;
 }
@@ -184,11 +154,6 @@ async fn s04_a_persistent_503_hands_the_request_to_the_next_entry_at_once() {
             "{front:?}: no same-entry retry"
         );
         assert_eq!(secondary.user_request_count(), 1, "{front:?}");
-        assert!(
-            reply.elapsed <= tolerance(&profile),
-            "{front:?}: answered after {:?}",
-            reply.elapsed
-        );
         assert_eq!(rig.ask().await.served().model, SECONDARY, "{front:?}");
         assert_eq!(
             primary.user_request_count(),
@@ -220,14 +185,15 @@ async fn s05_a_reset_before_headers_is_retried_or_failed_over() {
 }
 
 /// Scenarios 6 and 7: the primary gives no first token; the secondary serves,
-/// started at the first-token ceiling, and the caller waits about that long.
+/// started no sooner than the first-token ceiling, while the fault still holds
+/// the primary (the fault outlasts the ceiling, so an answer that waited for
+/// the primary would be the primary's).
 fn assert_served_after_the_ceiling(
     front: Front,
     profile: &Profile,
     reply: &support::scenario::Reply,
     primary: &FakeProvider,
     secondary: &FakeProvider,
-    fault: Duration,
 ) {
     assert_eq!(reply.served().model, SECONDARY, "{front:?}");
     assert_eq!(primary.user_request_count(), 1, "{front:?}");
@@ -237,22 +203,11 @@ fn assert_served_after_the_ceiling(
     let started = secondary.user_requests()[0]
         .at
         .saturating_duration_since(reply.sent);
-    assert!(
-        started >= profile.first_token,
-        "{front:?}: the secondary started {started:?} into the request, before the ceiling"
+    timing::assert_at_least(
+        &format!("{front:?}: the secondary's start"),
+        started,
+        profile.first_token,
     );
-    assert!(
-        reply.elapsed >= profile.first_token,
-        "{front:?}: {:?}",
-        reply.elapsed
-    );
-    // Ceiling + the secondary's (instant) answer, well before the fault ends.
-    assert!(
-        reply.elapsed <= profile.first_token + profile.slack && reply.elapsed < fault,
-        "{front:?}: answered after {:?}",
-        reply.elapsed
-    );
-    assert!(reply.elapsed < Duration::from_secs(30), "{front:?}");
 }
 
 // 6. No response at all: timed out at the first-token ceiling, well before 30 s.
@@ -263,14 +218,7 @@ async fn s06_a_provider_that_never_answers_is_abandoned_at_the_first_token_ceili
         primary.set_default(Behaviour::ok("too late").after_latency(profile.silence));
         let mut rig = Rig::start(front, &profile, Setup::default(), &primary, &secondary).await;
         let reply = rig.ask().await;
-        assert_served_after_the_ceiling(
-            front,
-            &profile,
-            &reply,
-            &primary,
-            &secondary,
-            profile.silence,
-        );
+        assert_served_after_the_ceiling(front, &profile, &reply, &primary, &secondary);
     })
     .await;
 }
@@ -286,14 +234,7 @@ async fn s07_a_late_first_token_is_hedged_and_the_secondary_serves() {
         });
         let mut rig = Rig::start(front, &profile, Setup::default(), &primary, &secondary).await;
         let reply = rig.ask().await;
-        assert_served_after_the_ceiling(
-            front,
-            &profile,
-            &reply,
-            &primary,
-            &secondary,
-            profile.slow_first_token,
-        );
+        assert_served_after_the_ceiling(front, &profile, &reply, &primary, &secondary);
         assert_eq!(reply.served().text, "Hello from the fake", "{front:?}");
     })
     .await;
@@ -364,12 +305,10 @@ async fn s09_a_stalled_stream_fails_over_and_the_server_stays_healthy() {
         let served = reply.served();
         assert_eq!(served.model, SECONDARY, "{front:?}");
         assert_eq!(words(&served.text), words(&tokens(WHOLE)), "{front:?}");
+        // Not before the idle ceiling; and, served by the secondary, before
+        // the stall ended (at the ceiling itself: faults.rs, paused).
         let detected = between(&primary.user_requests()[0], &secondary.user_requests()[0]);
-        assert!(
-            detected >= profile.idle && detected < profile.stall,
-            "{front:?}: failed over after {detected:?}"
-        );
-        assert!(reply.elapsed < profile.stall, "{front:?}");
+        timing::assert_at_least(&format!("{front:?}: the stall"), detected, profile.idle);
 
         assert!(rig.healthy().await, "{front:?}");
         let next = rig.ask().await;
@@ -518,11 +457,6 @@ async fn s12_context_length_is_not_retried_and_the_next_entry_serves() {
         assert_eq!(reply.served().model, SECONDARY, "{front:?}");
         assert_eq!(primary.user_request_count(), 1, "{front:?}: never retried");
         assert_eq!(secondary.user_request_count(), 1, "{front:?}");
-        let moved = between(&primary.user_requests()[0], &secondary.user_requests()[0]);
-        assert!(
-            moved < tolerance(&profile),
-            "{front:?}: no backoff before the next entry, took {moved:?}"
-        );
     })
     .await;
 }
@@ -699,8 +633,9 @@ async fn s14_a_cut_stream_is_continued_where_prefill_is_not_accepted() {
 
 // 15. The primary is down for 60 s (fast: 3 s), then healthy; one request
 // every 4 s (fast: 0.2 s) for 80 s (fast: 4 s): every request served, none
-// sent to the primary while it is out of user traffic, canaries test it at
-// their interval, and it serves again promptly after recovering.
+// sent to the primary while it is out of user traffic, canaries test it
+// meanwhile, and it serves users again after recovering. Canary spacing and
+// how soon it is back: faults.rs, paused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s15_an_outage_keeps_users_off_the_primary_and_canaries_bring_it_back() {
     each_front(|front, profile| async move {
@@ -716,7 +651,7 @@ async fn s15_an_outage_keeps_users_off_the_primary_and_canaries_bring_it_back() 
         let interval = profile.outage / 15;
         let start = Instant::now();
         let mut recovered = None;
-        let mut first_answered = start;
+        let mut first_answered = None;
         let mut replies = Vec::new();
         for request in 0..20u32 {
             tokio::time::sleep_until(start + interval * request).await;
@@ -726,13 +661,14 @@ async fn s15_an_outage_keeps_users_off_the_primary_and_canaries_bring_it_back() 
             }
             replies.push(rig.ask().await);
             if request == 0 {
-                first_answered = Instant::now();
+                first_answered = Some(Instant::now());
             }
         }
         let recovered = recovered.unwrap();
         for reply in &replies {
             reply.served();
         }
+        let first_answered = first_answered.unwrap();
         let offsets = |requests: &[RecordedRequest]| -> Vec<Duration> {
             requests
                 .iter()
@@ -749,40 +685,26 @@ async fn s15_an_outage_keeps_users_off_the_primary_and_canaries_bring_it_back() 
         );
         // The first request finds the primary overloaded (and may retry it
         // once); no user request goes there after that until it has recovered.
-        let during: Vec<Duration> = offsets(&users)
-            .into_iter()
-            .filter(|at| start + *at < recovered)
-            .collect();
-        assert!(
-            during.iter().all(|at| start + *at <= first_answered),
-            "{front:?}: user requests hit the primary while it was down at {during:?}; \
-             the first was answered at {:?}",
-            first_answered - start
+        let met_the_outage = users.iter().filter(|r| r.at < recovered);
+        for user in met_the_outage {
+            timing::assert_in_order(
+                &format!("{front:?}: a user request on the primary while it was down"),
+                user.at,
+                first_answered,
+            );
+        }
+        let first_canary = canaries.first().expect("canaries tested the primary");
+        timing::assert_in_order(
+            &format!("{front:?}: a canary during the outage"),
+            first_canary.at,
+            recovered,
         );
-        // Canaries test it meanwhile, one per canary interval.
-        let canary_gaps: Vec<Duration> = canaries
-            .iter()
-            .filter(|r| r.at < recovered)
-            .collect::<Vec<_>>()
-            .windows(2)
-            .map(|pair| between(pair[0], pair[1]))
-            .collect();
-        assert!(
-            canary_gaps
-                .iter()
-                .all(|gap| *gap >= profile.canary.mul_f64(0.8)),
-            "{front:?}: canaries closer than their interval: {canary_gaps:?}"
-        );
-        // Back promptly: a user request reaches the primary within one canary
-        // interval and one request of its recovery (the issue asks for 30 s).
-        let back = users
-            .iter()
-            .find(|r| r.at >= recovered)
-            .unwrap_or_else(|| panic!("{front:?}: the primary was never tried again"));
-        let late = back.at.saturating_duration_since(recovered);
-        assert!(
-            late <= profile.canary + interval + tolerance(&profile),
-            "{front:?}: back on the primary {late:?} after recovery"
+        // Back: users reach the primary again after it recovered.
+        let last_user = users.last().expect("user requests");
+        timing::assert_in_order(
+            &format!("{front:?}: users on the primary after its recovery"),
+            recovered,
+            last_user.at,
         );
         assert_eq!(rig.ask().await.served().model, PRIMARY, "{front:?}");
     })
@@ -831,15 +753,18 @@ async fn s16_the_fallback_is_named_and_only_its_usage_reported() {
 // (equal jitter: at least half the transient backoff), the second's failure
 // opens the breaker: that wakes the first, and both are answered by the
 // secondary at once, not when the backoff or the hedge would end the wait.
+// Both of those are at least 10 s away, so the bound on "at once" (scaled to
+// the machine) has room for a machine many times slower; the exact promise
+// is in faults.rs on the paused clock.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s17_a_breaker_trip_wakes_requests_waiting_to_retry_that_entry() {
     each_front(|front, profile| async move {
         let (primary, secondary) = fakes().await;
         primary.set_default(Behaviour::ServerError);
-        let backoff = Duration::from_secs(8);
+        let backoff = Duration::from_secs(20);
         let setup = Setup {
             extra: json!({
-                "tasks": {"explain": {"wait_ms": ms(4 * backoff)}},
+                "tasks": {"explain": {"wait_ms": ms(4 * backoff), "first_token_ms": 14_000}},
                 "resilience": {
                     "breaker": {"failures": 2},
                     "backoff": {"transient_ms": ms(backoff), "cap_ms": ms(4 * backoff)}
@@ -853,10 +778,10 @@ async fn s17_a_breaker_trip_wakes_requests_waiting_to_retry_that_entry() {
             assert_eq!(reply.served().model, SECONDARY, "{front:?}");
             // Without the wake-up the first would wait for its backoff or,
             // sooner, the hedge at the first-token ceiling.
-            assert!(
-                reply.elapsed <= tolerance(&profile),
-                "{front:?}: a request slept {:?} though the breaker it waited on had opened",
-                reply.elapsed
+            timing::assert_within(
+                &format!("{front:?}: a request waiting on a breaker that opened"),
+                reply.elapsed,
+                Duration::from_millis(1_500),
             );
         }
         assert_eq!(

@@ -2,11 +2,15 @@
 //! names exists, every numbered invariant is cited at the code that keeps it,
 //! no source file grows past 600 lines (two concerns, usually), no function
 //! on the remote path past 60, no module reaches back into a sibling that
-//! reaches it (no cycles), and the modules below the front ends know nothing
-//! of the editor protocol or HTTP serving.
+//! reaches it (no cycles), the modules below the front ends know nothing
+//! of the editor protocol or HTTP serving, and the tests leave time to the
+//! paused clock: no measured time compared in an assertion outside the one
+//! scaling helper, no editor check right after a fixed sleep.
 
 #[path = "tidy/module_graph.rs"]
 mod module_graph;
+#[path = "tidy/test_timing.rs"]
+mod test_timing;
 
 use std::path::{Path, PathBuf};
 
@@ -235,4 +239,89 @@ fn no_function_on_the_remote_path_is_over_60_lines() {
         })
         .collect();
     assert!(long.is_empty(), "split into steps: {long:?}");
+}
+
+/// Where a measured time may be compared with a bound: the helper that scales
+/// it to the machine.
+const TIMING_HELPER: &str = "tests/support/timing.rs";
+
+#[test]
+fn no_test_compares_a_measured_time_outside_the_scaling_helper() {
+    let flagged = |text: &str| -> Vec<usize> {
+        test_timing::assertion_conditions(&test_timing::blank_literals(text))
+            .into_iter()
+            .filter(|(_, condition)| test_timing::compares_a_time(condition))
+            .map(|(line, _)| line)
+            .collect()
+    };
+    let caught = "assert!(gap <= Duration::from_millis(600), \"{gap:?}\");\n\
+                  assert!(reply.elapsed < ceiling);\n\
+                  assert!(secondary.requests()[0].at >= last);\n\
+                  assert_eq!(started.elapsed(), Duration::ZERO);\n\
+                  assert!(Instant::now() < deadline, \"late\");";
+    assert_eq!(flagged(caught), [1, 2, 3, 4, 5]);
+    let let_through = "assert!(ok, \"took {:?}\", started.elapsed());\n\
+                       assert_eq!(count, 3, \"at {at:?}\"); // elapsed\n\
+                       assert!(matches!(c, '\"' | 'x'), \"{:?}\", Instant::now());\n\
+                       assert!(text.contains(r#\"elapsed\"#));\n\
+                       assert_eq!(error.retry_after, Some(Duration::from_secs(7)));\n\
+                       assert!((got.at, got.last) == (want.at, want.last));";
+    assert_eq!(flagged(let_through), [0usize; 0]);
+
+    let comparisons: Vec<String> = sources(&repo().join("tests"))
+        .into_iter()
+        .filter(|(path, _)| path != Path::new(TIMING_HELPER) && !path.starts_with("tests/tidy"))
+        .flat_map(|(path, text)| {
+            flagged(&text)
+                .into_iter()
+                .map(move |line| format!("{}:{line}", path.display()))
+        })
+        .collect();
+    assert!(
+        comparisons.is_empty(),
+        "a time compared in an assertion: check the promise on the paused clock \
+         in src/, assert order, or go through {TIMING_HELPER}: {comparisons:?}"
+    );
+}
+
+/// The editor tests: Rust drivers and the Neovim scripts they run.
+fn editor_tests() -> Vec<(PathBuf, String, bool)> {
+    let rust = sources(&repo().join("tests"))
+        .into_iter()
+        .filter(|(path, _)| {
+            let name = path.file_name().unwrap().to_string_lossy();
+            name.starts_with("editor_") || name == "dashboard.rs"
+        })
+        .map(|(path, text)| (path, text, false));
+    let nvim = repo().join("editors/nvim/test");
+    let lua = std::fs::read_dir(&nvim).unwrap().map(|entry| {
+        let path = entry.unwrap().path();
+        let text = std::fs::read_to_string(&path).unwrap();
+        (path.strip_prefix(repo()).unwrap().to_owned(), text, true)
+    });
+    rust.chain(lua).collect()
+}
+
+#[test]
+fn no_editor_check_follows_a_fixed_sleep() {
+    let rust = "tokio::time::sleep(Duration::from_millis(300)).await;\n\n\
+                assert_eq!(screen(), \"x\");\n\
+                sleep(PACE).await;\ntype_key(\"a\");";
+    assert_eq!(test_timing::sleeps_before_assertions(rust, false), [1]);
+    let lua = "vim.wait(500)\n-- the menu\nassert(menu_open())\n\
+               vim.wait(500, function() return done end)\nassert(done)";
+    assert_eq!(test_timing::sleeps_before_assertions(lua, true), [1]);
+
+    let found: Vec<String> = editor_tests()
+        .into_iter()
+        .flat_map(|(path, text, lua)| {
+            test_timing::sleeps_before_assertions(&text, lua)
+                .into_iter()
+                .map(move |line| format!("{}:{line}", path.display()))
+        })
+        .collect();
+    assert!(
+        found.is_empty(),
+        "poll until the effect shows instead of sleeping: {found:?}"
+    );
 }

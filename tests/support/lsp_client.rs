@@ -247,13 +247,12 @@ impl LspClient {
     /// Waits until the server's log contains `needle`, answering what the server
     /// asks meanwhile (progress tokens, configuration) as an editor does.
     pub async fn wait_for_log(&mut self, needle: &str) {
-        let deadline = tokio::time::Instant::now() + WAIT;
+        let deadline = super::timing::Deadline::after(WAIT);
         while !self.log().contains(needle) {
-            assert!(
-                tokio::time::Instant::now() < deadline,
+            deadline.assert_not_passed(format_args!(
                 "the log never said {needle:?}:\n{}",
                 self.log()
-            );
+            ));
             let next = tokio::time::timeout(Duration::from_millis(100), self.incoming.recv());
             if let Ok(Some(message)) = next.await {
                 self.take_in(&message).await;

@@ -10,10 +10,12 @@ pub mod fake_provider;
 pub mod gateway;
 pub mod infilling;
 pub mod lsp_client;
+pub mod poll;
 pub mod redis_server;
 pub mod scenario;
 pub mod secrets;
 pub mod spread;
+pub mod timing;
 
 use std::path::{Path, PathBuf};
 

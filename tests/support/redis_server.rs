@@ -4,7 +4,7 @@
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::free_port;
 
@@ -29,12 +29,9 @@ impl RedisServer {
                 panic!("cannot start redis-server ({e}): install it with scripts/test-setup (Debian package redis-server)")
             });
         let server = RedisServer { child, port };
-        let deadline = Instant::now() + Duration::from_secs(10);
+        let deadline = super::timing::Deadline::after(Duration::from_secs(10));
         while !server.answers_ping() {
-            assert!(
-                Instant::now() < deadline,
-                "redis-server on port {port} did not answer within 10 s"
-            );
+            deadline.assert_not_passed(format_args!("redis-server on port {port} did not answer"));
             std::thread::sleep(Duration::from_millis(20));
         }
         server

@@ -1,6 +1,7 @@
 //! Router behaviour on a paused clock, with scripted providers below the HTTP line.
 
 mod cancellation;
+mod faults;
 mod plan;
 mod policy;
 mod routing;
@@ -42,6 +43,10 @@ enum Behaviour {
     },
     /// Streams `partial`, then the connection drops.
     Cut(&'static str),
+    /// Streams `partial`, then falls silent; ends as the SSE reader ends a
+    /// stream silent for the idle limit it was given (its own timing is
+    /// tested in providers/sse.rs).
+    Stall(&'static str),
 }
 
 struct Scripted {
@@ -50,7 +55,7 @@ struct Scripted {
     /// Each request's messages, and when it arrived.
     seen: Mutex<Vec<(Instant, Vec<ChatMessage>)>>,
     script: Mutex<VecDeque<Behaviour>>,
-    otherwise: Behaviour,
+    otherwise: Mutex<Behaviour>,
     calls: AtomicUsize,
     /// Names of every scripted provider called, in order, when shared.
     order: Option<Arc<Mutex<Vec<String>>>>,
@@ -63,13 +68,28 @@ impl Scripted {
             prefill: false,
             seen: Mutex::new(Vec::new()),
             script: Mutex::new(script.into()),
-            otherwise,
+            otherwise: Mutex::new(otherwise),
             calls: AtomicUsize::new(0),
             order: None,
         })
     }
     fn calls(&self) -> usize {
         self.calls.load(Ordering::SeqCst)
+    }
+    /// What every request gets from now on, once the script is spent.
+    fn set_otherwise(&self, behaviour: Behaviour) {
+        *self.otherwise.lock().unwrap() = behaviour;
+    }
+    /// When each request arrived: the canaries' (`canaries`) or the users'.
+    fn arrivals(&self, canaries: bool) -> Vec<Instant> {
+        let is_canary = |m: &Vec<ChatMessage>| m.iter().any(|m| m.content.contains(canary::TOKEN));
+        self.seen
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(_, m)| is_canary(m) == canaries)
+            .map(|(at, _)| *at)
+            .collect()
     }
 }
 
@@ -98,7 +118,7 @@ impl Provider for Scripted {
     fn stream(
         &self,
         request: ChatRequest,
-        _: Timeouts,
+        timeouts: Timeouts,
     ) -> BoxFuture<'static, Result<ResponseStream, ProviderError>> {
         self.calls.fetch_add(1, Ordering::SeqCst);
         // A canary asks for its token back, as a healthy model would answer.
@@ -118,7 +138,7 @@ impl Provider for Scripted {
             .lock()
             .unwrap()
             .pop_front()
-            .unwrap_or_else(|| self.otherwise.clone());
+            .unwrap_or_else(|| self.otherwise.lock().unwrap().clone());
         let name = self.name.clone();
         Box::pin(async move {
             match behaviour {
@@ -143,6 +163,21 @@ impl Provider for Scripted {
                         ..ProviderError::new(name, FailureKind::StreamCut, "connection closed")
                     };
                     let events = stream::iter([Ok(StreamEvent::Delta(partial.into())), Err(cut)]);
+                    Ok(ResponseStream {
+                        events: Box::pin(events),
+                        rate_limits: RateLimits::default(),
+                    })
+                }
+                Behaviour::Stall(partial) => {
+                    let silent = async move {
+                        tokio::time::sleep(timeouts.idle).await;
+                        Err(ProviderError {
+                            partial: partial.into(),
+                            ..ProviderError::new(name, FailureKind::Stalled, "stream silent")
+                        })
+                    };
+                    let events = stream::iter([Ok(StreamEvent::Delta(partial.into()))])
+                        .chain(stream::once(silent));
                     Ok(ResponseStream {
                         events: Box::pin(events),
                         rate_limits: RateLimits::default(),
@@ -179,6 +214,13 @@ impl Provider for Scripted {
 
 fn router(config: Config, providers: &[&Arc<Scripted>]) -> Router {
     sharing(config, providers, Arc::new(Resilience::in_memory()))
+}
+
+/// A router whose breakers, backoff and governor follow `config.resilience`.
+fn configured(config: Config, providers: &[&Arc<Scripted>]) -> Router {
+    let state = Arc::new(crate::state::memory::MemoryState::new());
+    let resilience = Arc::new(Resilience::new(state, &config.resilience));
+    sharing(config, providers, resilience)
 }
 
 /// A router over `resilience`, which other routers (processes) may share.
