@@ -14,6 +14,7 @@ use support::actions::{DOC, URI, command, whole_function};
 use support::fake_provider::{Behaviour, FakeProvider};
 use support::lsp_client::{LspClient, ServerOptions};
 use support::redis_server::RedisServer;
+use support::timing;
 use switchyard::state::SharedState;
 use switchyard::state::file::FileState;
 
@@ -135,7 +136,7 @@ async fn after_an_outage_one_process_probes_and_its_verdict_holds_for_all() {
     let secondary = FakeProvider::start().await;
     let mut clients = Vec::new();
     for _ in 0..4 {
-        clients.push(server(state.path(), &primary, &secondary, json!({})).await);
+        clients.push(server(state.path(), &primary, &secondary, one_probe_settings()).await);
     }
     one_probe_after_an_outage(clients, &primary).await;
 }
@@ -148,7 +149,8 @@ async fn processes_on_different_machines_share_the_breaker_through_redis() {
     // A transient error: it opens the breaker without a health verdict.
     let primary = FakeProvider::with_default(Behaviour::ServerError).await;
     let secondary = FakeProvider::start().await;
-    let shared = json!({"resilience": {"state": redis.url()}});
+    let mut shared = one_probe_settings();
+    merge(&mut shared, json!({"resilience": {"state": redis.url()}}));
     let mut clients = Vec::new();
     let mut dirs = Vec::new();
     for _ in 0..4 {
@@ -167,32 +169,67 @@ async fn processes_on_different_machines_share_the_breaker_through_redis() {
     assert_eq!(breaker_files, 0, "the breaker lived in Redis, not in files");
 }
 
-/// How long a breaker trip may take to reach another process.
-const TRIP_REACHES_EVERY_PROCESS: Duration = Duration::from_millis(100);
+/// The outage's breaker for [`one_probe_after_an_outage`]: a cooldown long
+/// enough that every process has asked again before it ends, and canaries
+/// too rare to probe instead of the users.
+fn one_probe_settings() -> Value {
+    json!({"resilience": {
+        "breaker": {"cooldown_ms": 5_000},
+        "canary_interval_ms": 600_000
+    }})
+}
+
+/// Waits until `client`'s status shows the primary's breaker in `phase`:
+/// the process has read it so from the shared state.
+async fn breaker_shows(client: &mut LspClient, phase: &str) {
+    client
+        .notification("switchyard/status", |p| {
+            p["breakers"].as_array().is_some_and(|b| {
+                b.iter()
+                    .any(|b| b["key"] == "primary/primary/mid" && b["phase"] == phase)
+            })
+        })
+        .await;
+}
 
 async fn one_probe_after_an_outage(mut clients: Vec<LspClient>, primary: &FakeProvider) {
     // One after another, so each failure is counted before the next request:
-    // three failures anywhere open the breaker everywhere. A process holds a
-    // closed breaker as a short-lived view, so a trip elsewhere reaches it
-    // within 100 ms (the promise); each request waits that long.
-    for round in 0..2 {
-        for client in clients.iter_mut() {
-            tokio::time::sleep(TRIP_REACHES_EVERY_PROCESS).await;
-            assert_eq!(explain(client).await, "secondary", "round {round}");
-        }
+    // three failures anywhere open the breaker everywhere.
+    for client in clients.iter_mut() {
+        assert_eq!(explain(client).await, "secondary");
     }
     assert_eq!(
-        primary.request_count(),
+        primary.user_request_count(),
         3,
         "the breaker opened after three failures"
+    );
+    // Once a process has seen the trip, its next request goes elsewhere: the
+    // trip reaches it within the breaker's view lifetime (the paused clock
+    // checks that in src/router/tests/fleet.rs; here, the order).
+    for client in clients.iter_mut() {
+        breaker_shows(client, "open").await;
+    }
+    for client in clients.iter_mut() {
+        assert_eq!(explain(client).await, "secondary", "after the trip");
+    }
+    assert_eq!(
+        primary.user_request_count(),
+        3,
+        "no process tried the tripped entry"
     );
 
     // After the cooldown the primary is back, slowly: every window asks at once
     // while the one probe is still in flight.
-    tokio::time::sleep(Duration::from_millis(1_600)).await;
+    for client in clients.iter_mut() {
+        breaker_shows(client, "half-open").await;
+    }
     primary.set_default(Behaviour::ok("back").after_latency(Duration::from_millis(1_000)));
     let served = join_all(clients.iter_mut().map(explain)).await;
-    assert_eq!(primary.request_count(), 4, "exactly one probe: {served:?}");
+    assert_eq!(
+        primary.user_request_count(),
+        4,
+        "exactly one probe: {served:?}"
+    );
     assert_eq!(
         served.iter().filter(|p| *p == "primary").count(),
         1,
@@ -267,12 +304,13 @@ async fn a_parked_refactor_survives_kill_9_and_resumes_when_the_breaker_closes()
     }
     // Killed mid-resume: its resume loop holds the task's claim. SIGKILL: no
     // shutdown, no chance to give the claim back.
-    let deadline = std::time::Instant::now() + support::lsp_client::WAIT;
+    // Looked for every 2 ms: a resume against the unavailable primary holds
+    // the claim only briefly.
+    let deadline = tokio::time::Instant::now() + timing::scaled(support::lsp_client::WAIT);
     while !claimed(state.path(), &id).await {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the task was never claimed"
-        );
+        if tokio::time::Instant::now() >= deadline {
+            panic!("the task was never claimed");
+        }
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
     drop(first);

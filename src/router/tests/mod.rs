@@ -2,6 +2,7 @@
 
 mod cancellation;
 mod faults;
+mod fleet;
 mod plan;
 mod policy;
 mod routing;
