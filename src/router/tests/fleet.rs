@@ -7,68 +7,15 @@
 //! breaker's view lifetime, and one paying request per silent slowdown with
 //! a canary ending it.
 
-use serde_json::Value as Json;
-
 use super::*;
+use super::yielding::Yielding;
 use crate::resilience::breaker::VIEW_TTL;
+use crate::state::SharedState;
 use crate::state::memory::MemoryState;
-use crate::state::{SharedState, StateError, Update};
-
-/// The shared state a round trip away, as files and Redis are: every
-/// operation yields first, so requests of several processes interleave
-/// there (two may find a breaker half-open at once) instead of each running
-/// to its end in one poll.
-struct RoundTrip(MemoryState);
-
-async fn round_trip<T>(operation: BoxFuture<'_, T>) -> T {
-    tokio::task::yield_now().await;
-    operation.await
-}
-
-impl SharedState for RoundTrip {
-    fn describe(&self) -> String {
-        self.0.describe()
-    }
-    fn update<'a>(
-        &'a self,
-        key: &'a str,
-        ttl: Option<Duration>,
-        update: Update<'a>,
-    ) -> BoxFuture<'a, Result<Option<Json>, StateError>> {
-        Box::pin(round_trip(self.0.update(key, ttl, update)))
-    }
-    fn get<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Json>, StateError>> {
-        Box::pin(round_trip(self.0.get(key)))
-    }
-    fn now_ms(&self) -> BoxFuture<'_, Result<u64, StateError>> {
-        Box::pin(round_trip(self.0.now_ms()))
-    }
-    fn scan<'a>(
-        &'a self,
-        prefix: &'a str,
-    ) -> BoxFuture<'a, Result<Vec<(String, Json)>, StateError>> {
-        Box::pin(round_trip(self.0.scan(prefix)))
-    }
-    fn try_lease<'a>(
-        &'a self,
-        key: &'a str,
-        holder: &'a str,
-        ttl: Duration,
-    ) -> BoxFuture<'a, Result<bool, StateError>> {
-        Box::pin(round_trip(self.0.try_lease(key, holder, ttl)))
-    }
-    fn release_lease<'a>(
-        &'a self,
-        key: &'a str,
-        holder: &'a str,
-    ) -> BoxFuture<'a, Result<(), StateError>> {
-        Box::pin(round_trip(self.0.release_lease(key, holder)))
-    }
-}
 
 /// `processes` routers over one shared state, each with its own resilience.
 fn fleet(processes: usize, config: &Config, providers: &[&Arc<Scripted>]) -> Vec<Arc<Router>> {
-    let state: Arc<dyn SharedState> = Arc::new(RoundTrip(MemoryState::new()));
+    let state: Arc<dyn SharedState> = Yielding::over(Arc::new(MemoryState::new()));
     (0..processes)
         .map(|_| {
             let resilience = Arc::new(Resilience::new(state.clone(), &config.resilience));

@@ -6,6 +6,7 @@ mod fleet;
 mod plan;
 mod policy;
 mod routing;
+mod yielding;
 
 use std::collections::VecDeque;
 use std::sync::atomic::AtomicUsize;
