@@ -26,7 +26,21 @@ fn stderr(output: &Output) -> String {
 
 #[test]
 fn complete_prints_the_text_the_model_and_the_latency() {
-    let output = switchyard(&["complete", "--json", "demo/complete-me.rs:10:41"], &[]);
+    // The same prompt on every machine (the smallest input budget the engine
+    // sizes to, one inference thread) and the longest budget there is: what
+    // is checked is what is printed, not how fast.
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.toml");
+    std::fs::write(
+        &config,
+        "[local]\nthreads = 1\n[autocomplete]\ninput_tokens = 256\nbudget_ms = 10000\n",
+    )
+    .unwrap();
+    let pinned = [("SWITCHYARD_CONFIG", config.to_str().unwrap())];
+    let output = switchyard(
+        &["complete", "--json", "demo/complete-me.rs:10:41"],
+        &pinned,
+    );
     assert!(output.status.success(), "{}", stderr(&output));
     let report: serde_json::Value = serde_json::from_str(stdout(&output).trim()).unwrap();
     assert_eq!(report["model"], "qwen2.5-coder-0.5b-instruct");
@@ -37,9 +51,9 @@ fn complete_prints_the_text_the_model_and_the_latency() {
         "{report}"
     );
     assert!(report["latency_ms"].as_f64().is_some());
-    assert_eq!(report["budget_ms"], 1000);
+    assert_eq!(report["budget_ms"], 10000, "the configured budget");
 
-    let human = switchyard(&["complete", "demo/complete-me.rs:10:41"], &[]);
+    let human = switchyard(&["complete", "demo/complete-me.rs:10:41"], &pinned);
     let text = stdout(&human);
     assert!(
         text.contains("--- model qwen2.5-coder-0.5b-instruct | latency"),

@@ -135,13 +135,16 @@ async fn a_language_turned_off_answers_empty_and_says_so_in_the_status() {
     client.shutdown().await;
 }
 
-/// The real model, a budget too short for a cold prompt (the least there
-/// is), a long one for a request the user asks for.
+/// The real model, a budget too short for any prompt (the least there is:
+/// under the margin the engine stops before the deadline, so the automatic
+/// request is empty on any machine), a long one for a request the user asks
+/// for. The budgets' timing is checked on a paused clock
+/// (`src/completion/tests.rs`); here, the order of the answers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_invoked_request_after_an_empty_automatic_one_gets_a_suggestion() {
     let mut client = LspClient::spawn(ServerOptions::default()).await;
     let options = json!({
-        "local": {"auto_pull": false},
+        "local": {"auto_pull": false, "threads": 1},
         "autocomplete": {"input_tokens": 256, "budget_ms": 50, "invoked_budget_ms": 30000, "precompute_next": false},
         "status_notifications": true
     });
@@ -200,8 +203,10 @@ async fn an_invoked_request_after_an_empty_automatic_one_gets_a_suggestion() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn accepted_partly_accepted_and_ignored_suggestions_are_counted_without_their_text() {
     let mut client = LspClient::spawn(ServerOptions::default()).await;
-    // A budget no busy machine misses: whole greedy answers, several words long.
-    let options = json!({"local": {"auto_pull": false}, "autocomplete": {"input_tokens": 256, "budget_ms": 10000}});
+    // The same prompts on every machine (the smallest input budget the engine
+    // sizes to, one inference thread) and the longest budget there is: whole
+    // greedy answers, several words long.
+    let options = json!({"local": {"auto_pull": false, "threads": 1}, "autocomplete": {"input_tokens": 256, "budget_ms": 10000}});
     let init = json!({
         "processId": null, "rootUri": null, "capabilities": {},
         "clientInfo": {"name": "protocol-test"}, "initializationOptions": options

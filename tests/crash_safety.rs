@@ -424,26 +424,27 @@ async fn kill_9_mid_download_leaves_nothing_at_the_model_path_and_the_next_run_r
             "child_model_pull",
             (PULL_CHILD_ENV, manifest.to_str().unwrap()),
         );
-        let deadline = tokio::time::Instant::now() + WAIT;
-        while len(&partial) <= kept {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "kill {kill}: no progress"
-            );
+        let grew = support::poll::eventually(WAIT, async || {
             assert!(
                 pull.try_wait().unwrap().is_none(),
                 "kill {kill}: the pull ended early"
             );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+            if len(&partial) > kept {
+                Ok(())
+            } else {
+                Err(())
+            }
+        })
+        .await;
+        assert!(grew.is_ok(), "kill {kill}: no progress");
         kill_9(&mut pull).await;
         assert!(!target.exists(), "kill {kill}: a file at the model path");
-        let now = len(&partial);
+        let partial_len = len(&partial);
         assert!(
-            now > kept && now < total,
-            "kill {kill}: partial {now} of {total}"
+            partial_len > kept && partial_len < total,
+            "kill {kill}: partial {partial_len} of {total}"
         );
-        kept = now;
+        kept = partial_len;
     }
 
     // The third run finishes, continuing from what the second one kept.

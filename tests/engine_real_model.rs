@@ -15,9 +15,13 @@ fn options() -> EngineOptions {
     EngineOptions {
         model_name: entry.name.clone(),
         model_path: entry.path_in(&support::model_dir()),
-        threads: 0,
-        // Prompts here stay under the smallest budget the engine ever sizes to
-        // (256 tokens), so every run sees the same prompts however loaded the machine.
+        // One thread, not the count the engine would measure fastest here:
+        // the same kernels on every machine, and tests running side by side
+        // each keep a core.
+        threads: 1,
+        // The smallest budget the engine ever sizes to (256 tokens): it cannot
+        // follow the measured speed, so every run sees the same prompts
+        // however loaded the machine.
         budget: PromptBudget {
             input: 256,
             suffix: 64,
@@ -58,6 +62,28 @@ fn job(text: FimText, deadline: Duration) -> CompletionJob {
     }
 }
 
+/// Two greedy answers to the same prompt, reached through different batch
+/// shapes (a warm cache, a fresh context, a verified draft), are the same up
+/// to the first near tie either met (the engine's NEAR_TIE): rounding in
+/// llama.cpp's kernels differs by shape and may flip such a choice. On the
+/// development machine they are the same throughout.
+#[track_caller]
+fn assert_same_answer(what: &str, one: &Generation, other: &Generation) {
+    let longest = one.text.len().max(other.text.len());
+    let sure = [one.near_tie_at, other.near_tie_at]
+        .into_iter()
+        .flatten()
+        .min()
+        .unwrap_or(longest);
+    assert_eq!(
+        one.text.get(..sure),
+        other.text.get(..sure),
+        "{what}: {:?} against {:?} (sure up to byte {sure})",
+        one.text,
+        other.text
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn typing_re_decodes_only_what_changed() {
     let engine = LocalEngine::spawn(options());
@@ -88,28 +114,36 @@ async fn typing_re_decodes_only_what_changed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missed_prompt_deadline_answers_empty_and_the_cache_keeps_filling() {
     let engine = LocalEngine::spawn(options());
-    let info = engine.wait_ready().await.unwrap();
+    engine.wait_ready().await.unwrap();
 
-    let late = engine
-        .complete(job(sample_text(""), Duration::from_millis(50)))
-        .await
-        .unwrap();
+    // A deadline already passed: no job of this test ever has time to decode.
+    let missed = || job(sample_text(""), Duration::ZERO);
+    let late = engine.complete(missed()).await.unwrap();
     assert_eq!(late.stop, StopReason::PromptDeadline);
     assert!(late.text.is_empty());
     assert!(late.tokens_decoded < late.prompt_tokens);
 
-    // Give the background fill the time the whole prompt takes on this machine.
-    let fill = Duration::from_secs_f64(3.0 * late.prompt_tokens as f64 / info.prompt_tokens_per_s);
-    tokio::time::sleep(fill).await;
+    // Only the fill in the background can bring the prompt into the cache.
+    // Each look is another missed deadline: it stops the fill between two
+    // chunks, sees what the cache still lacks, and sets it going again.
+    let lacking = support::poll::eventually(Duration::from_secs(60), async || {
+        let look = engine.complete(missed()).await.unwrap();
+        match look.tokens_to_decode {
+            // The last token, decoded again for its logits.
+            0 | 1 => Ok(()),
+            lacking => Err(lacking),
+        }
+    })
+    .await;
+    if let Err(lacking) = lacking {
+        panic!("the background fill stalled: {lacking} prompt tokens still not cached");
+    }
     let next = engine
         .complete(job(sample_text(""), Duration::from_secs(120)))
         .await
         .unwrap();
-    assert!(
-        next.tokens_decoded <= 2,
-        "the background fill finished the prompt; decoded {}",
-        next.tokens_decoded
-    );
+    assert!(next.tokens_decoded <= 1, "decoded {}", next.tokens_decoded);
+    assert!(!next.text.is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -183,13 +217,12 @@ async fn a_truncated_gguf_is_refused_without_crashing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_warm_cache_answers_like_a_fresh_context_while_typing() {
-    // A prompt below the smallest input budget any machine gets, and a suffix
-    // under a quarter of it, so both engines see exactly the same tokens.
+    // A prompt below the input budget (see `options`) and a suffix under a
+    // quarter of it, so both engines see exactly the same tokens.
     let small = EngineOptions {
         budget: PromptBudget {
-            input: 2000,
             suffix: 48,
-            repository: 0,
+            ..options().budget
         },
         ..options()
     };
@@ -222,9 +255,10 @@ async fn a_warm_cache_answers_like_a_fresh_context_while_typing() {
             .complete(job(sample_text_with(typed, 600), Duration::from_secs(120)))
             .await
             .unwrap();
-        assert_eq!(
-            warm_answer.text, fresh_answer.text,
-            "after typing {typed:?}"
+        assert_same_answer(
+            &format!("after typing {typed:?}"),
+            warm_answer,
+            &fresh_answer,
         );
     }
 }
@@ -281,17 +315,7 @@ async fn drafting_keeps_greedy_answers_identical() {
     let drafted = answers(8).await;
     for ((place, plain), drafted) in places.iter().zip(&plain).zip(&drafted) {
         assert_eq!(plain.tokens_drafted, 0);
-        // A choice won by a near tie may flip with the batch shape (the
-        // engine's NEAR_TIE); up to the first one the texts must be the same.
-        // On the development machine they are the same throughout.
-        let sure = plain.near_tie_at.unwrap_or(plain.text.len());
-        assert_eq!(
-            plain.text.get(..sure),
-            drafted.text.get(..sure),
-            "at {place:?}: {:?} against {:?}",
-            plain.text,
-            drafted.text
-        );
+        assert_same_answer(&format!("at {place:?}"), plain, drafted);
     }
     let accepted: usize = drafted.iter().map(|g| g.tokens_accepted).sum();
     assert!(accepted > 0, "lookup drafts were accepted somewhere");
@@ -320,7 +344,7 @@ async fn switching_back_to_a_document_is_warm() {
             engine.complete(job(other, long)).await.unwrap();
             let back = engine.complete(job(sample_text(""), long)).await.unwrap();
             engine.shutdown();
-            assert_eq!(first.text, back.text);
+            assert_same_answer("back in the first document", &first, &back);
             (back.tokens_decoded, back.prompt_tokens)
         }
     };
@@ -389,7 +413,7 @@ async fn a_resident_document_serves_new_places_like_a_fresh_context() {
             answer.tokens_to_decode,
             answer.prompt_tokens
         );
-        answers.push(answer.text);
+        answers.push(answer);
     }
     drop(resident);
 
@@ -403,6 +427,10 @@ async fn a_resident_document_serves_new_places_like_a_fresh_context() {
             .complete(job(at(marker, typed), Duration::from_secs(120)))
             .await
             .unwrap();
-        assert_eq!(*answer, fresh_answer.text, "at {marker:?} after {typed:?}");
+        assert_same_answer(
+            &format!("at {marker:?} after {typed:?}"),
+            answer,
+            &fresh_answer,
+        );
     }
 }

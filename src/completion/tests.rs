@@ -297,3 +297,57 @@ async fn most_automatic_requests_missing_the_budget_make_the_state_late_until_th
         .await;
     assert_eq!(status.borrow().state, CompletionState::Late);
 }
+
+/// A remote entry that never answers: it holds each request until the
+/// deadline it was given, as the router's attempts do.
+#[derive(Default)]
+struct SilentRemote {
+    deadlines: Mutex<Vec<Instant>>,
+}
+
+impl RemoteFim for SilentRemote {
+    fn complete<'a>(
+        &'a self,
+        _: &'a FimText,
+        _: &'a str,
+        deadline: Instant,
+        _: &'a CancellationToken,
+    ) -> BoxFuture<'a, Option<(String, ModelRef)>> {
+        self.deadlines.lock().unwrap().push(deadline);
+        Box::pin(async move {
+            tokio::time::sleep_until(deadline).await;
+            None
+        })
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_remote_that_misses_its_share_leaves_the_local_engine_the_rest_of_the_budget() {
+    let service = CompletionService::new(AutocompleteConfig {
+        chain: vec![
+            ChainEntry::Remote(ModelRef::new("remote", "fim")),
+            ChainEntry::Local,
+        ],
+        ..AutocompleteConfig::default()
+    });
+    let local = SlowEngine {
+        takes: Duration::from_millis(200),
+        text: "42;",
+    };
+    service.set_engine(Some(Arc::new(local)));
+    let remote = Arc::new(SilentRemote::default());
+    service.set_remote(Some(remote.clone()));
+    let started = Instant::now();
+    let outcome = service
+        .complete(asked(&service, "let x = ", Trigger::Automatic, "rust"))
+        .await;
+    let suggestion = outcome.result.unwrap();
+    assert_eq!(suggestion.text, "42;");
+    assert!(matches!(suggestion.origin, Origin::Model(_)));
+    // Of the 1 s budget the remote had 60 %; the local engine answered in the rest.
+    assert_eq!(
+        *remote.deadlines.lock().unwrap(),
+        [started + Duration::from_millis(600)]
+    );
+    assert_eq!(started.elapsed(), Duration::from_millis(800));
+}
