@@ -23,11 +23,11 @@ use support::fake_provider::{
 };
 use support::gateway::GatewayProcess;
 use support::lsp_client::{LspClient, ServerOptions};
-use support::timing;
 use support::scenario::{
     DOC, Fallback, Front, KEY, PRIMARY, Profile, Rig, SECONDARY, Served, Setup, URI, Upstream,
     Wire, each_front, merge, prefill, sse_outcome,
 };
+use support::timing;
 use tokio::time::Instant;
 
 /// A whole answer whose four deltas end mid-word ("…an Entry: Occ",
@@ -231,11 +231,9 @@ async fn rescue(front: Front, profile: &Profile, death: Death, fallback: Fallbac
             timing::assert_at_least(&what, rescued, profile.idle);
             timing::assert_within(&what, rescued, profile.idle + tolerance(profile));
         }
-        Death::Cut | Death::Malformed => timing::assert_within(
-            &format!("{case}: rescued"),
-            rescued,
-            tolerance(profile),
-        ),
+        Death::Cut | Death::Malformed => {
+            timing::assert_within(&format!("{case}: rescued"), rescued, tolerance(profile))
+        }
     }
 }
 

@@ -61,7 +61,9 @@ pub fn blank_literals(text: &str) -> String {
                 i += 1;
                 continue;
             }
-            let close: Vec<char> = std::iter::once('"').chain("#".repeat(hashes).chars()).collect();
+            let close: Vec<char> = std::iter::once('"')
+                .chain("#".repeat(hashes).chars())
+                .collect();
             out.push_str(&" ".repeat(hashes + 2));
             i += hashes + 2;
             while i < chars.len() && !chars[i..].starts_with(&close) {

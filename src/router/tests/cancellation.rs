@@ -6,12 +6,12 @@
 
 use std::task::Poll;
 
+use super::yielding::Yielding;
 use super::*;
 use crate::config::ProviderConfig;
 use crate::resilience::governor::Quota;
-use super::yielding::Yielding;
-use crate::state::memory::MemoryState;
 use crate::state::SharedState;
+use crate::state::memory::MemoryState;
 
 const PRIMARY: &str = "primary";
 

@@ -145,7 +145,10 @@ async fn an_outage_keeps_users_off_the_primary_and_a_canary_brings_it_back() {
 
     let users = primary.arrivals(false);
     assert!(
-        users.iter().filter(|at| **at < recovered).all(|at| *at == start),
+        users
+            .iter()
+            .filter(|at| **at < recovered)
+            .all(|at| *at == start),
         "only the first request met the outage: {:?}",
         users.iter().map(|at| *at - start).collect::<Vec<_>>()
     );

@@ -7,8 +7,8 @@
 //! breaker's view lifetime, and one paying request per silent slowdown with
 //! a canary ending it.
 
-use super::*;
 use super::yielding::Yielding;
+use super::*;
 use crate::resilience::breaker::VIEW_TTL;
 use crate::state::SharedState;
 use crate::state::memory::MemoryState;
