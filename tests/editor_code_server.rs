@@ -16,15 +16,20 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use support::browser::{Browser, key, target_dir};
+use support::browser::{Browser, PATIENCE, key, target_dir};
 use support::fake_provider::{Behaviour, FakeProvider, two_providers_toml};
-use support::free_port;
+use support::{free_port, poll};
 use tokio::process::{Child, Command};
 use tokio::sync::Mutex;
-use tokio::time::Instant;
 
 const KEY: &str = "sk-test-code-server-0123456789abcdef";
 const ANSWER: &str = "The function adds its two arguments and returns the sum.";
+/// How long one ask (or one typed key) is given to show ghost text before
+/// the next; scaled.
+const ASK: Duration = Duration::from_secs(8);
+/// How long a key press in a quick input is given to show before it is
+/// pressed again; scaled.
+const KEY_PRESS: Duration = Duration::from_secs(5);
 
 /// One workbench at a time: two code-servers, two Chromiums and the model do
 /// not fit on two cores.
@@ -177,14 +182,10 @@ impl Workbench {
             .stderr(std::fs::File::create(root.join("code-server.log")).unwrap());
         let server = command.spawn().expect("code-server starts");
         let url = format!("http://127.0.0.1:{port}/?folder={}", workspace.display());
-        let deadline = Instant::now() + support::browser::PATIENCE;
-        while reqwest::get(format!("http://127.0.0.1:{port}/healthz"))
+        let health = format!("http://127.0.0.1:{port}/healthz");
+        poll::eventually(PATIENCE, async || reqwest::get(&health).await.map(drop))
             .await
-            .is_err()
-        {
-            assert!(Instant::now() < deadline, "code-server did not start");
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+            .unwrap_or_else(|e| panic!("code-server did not start: {e}"));
         let browser = Browser::start().await;
         browser.goto(&url).await;
         let bench = Workbench {
@@ -212,16 +213,9 @@ impl Workbench {
     /// Waits until `done` holds of `script`'s value; on timeout fails with the
     /// page's state, the server log and a screenshot.
     async fn wait(&self, what: &str, script: &str, done: impl Fn(&Value) -> bool) -> Value {
-        let deadline = Instant::now() + support::browser::PATIENCE;
-        loop {
-            let state = self.browser.eval(script).await;
-            if done(&state) {
-                return state;
-            }
-            if Instant::now() > deadline {
-                self.timed_out(what, &state).await;
-            }
-            tokio::time::sleep(Duration::from_millis(300)).await;
+        match self.browser.eventually(script, done).await {
+            Ok(state) => state,
+            Err(state) => self.timed_out(what, &state).await,
         }
     }
 
@@ -260,43 +254,88 @@ impl Workbench {
 
     /// Runs a command from the command palette by its title, as a user does.
     async fn palette(&self, title: &str) {
-        self.browser.keys(&[], key::F1).await;
-        self.wait("the command palette", QUICK_INPUT, |s| s["visible"] == true)
+        let open = |s: &Value| s["value"].as_str().is_some_and(|v| v.starts_with('>'));
+        let offered = |s: &Value| s["first"].as_str().is_some_and(|f| f.contains(title));
+        self.quick_input(open, Some(key::F1), &format!(">{title}"), offered)
             .await;
-        self.browser.keys(&[], title).await;
-        self.wait(&format!("'{title}' in the palette"), QUICK_INPUT, |s| {
-            s["first"].as_str().is_some_and(|f| f.contains(title))
-        })
-        .await;
-        self.browser.keys(&[], key::ENTER).await;
     }
 
     /// Accepts `choice` in the quick pick whose placeholder reads
-    /// `placeholder`. Keys typed while the palette hands over to the pick are
-    /// lost, so it types only into the open pick, and again until the pick
-    /// holds what was typed.
+    /// `placeholder`.
     async fn pick(&self, placeholder: &str, choice: &str) {
-        let deadline = Instant::now() + support::browser::PATIENCE;
-        loop {
-            let state = self.browser.eval(QUICK_INPUT).await;
-            let open = state["visible"] == true
-                && state["placeholder"]
-                    .as_str()
-                    .is_some_and(|p| p.contains(placeholder));
-            let typed = state["value"].as_str() == Some(choice);
-            if open && typed && state["first"].as_str().is_some_and(|f| f.contains(choice)) {
-                self.browser.keys(&[], key::ENTER).await;
-                return;
-            }
-            if open && !typed {
-                self.browser.keys(&[key::CONTROL], "a").await;
-                self.browser.keys(&[], choice).await;
-            }
-            if Instant::now() > deadline {
-                self.timed_out(&format!("'{choice}' offered"), &state).await;
-            }
-            tokio::time::sleep(Duration::from_millis(300)).await;
+        let open = |s: &Value| {
+            s["placeholder"]
+                .as_str()
+                .is_some_and(|p| p.contains(placeholder))
+        };
+        let offered = |s: &Value| s["first"].as_str().is_some_and(|f| f.contains(choice));
+        self.quick_input(open, None, choice, offered).await;
+    }
+
+    /// Types `text` into the quick input that `open` tells (opened with
+    /// `opener`, or by the command before), and accepts it once its first row
+    /// is `offered`. Keys typed while a quick input opens or hands over to
+    /// the next are lost, so each step is done again until it shows: the
+    /// opener pressed while the input stays shut, the text typed while the
+    /// input does not hold it, Enter pressed while it is not taken.
+    async fn quick_input(
+        &self,
+        open: impl Fn(&Value) -> bool,
+        opener: Option<&str>,
+        text: &str,
+        offered: impl Fn(&Value) -> bool,
+    ) {
+        let shown = |s: &Value| s["visible"] == true && open(s);
+        let what = format!("a quick input for {text:?}");
+        let opened = poll::retrying(
+            PATIENCE,
+            KEY_PRESS,
+            async |_| {
+                let state = self.browser.eval(QUICK_INPUT).await;
+                if let (false, Some(opener)) = (shown(&state), opener) {
+                    self.browser.keys(&[], opener).await;
+                }
+            },
+            async || self.quick_input_state(&shown).await,
+        );
+        if let Err(state) = opened.await {
+            self.timed_out(&what, &state).await;
         }
+        let typed = |s: &Value| shown(s) && s["value"].as_str() == Some(text);
+        let ready = poll::retrying(
+            PATIENCE,
+            KEY_PRESS,
+            async |_| {
+                if !typed(&self.browser.eval(QUICK_INPUT).await) {
+                    self.browser.keys(&[key::CONTROL], "a").await;
+                    self.browser.keys(&[], text).await;
+                }
+            },
+            async || self.quick_input_state(|s| typed(s) && offered(s)).await,
+        );
+        if let Err(state) = ready.await {
+            self.timed_out(&format!("{text:?} offered"), &state).await;
+        }
+        // Taken: the input closed, or went on to the next one.
+        let taken = poll::retrying(
+            PATIENCE,
+            KEY_PRESS,
+            async |_| {
+                if typed(&self.browser.eval(QUICK_INPUT).await) {
+                    self.browser.keys(&[], key::ENTER).await;
+                }
+            },
+            async || self.quick_input_state(|s| !typed(s)).await,
+        );
+        if let Err(state) = taken.await {
+            self.timed_out(&format!("{text:?} taken"), &state).await;
+        }
+    }
+
+    /// The quick input's state, `Ok` when `done` holds of it.
+    async fn quick_input_state(&self, done: impl Fn(&Value) -> bool) -> Result<Value, Value> {
+        let state = self.browser.eval(QUICK_INPUT).await;
+        if done(&state) { Ok(state) } else { Err(state) }
     }
 
     /// Opens a workspace file through Quick Open and puts the cursor on `line`
@@ -309,8 +348,11 @@ impl Workbench {
         })
         .await;
         self.palette("Go to Line/Column").await;
-        self.browser
-            .keys(&[], &format!("{line}{}", key::ENTER))
+        let at_line = |s: &Value| s["line"] == line && s["focused"] == true;
+        let go = |s: &Value| s["value"].as_str().is_some_and(|v| v.starts_with(':'));
+        self.quick_input(go, None, &format!(":{line}"), |_| true)
+            .await;
+        self.wait(&format!("the cursor on line {line}"), EDITOR, at_line)
             .await;
         self.browser.keys(&[], key::END).await;
     }
@@ -331,47 +373,71 @@ impl Workbench {
         self.ask(anchor).await
     }
 
-    /// Runs *Trigger Inline Suggestion* until ghost text shows at the cursor.
+    /// Runs *Trigger Inline Suggestion* until ghost text shows at the cursor
+    /// (the first ask at a place can be answered empty on a loaded machine).
     async fn ask(&self, anchor: &str) -> String {
-        for _ in 0..20 {
-            self.palette("Trigger Inline Suggestion").await;
-            let deadline = Instant::now() + Duration::from_secs(8);
-            while Instant::now() < deadline {
-                let state = self.browser.eval(EDITOR).await;
-                if let Some(ghost) = state["ghost"].as_str().filter(|g| !g.trim().is_empty()) {
-                    return ghost.to_owned();
-                }
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-        }
-        panic!(
-            "no ghost text below {anchor:?} after 20 asks\n{}",
-            self.log_tail()
-        )
+        let shown = poll::retrying(
+            PATIENCE,
+            ASK,
+            async |_| self.palette("Trigger Inline Suggestion").await,
+            async || ghost_text(&self.browser.eval(EDITOR).await),
+        );
+        shown.await.unwrap_or_else(|state| {
+            panic!(
+                "no ghost text below {anchor:?}; the editor showed {state:#}\n{}",
+                self.log_tail()
+            )
+        })
     }
 
     async fn model_ready(&self) {
-        self.wait("the local model", "return null;", |_| {
-            std::fs::read_to_string(self.root().join("switchyard.log"))
-                .is_ok_and(|log| log.contains("local model ready"))
-        })
+        poll::file_containing(
+            &self.root().join("switchyard.log"),
+            "local model ready",
+            PATIENCE,
+        )
         .await;
     }
 
     /// Waits until a line of the saved `path` satisfies `done`; that line.
     async fn saved_line(&self, path: &str, what: &str, done: impl Fn(&str) -> bool) -> String {
-        let deadline = Instant::now() + support::browser::PATIENCE;
-        loop {
+        let saved = async || {
             let saved = std::fs::read_to_string(self.workspace_file(path)).unwrap();
-            if let Some(line) = saved.lines().find(|l| done(l)) {
-                return line.to_owned();
+            match saved.lines().find(|l| done(l)) {
+                Some(line) => Ok(line.to_owned()),
+                None => Err(saved),
             }
-            assert!(
-                Instant::now() < deadline,
-                "{what}: no such line in\n{saved}"
-            );
-            tokio::time::sleep(Duration::from_millis(300)).await;
+        };
+        poll::eventually(PATIENCE, saved)
+            .await
+            .unwrap_or_else(|saved| panic!("{what}: no such line in\n{saved}"))
+    }
+
+    /// Waits until the switchyard config file holds `needle`: the server
+    /// tells the status before it saves the file.
+    async fn config_holds(&self, needle: &str) {
+        poll::file_containing(&self.root().join("config.toml"), needle, PATIENCE).await;
+    }
+
+    /// Waits until `switchyard stats` says what `done` wants (`Ok`, or `Err`
+    /// with why not); fails with why not and the stats.
+    async fn stats_until(&self, done: impl Fn(&Value) -> Result<(), String>) {
+        let state = self.root().join("state");
+        let counted = async || {
+            let stats = support::completion_stats(&state);
+            done(&stats).map_err(|why| format!("{why}: {stats}"))
+        };
+        if let Err(why) = poll::eventually(PATIENCE, counted).await {
+            panic!("{why}\n{}", self.log_tail());
         }
+    }
+}
+
+/// The ghost text in `EDITOR`'s state, when there is some.
+fn ghost_text(state: &Value) -> Result<String, Value> {
+    match state["ghost"].as_str().filter(|g| !g.trim().is_empty()) {
+        Some(ghost) => Ok(ghost.to_owned()),
+        None => Err(state.clone()),
     }
 }
 
@@ -409,9 +475,14 @@ const text = (g) => g.textContent.replace(/\u00a0/g, " ");
 const inline = [...document.querySelectorAll(".ghost-text-decoration, .ghost-text-decoration-preview")];
 const below = [...document.querySelectorAll(".ghost-text")].filter((g) => !inline.includes(g));
 const ghost = [inline.map(text).join(""), ...below.map(text)].filter((t) => t !== "").join("\n");
+// The cursor's line as the status bar tells it ("Ln 12, Col 9").
+const position = [...document.querySelectorAll(".statusbar-item")]
+  .map((e) => /Ln (\d+), Col (\d+)/.exec(e.textContent || ""))
+  .find((m) => m);
 return {
   tab: tab ? tab.getAttribute("data-resource-name") || tab.textContent.trim() : null,
   focused: !!(editor && editor.classList.contains("focused")),
+  line: position ? Number(position[1]) : null,
   lines,
   ghost,
 };
@@ -442,26 +513,16 @@ async fn ghost_text_from_the_local_model_appears_and_tab_accepts_it() {
     for c in "self.entries.".chars() {
         bench.browser.keys(&[], &c.to_string()).await;
         typed.push(c);
-        let deadline = Instant::now() + Duration::from_secs(8);
-        while Instant::now() < deadline {
-            let state = bench.browser.eval(EDITOR).await;
-            if state["ghost"]
-                .as_str()
-                .is_some_and(|g| !g.trim().is_empty())
-            {
-                shown = Some(state);
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-        if shown.is_some() {
+        let ghost = async || ghost_text(&bench.browser.eval(EDITOR).await);
+        if let Ok(ghost) = poll::eventually(ASK, ghost).await {
+            shown = Some(ghost);
             break;
         }
     }
     // On a slow machine the line may not fit the automatic budget while
     // typing; asking for it (Alt+\) gets the invoked one.
     let ghost = match shown {
-        Some(shown) => shown["ghost"].as_str().unwrap().to_owned(),
+        Some(ghost) => ghost,
         None => bench.ask(&typed).await,
     };
     bench.shot("ghost-text").await;
@@ -469,41 +530,38 @@ async fn ghost_text_from_the_local_model_appears_and_tab_accepts_it() {
 
     bench.browser.keys(&[], key::TAB).await;
     let path = bench.workspace_file("store.rs");
-    let deadline = Instant::now() + support::browser::PATIENCE;
-    loop {
+    let accepted = async || {
         let saved = std::fs::read_to_string(&path).unwrap();
         let at_cursor = saved.lines().nth(line - 1).unwrap_or("").to_owned();
-        if at_cursor.starts_with(&format!("        {typed}")) && at_cursor.contains(&first) {
-            break;
+        match at_cursor.starts_with(&format!("        {typed}")) && at_cursor.contains(&first) {
+            true => Ok(()),
+            false => Err(at_cursor),
         }
-        assert!(
-            Instant::now() < deadline,
+    };
+    if let Err(at_cursor) = poll::eventually(PATIENCE, accepted).await {
+        panic!(
             "Tab did not put the ghost text {ghost:?} after {typed:?}; line {line} is {at_cursor:?}"
         );
-        tokio::time::sleep(Duration::from_millis(300)).await;
     }
     bench.shot("ghost-text-accepted").await;
 
     // VS Code ran the item's accept command: the stats count it for this
     // editor (clientInfo), whatever the keystrokes before it showed and left.
-    let deadline = Instant::now() + support::browser::PATIENCE;
-    loop {
-        let stats = support::completion_stats(&bench.root().join("state"));
-        let groups = stats["groups"].as_array().cloned().unwrap_or_default();
-        let accepted = groups
-            .iter()
-            .find(|g| g["accepted"].as_u64().is_some_and(|n| n >= 1));
-        if let Some(group) = accepted {
-            assert_ne!(group["editor"], "unknown", "{group}");
-            assert_eq!(group["language"], "rust", "{group}");
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no accepted suggestion in {stats}"
-        );
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
+    bench
+        .stats_until(|stats| {
+            let groups = stats["groups"].as_array().cloned().unwrap_or_default();
+            let group = groups
+                .iter()
+                .find(|g| g["accepted"].as_u64().is_some_and(|n| n >= 1))
+                .ok_or("no accepted suggestion")?;
+            match (&group["editor"], &group["language"]) {
+                (editor, language) if editor != "unknown" && language == "rust" => Ok(()),
+                _ => Err(format!(
+                    "accepted, but not for this editor in rust: {group}"
+                )),
+            }
+        })
+        .await;
 }
 
 /// One suggestion accepted with Tab, one a word at a time with VS Code's own
@@ -582,21 +640,18 @@ async fn suggestions_accepted_by_tab_by_word_and_ignored_are_counted() {
         .await;
     shown.push(ghost);
 
-    let deadline = Instant::now() + support::browser::PATIENCE;
-    loop {
-        let stats = support::completion_stats(&bench.root().join("state"));
-        let sum = |outcome| support::stats_sum(&stats, outcome, |g| g["editor"] != "unknown");
-        let counts = [sum("accepted"), sum("partial"), sum("ignored")];
-        if counts == [1, 1, 1 + one_word] {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "accepted, partial, ignored are {counts:?}, not 1, 1, {} (the word taken: {taken:?}): {stats}",
-            1 + one_word
-        );
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
+    bench
+        .stats_until(|stats| {
+            let sum = |outcome| support::stats_sum(stats, outcome, |g| g["editor"] != "unknown");
+            match [sum("accepted"), sum("partial"), sum("ignored")] {
+                [1, 1, ignored] if ignored == 1 + one_word => Ok(()),
+                counts => Err(format!(
+                    "accepted, partial, ignored are {counts:?}, not 1, 1, {} (the word taken: {taken:?})",
+                    1 + one_word
+                )),
+            }
+        })
+        .await;
     support::assert_no_suggestion_text(&bench.root().join("state"), &shown);
 
     // The extension's language setting reaches the server: asked in a
@@ -692,14 +747,12 @@ async fn status_bar_local_only_explain_and_the_downshift_indicator() {
         .status_item("the local-only item", |t| t.contains("local-only"))
         .await;
     bench.shot("local-only-on").await;
-    let config = std::fs::read_to_string(bench.root().join("config.toml")).unwrap();
-    assert!(config.contains("local_only = true"), "{config}");
+    bench.config_holds("local_only = true").await;
     bench.palette("switchyard: Toggle Local-Only Mode").await;
     bench
         .status_item("local-only off", |t| !t.contains("local-only"))
         .await;
-    let config = std::fs::read_to_string(bench.root().join("config.toml")).unwrap();
-    assert!(config.contains("local_only = false"), "{config}");
+    bench.config_holds("local_only = false").await;
 
     // Snooze from the palette: the item says so, and resuming clears it.
     for (choice, done) in [

@@ -9,6 +9,7 @@ mod support;
 use serde_json::{Value, json};
 use support::fake_provider::{Behaviour, FakeProvider};
 use support::lsp_client::{LspClient, ServerOptions};
+use support::poll;
 
 const SNIPPET: &str = include_str!("../editors/helix/languages.toml");
 
@@ -139,8 +140,7 @@ async fn completion_items_carry_the_suggestion_text() {
     client.open(uri, &text).await;
 
     // Helix asks again as the user types; empty answers are on time while the cache is cold.
-    let mut item = Value::Null;
-    for _ in 0..60 {
+    let ask = async || {
         let result = client
             .call(
                 "textDocument/completion",
@@ -148,12 +148,14 @@ async fn completion_items_carry_the_suggestion_text() {
             )
             .await;
         assert_eq!(result["isIncomplete"], true, "{result}");
-        if let Some(first) = result["items"].as_array().and_then(|items| items.first()) {
-            item = first.clone();
-            break;
+        match result["items"].as_array().and_then(|items| items.first()) {
+            Some(first) => Ok(first.clone()),
+            None => Err(result),
         }
-        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
-    }
+    };
+    let item = poll::eventually(poll::PATIENCE, ask)
+        .await
+        .unwrap_or_else(|result| panic!("no completion item: {result}"));
     let new_text = item["textEdit"]["newText"]
         .as_str()
         .unwrap_or_else(|| panic!("a completion item with a text edit: {item}"));

@@ -19,11 +19,12 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use support::fake_provider::{Behaviour, FakeProvider};
+use support::poll::{self, PATIENCE};
 use tokio::sync::Mutex;
-use tokio::time::Instant;
 
 const KEY: &str = "sk-test-helix-0123456789abcdef";
-const PATIENCE: Duration = Duration::from_secs(120);
+/// How long one ask (C-x) is given to open the menu before the next; scaled.
+const ASK: Duration = Duration::from_secs(6);
 
 /// One editor at a time: the model's test and two more servers do not fit on
 /// two cores.
@@ -168,25 +169,30 @@ impl Helix {
     /// Waits for the editor, and for its switchyard server to be up.
     async fn ready(&self) {
         self.wait_screen("hx", |s| s.contains(" NOR ")).await;
-        let deadline = Instant::now() + PATIENCE;
-        while !self.log().contains("language server starting") {
-            assert!(Instant::now() < deadline, "switchyard did not start");
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        poll::file_containing(&self.log_file(), "language server starting", PATIENCE).await;
     }
 
     /// Waits until the server's log says the model loaded `times` times
     /// (each server started in this editor appends to it).
     async fn model_loaded(&self, times: usize) {
-        let deadline = Instant::now() + PATIENCE;
-        while self.log().matches("local model ready").count() < times {
-            assert!(Instant::now() < deadline, "the local model did not load");
-            tokio::time::sleep(Duration::from_millis(300)).await;
+        let loaded = async || match self.log().matches("local model ready").count() {
+            n if n >= times => Ok(()),
+            n => Err(n),
+        };
+        if let Err(n) = poll::eventually(PATIENCE, loaded).await {
+            panic!(
+                "the local model loaded {n} times, not {times}\n{}",
+                self.log_tail()
+            );
         }
     }
 
+    fn log_file(&self) -> PathBuf {
+        self.root().join("state/switchyard.log")
+    }
+
     fn log(&self) -> String {
-        std::fs::read_to_string(self.root().join("state/switchyard.log")).unwrap_or_default()
+        std::fs::read_to_string(self.log_file()).unwrap_or_default()
     }
 
     fn root(&self) -> &Path {
@@ -224,8 +230,8 @@ impl Helix {
     }
 
     /// Does `act` until the screen satisfies `done`, giving each try `every`
-    /// to show, and closing whatever it opened before the next try; fails
-    /// with the screen and the server's log after [`PATIENCE`].
+    /// (scaled) to show, and closing whatever it opened before the next try;
+    /// fails with the screen and the server's log after [`PATIENCE`].
     async fn until_shown(
         &self,
         what: &str,
@@ -233,25 +239,17 @@ impl Helix {
         act: impl Fn(&Helix),
         done: impl Fn(&str) -> bool,
     ) -> String {
-        let deadline = Instant::now() + PATIENCE;
-        loop {
-            act(self);
-            let tried = Instant::now();
-            while tried.elapsed() < every {
-                let screen = self.screen();
-                if done(&screen) {
-                    return screen;
-                }
-                tokio::time::sleep(Duration::from_millis(200)).await;
+        let act = async |tries| {
+            if tries > 0 {
+                self.keys(&["Escape"]);
+                self.normal_mode().await;
             }
-            let screen = self.screen();
-            assert!(
-                Instant::now() < deadline,
-                "timed out waiting for {what}; the screen:\n{screen}\n{}",
-                self.log_tail()
-            );
-            self.keys(&["Escape"]);
-        }
+            act(self);
+        };
+        let shown = poll::retrying(PATIENCE, every, act, async || self.screen_if(&done));
+        shown
+            .await
+            .unwrap_or_else(|screen| self.timed_out(what, &screen))
     }
 
     /// Asks for completions (C-x) in insert mode until the menu shows (an
@@ -261,36 +259,32 @@ impl Helix {
         let before = self
             .wait_screen("insert mode", |s| s.contains(" INS "))
             .await;
-        for _ in 0..20 {
-            self.keys(&["C-x"]);
-            let deadline = Instant::now() + Duration::from_secs(6);
-            while Instant::now() < deadline {
-                let screen = self.screen();
-                // A new row holding the item's kind after its label:
-                // "  102           self.hits = 0; text entry| ...", or with
-                // nothing after the kind.
-                let kind = |l: &str| {
-                    l.find(" text ")
-                        .or_else(|| l.ends_with(" text").then(|| l.len() - 5))
-                };
-                if let Some((row, at)) = screen
-                    .lines()
-                    .filter(|l| !before.contains(*l))
-                    .find_map(|l| kind(l).map(|at| (l, at)))
-                {
-                    let label = row[..at].trim_start().split_once(' ').unwrap().1;
-                    let label = label.trim().to_owned();
-                    assert!(!label.is_empty(), "{screen}");
-                    return (label, screen);
-                }
-                tokio::time::sleep(Duration::from_millis(200)).await;
+        // A new row holding the item's kind after its label:
+        // "  102           self.hits = 0; text entry| ...", or with nothing
+        // after the kind.
+        let kind = |l: &str| {
+            l.find(" text ")
+                .or_else(|| l.ends_with(" text").then(|| l.len() - 5))
+        };
+        let item = |screen: &str| {
+            let (row, at) = screen
+                .lines()
+                .filter(|l| !before.contains(*l))
+                .find_map(|l| kind(l).map(|at| (l, at)))?;
+            let label = row[..at].trim_start().split_once(' ')?.1.trim();
+            (!label.is_empty()).then(|| label.to_owned())
+        };
+        let shown = async || {
+            let screen = self.screen();
+            match item(&screen) {
+                Some(label) => Ok((label, screen)),
+                None => Err(screen),
             }
-        }
-        panic!(
-            "no completion menu; the screen:\n{}\n{}",
-            self.screen(),
-            self.log_tail()
-        )
+        };
+        let asked = poll::retrying(PATIENCE, ASK, async |_| self.keys(&["C-x"]), shown);
+        asked
+            .await
+            .unwrap_or_else(|screen| self.timed_out("the completion menu", &screen))
     }
 
     /// From normal mode, opens a line below the one of `saved` that reads
@@ -308,34 +302,85 @@ impl Helix {
     /// Waits until the screen satisfies `done`; fails with the screen and the
     /// server's log otherwise.
     async fn wait_screen(&self, what: &str, done: impl Fn(&str) -> bool) -> String {
-        let deadline = Instant::now() + PATIENCE;
-        loop {
-            let screen = self.screen();
-            if done(&screen) {
-                return screen;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "timed out waiting for {what}; the screen:\n{screen}\n{}",
-                self.log_tail()
-            );
-            tokio::time::sleep(Duration::from_millis(200)).await;
+        poll::eventually(PATIENCE, async || self.screen_if(&done))
+            .await
+            .unwrap_or_else(|screen| self.timed_out(what, &screen))
+    }
+
+    /// The screen, `Ok` when `done` holds of it.
+    fn screen_if(&self, done: impl Fn(&str) -> bool) -> Result<String, String> {
+        let screen = self.screen();
+        if done(&screen) {
+            Ok(screen)
+        } else {
+            Err(screen)
+        }
+    }
+
+    fn timed_out(&self, what: &str, screen: &str) -> ! {
+        panic!(
+            "timed out waiting for {what}; the screen:\n{screen}\n{}",
+            self.log_tail()
+        )
+    }
+
+    /// Presses Escape until hx is in normal mode: it closes a menu first,
+    /// then leaves insert mode. Keys typed next come after the mode shows
+    /// (an Escape and a key straight after it would reach hx as Alt and
+    /// the key).
+    async fn normal_mode(&self) {
+        let normal = |s: &str| s.contains(" NOR ");
+        let escaped = poll::retrying(
+            PATIENCE,
+            Duration::from_millis(300),
+            async |tries| {
+                if tries > 0 || !normal(&self.screen()) {
+                    self.keys(&["Escape"]);
+                }
+            },
+            async || self.screen_if(normal),
+        );
+        if let Err(screen) = escaped.await {
+            self.timed_out("normal mode", &screen);
         }
     }
 
     /// Writes the buffer and reads the file back.
     async fn saved(&self, path: &str) -> String {
-        // Escape closes a menu first, then leaves insert mode.
-        let deadline = Instant::now() + PATIENCE;
-        while !self.screen().contains(" NOR ") {
-            assert!(Instant::now() < deadline, "hx stays out of normal mode");
-            self.keys(&["Escape"]);
-            tokio::time::sleep(Duration::from_millis(300)).await;
-        }
+        self.normal_mode().await;
         self.command(":w");
         self.wait_screen("the write", |s| s.contains("written"))
             .await;
         std::fs::read_to_string(self.root().join("workspace").join(path)).unwrap()
+    }
+
+    /// Waits until `switchyard stats` counts each outcome in `want` for
+    /// Helix as often as it says; fails with the stats, the stats file and
+    /// `shown`.
+    async fn stats_count(&self, want: &[(&str, u64)], shown: &[String]) {
+        let state = self.root().join("state");
+        let counted = async || {
+            let stats = support::completion_stats(&state);
+            let counts: Vec<(&str, u64)> = want
+                .iter()
+                .map(|(outcome, _)| {
+                    let n = support::stats_sum(&stats, outcome, |g| g["editor"] == "helix");
+                    (*outcome, n)
+                })
+                .collect();
+            if counts == want {
+                Ok(())
+            } else {
+                Err((counts, stats))
+            }
+        };
+        if let Err((counts, stats)) = poll::eventually(PATIENCE, counted).await {
+            let records = std::fs::read_to_string(state.join("completions.jsonl"));
+            panic!(
+                "counted {counts:?}, not {want:?}: {stats}\n{records:?}\n{shown:?}\n{}",
+                self.log_tail()
+            );
+        }
     }
 
     fn log_tail(&self) -> String {
@@ -460,16 +505,12 @@ async fn the_completion_menu_offers_the_suggestion_and_the_stats_count_what_beca
     helix.saved("store.rs").await;
 
     // Each was settled from the edits Helix sent, for the editor it names.
-    let stats = support::completion_stats(&helix.root().join("state"));
-    let records = std::fs::read_to_string(helix.root().join("state/completions.jsonl"));
-    for (outcome, n) in [("accepted", 1), ("partial", 1), ("ignored", 1 + one_word)] {
-        assert_eq!(
-            support::stats_sum(&stats, outcome, |g| g["editor"] == "helix"),
-            n,
-            "{outcome}: {stats}\n{records:?}\n{shown:?}\n{}",
-            helix.log_tail()
-        );
-    }
+    helix
+        .stats_count(
+            &[("accepted", 1), ("partial", 1), ("ignored", 1 + one_word)],
+            &shown,
+        )
+        .await;
     support::assert_no_suggestion_text(&helix.root().join("state"), &shown);
 
     // Markdown is off by the server's settings in languages.toml: asking
@@ -570,8 +611,13 @@ async fn a_code_action_applies_and_the_local_only_toggle_shows_its_message() {
             s.contains("switchyard: local-only mode on")
         })
         .await;
-    let config = std::fs::read_to_string(helix.root().join("config.toml")).unwrap();
-    assert!(config.contains("local_only = true"), "{config}");
+    // The server tells the change before it saves the file.
+    poll::file_containing(
+        &helix.root().join("config.toml"),
+        "local_only = true",
+        PATIENCE,
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -597,8 +643,10 @@ async fn a_broken_config_is_reported_in_the_editor() {
         },
     );
     helix.ready().await;
-    let screen = helix
-        .wait_screen("the config error", |s| s.contains("budget_ms"))
+    // The error names the key and the file it is in.
+    helix
+        .wait_screen("the config error", |s| {
+            s.contains("budget_ms") && s.contains("config.toml")
+        })
         .await;
-    assert!(screen.contains("config.toml"), "{screen}");
 }

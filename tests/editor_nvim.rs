@@ -12,6 +12,7 @@ use std::time::Duration;
 use support::fake_provider::{Behaviour, FakeProvider};
 
 /// The scripts wait for themselves; this only catches a hung editor.
+/// Scaled to the machine, as the scripts' own waits are (harness.lua).
 const LIMIT: Duration = Duration::from_secs(300);
 
 /// `$SWITCHYARD_NVIM`, else the Neovim editors/setup.sh installed. Never one on
@@ -64,6 +65,11 @@ async fn run_script(script: &str, models: Models, env: &[(&str, String)]) {
             },
         )
         .env("SWITCHYARD_LOG", "debug")
+        // harness.lua scales its waits by it.
+        .env(
+            "SWITCHYARD_TEST_SLOWDOWN",
+            support::timing::slowdown().to_string(),
+        )
         // Neovim's own state (the LSP log, shada) and the explanations stay in the work dir.
         .env("XDG_STATE_HOME", work.path().join("state"))
         .env("XDG_CONFIG_HOME", work.path().join("config"))
@@ -71,9 +77,10 @@ async fn run_script(script: &str, models: Models, env: &[(&str, String)]) {
         .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
         .stdin(Stdio::null())
         .kill_on_drop(true);
-    let output = tokio::time::timeout(LIMIT, command.output())
+    let limit = support::timing::scaled(LIMIT);
+    let output = tokio::time::timeout(limit, command.output())
         .await
-        .unwrap_or_else(|_| panic!("{script} ran past {LIMIT:?}"))
+        .unwrap_or_else(|_| panic!("{script} ran past {limit:?}"))
         .expect("starting nvim");
     let (stdout, stderr) = (
         String::from_utf8_lossy(&output.stdout),

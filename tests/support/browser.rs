@@ -9,15 +9,14 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use tokio::time::Instant;
 
-use super::free_port;
+use super::{free_port, poll};
 
 pub const CHROMIUM: &str = "/usr/bin/chromium";
 pub const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
-/// Generous: two cores share Chromium, the server under test and the
-/// compiler's leftovers.
-pub const PATIENCE: Duration = Duration::from_secs(120);
+/// How long a page is given to show something (two cores share Chromium,
+/// the server under test and the compiler's leftovers).
+pub use super::poll::PATIENCE;
 
 /// WebDriver's codes for keys that are not characters.
 pub mod key {
@@ -106,18 +105,22 @@ impl Browser {
                 profile,
             },
         };
-        let deadline = Instant::now() + PATIENCE;
-        loop {
-            let ready = browser.http.get(format!("{}/status", browser.base)).send();
-            if let Ok(response) = ready.await
-                && let Ok(status) = response.json::<Value>().await
-                && status["value"]["ready"] == true
-            {
-                break;
+        let ready = async || {
+            let response = browser
+                .http
+                .get(format!("{}/status", browser.base))
+                .send()
+                .await
+                .map_err(|e| e.to_string())?;
+            let status: Value = response.json().await.map_err(|e| e.to_string())?;
+            match status["value"]["ready"] == true {
+                true => Ok(()),
+                false => Err(status.to_string()),
             }
-            assert!(Instant::now() < deadline, "chromedriver did not start");
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        };
+        poll::eventually(PATIENCE, ready)
+            .await
+            .unwrap_or_else(|seen| panic!("chromedriver did not start: {seen}"));
         let user_data = format!(
             "--user-data-dir={}",
             browser.driver.profile.path().display()
@@ -241,6 +244,20 @@ impl Browser {
         println!("screenshot: {}", path.display());
     }
 
+    /// Evaluates `script` until `done` holds of its value, for up to
+    /// [`PATIENCE`] (scaled): that value, or the last one seen.
+    pub async fn eventually(
+        &self,
+        script: &str,
+        done: impl Fn(&Value) -> bool,
+    ) -> Result<Value, Value> {
+        poll::eventually(PATIENCE, async || {
+            let state = self.eval(script).await;
+            if done(&state) { Ok(state) } else { Err(state) }
+        })
+        .await
+    }
+
     /// Evaluates `script` until `done` holds of its value; on timeout keeps a
     /// screenshot at `failed_shot` and fails with what the page showed.
     pub async fn wait_until(
@@ -250,17 +267,12 @@ impl Browser {
         failed_shot: &Path,
         done: impl Fn(&Value) -> bool,
     ) -> Value {
-        let deadline = Instant::now() + PATIENCE;
-        loop {
-            let state = self.eval(script).await;
-            if done(&state) {
-                return state;
-            }
-            if Instant::now() > deadline {
+        match self.eventually(script, done).await {
+            Ok(state) => state,
+            Err(state) => {
                 self.screenshot(failed_shot).await;
                 panic!("timed out waiting for {what}; the page showed: {state:#}");
             }
-            tokio::time::sleep(Duration::from_millis(300)).await;
         }
     }
 }

@@ -27,6 +27,22 @@ H.wait_for('the local model to load', [[
   return log and log:read('*a'):find('local model ready', 1, true)
 ]], 120000, H.server_log)
 
+-- Counts the answers to inline completion requests, for `ask`.
+H.lua([[
+  _G.inline_answers = 0
+  vim.api.nvim_create_autocmd('LspRequest', {
+    callback = function(args)
+      local request = args.data.request
+      if request.type == 'complete' and request.method == 'textDocument/inlineCompletion' then
+        _G.inline_answers = _G.inline_answers + 1
+      end
+    end,
+  })
+]])
+local function answers()
+  return H.lua('return _G.inline_answers')
+end
+
 local GHOST = [[
   local ns = vim.api.nvim_get_namespaces()['nvim.lsp.inline_completion']
   local mark = ns and vim.api.nvim_buf_get_extmarks(0, ns, 0, -1, { details = true })[1]
@@ -38,14 +54,16 @@ local GHOST = [[
 ]]
 
 --- Asks for a suggestion at the cursor until one shows (the first ask at a
---- place can be empty on a loaded machine); its lines.
-local function ask(where)
-  -- Past the automatic request a new line sends, which would supersede the ask.
-  vim.wait(400)
+--- place can be empty on a loaded machine); its lines. `answered` is
+--- `answers()` from before the cursor moved here.
+local function ask(where, answered)
+  -- The automatic request the move sends (after Neovim's debounce) would
+  -- supersede the ask: it goes once that request is answered.
+  H.wait_for('the automatic request at ' .. where, 'return _G.inline_answers > ...', nil, answered)
   for _ = 1, 20 do
     H.input('<M-Bslash>')
     local lines
-    if vim.wait(8000, function() lines = H.lua(GHOST); return lines ~= vim.NIL end, 50) then
+    if vim.wait(H.scaled(8000), function() lines = H.lua(GHOST); return lines ~= vim.NIL end, 50) then
       return lines
     end
   end
@@ -61,10 +79,11 @@ local function suggestion_below(anchor)
     for i, line in ipairs(vim.api.nvim_buf_get_lines(0, 0, -1, false)) do
       if line == ... then return i end
     end
-  ]], 5000, anchor)
+  ]], nil, anchor)
   H.lua('vim.api.nvim_win_set_cursor(0, { ..., 0 })', row)
+  local answered = answers()
   H.input('o')
-  return ask(anchor), row + 1
+  return ask(anchor, answered), row + 1
 end
 
 local function line(row)
@@ -80,7 +99,7 @@ H.input('<Tab>')
 H.wait_for('the suggestion in the buffer', [[
   local row, want = ...
   return vim.api.nvim_buf_get_lines(0, row - 1, row, false)[1]:find(want, 1, true)
-]], 10000, row, vim.trim(ghost[1]))
+]], nil, row, vim.trim(ghost[1]))
 
 -- 2. One word taken with <M-Right>: the server sees it typed at the cursor.
 -- A suggestion of one word has no part to take: it is ignored (something
@@ -92,8 +111,9 @@ local one_word = 0
 ghost, row = suggestion_below('        let now = Instant::now();')
 while #ghost == 1 and first_word(ghost) == ghost[1] and one_word < 3 do
   one_word = one_word + 1
+  local answered = answers()
   H.input('#<CR>')
-  ghost, row = ask('a one-word suggestion'), row + 1
+  ghost, row = ask('a one-word suggestion', answered), row + 1
 end
 table.insert(shown, ghost)
 local word = first_word(ghost)
@@ -105,7 +125,7 @@ H.input('<M-Right>')
 H.wait_for('the word ' .. word, [[
   local row, want = ...
   return vim.api.nvim_buf_get_lines(0, row - 1, row, false)[1] == want
-]], 10000, row, before .. word)
+]], nil, row, before .. word)
 
 -- 3. Ignored: something else typed where it shows. Asking elsewhere settles 2.
 ghost, row = suggestion_below('        let total = self.hits + self.misses;')
@@ -125,7 +145,7 @@ H.wait_for('1 accepted, 1 partial, 1 ignored in switchyard stats', [[
   end
   _G.last_stats = out
   return sum.accepted == 1 and sum.partial == 1 and sum.ignored == 1 + one_word
-]], 15000, os.getenv('SWITCHYARD_BIN'), one_word)
+]], nil, os.getenv('SWITCHYARD_BIN'), one_word)
 
 -- Counts and lengths only: no suggestion's text is in the file.
 local files = vim.fs.find('completions.jsonl', { path = H.work, limit = 1 })
@@ -157,7 +177,7 @@ H.input('A')
 H.input('<M-Bslash>')
 H.wait_for('the statusline to say completions are off', [[
   return vim.api.nvim_eval_statusline("%{v:lua.require'switchyard'.statusline()}", {}).str:find('completions off here', 1, true)
-]], 15000)
+]])
 H.input('<Esc>')
 H.lua('vim.cmd("SwitchyardStatus")')
 H.note_containing('Completions: off here')

@@ -20,6 +20,14 @@ H.bin = env('SWITCHYARD_BIN')
 H.work = env('SWITCHYARD_WORK')
 H.plugin = vim.fn.fnamemodify(debug.getinfo(1, 'S').source:sub(2), ':p:h:h')
 H.server_log = H.work .. '/switchyard.log'
+-- How much slower this machine is than the one the waits were written for,
+-- as tests/support/timing.rs measured it: every wait is scaled by it.
+H.slowdown = math.max(tonumber(os.getenv('SWITCHYARD_TEST_SLOWDOWN') or '') or 1, 1)
+
+--- `ms` as this machine needs it.
+function H.scaled(ms)
+  return math.floor(ms * H.slowdown)
+end
 
 local chan
 
@@ -33,11 +41,13 @@ function H.input(keys)
   vim.rpcrequest(chan, 'nvim_input', keys)
 end
 
---- Waits until `code` (Lua run in the editor) returns a truthy value; returns it.
+--- Waits until `code` (Lua run in the editor) returns a truthy value, for up
+--- to `timeout_ms` (60 s if nil), scaled; returns it. Generous: a wait ends
+--- as soon as its effect shows.
 function H.wait_for(what, code, timeout_ms, ...)
   local args = { ... }
   local value
-  local ok = vim.wait(timeout_ms or 60000, function()
+  local ok = vim.wait(H.scaled(timeout_ms or 60000), function()
     value = H.lua(code, unpack(args))
     return value ~= nil and value ~= false and value ~= vim.NIL
   end, 50)
