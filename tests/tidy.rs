@@ -5,7 +5,7 @@
 //! reaches it (no cycles), the modules below the front ends know nothing
 //! of the editor protocol or HTTP serving, and the tests leave time to the
 //! paused clock: no measured time compared in an assertion outside the one
-//! scaling helper, no editor check right after a fixed sleep.
+//! scaling helper, no fixed sleep in an editor test.
 
 #[path = "tidy/module_graph.rs"]
 mod module_graph;
@@ -284,13 +284,14 @@ fn no_test_compares_a_measured_time_outside_the_scaling_helper() {
     );
 }
 
-/// The editor tests: Rust drivers and the Neovim scripts they run.
+/// The editor tests: the Rust drivers, the browser they share and the
+/// Neovim scripts they run.
 fn editor_tests() -> Vec<(PathBuf, String, bool)> {
     let rust = sources(&repo().join("tests"))
         .into_iter()
         .filter(|(path, _)| {
             let name = path.file_name().unwrap().to_string_lossy();
-            name.starts_with("editor_") || name == "dashboard.rs"
+            name.starts_with("editor_") || name == "dashboard.rs" || name == "browser.rs"
         })
         .map(|(path, text)| (path, text, false));
     let nvim = repo().join("editors/nvim/test");
@@ -303,25 +304,31 @@ fn editor_tests() -> Vec<(PathBuf, String, bool)> {
 }
 
 #[test]
-fn no_editor_check_follows_a_fixed_sleep() {
-    let rust = "tokio::time::sleep(Duration::from_millis(300)).await;\n\n\
-                assert_eq!(screen(), \"x\");\n\
-                sleep(PACE).await;\ntype_key(\"a\");";
-    assert_eq!(test_timing::sleeps_before_assertions(rust, false), [1]);
-    let lua = "vim.wait(500)\n-- the menu\nassert(menu_open())\n\
-               vim.wait(500, function() return done end)\nassert(done)";
-    assert_eq!(test_timing::sleeps_before_assertions(lua, true), [1]);
+fn no_editor_test_sleeps_for_a_fixed_time() {
+    let rust = "tokio::time::sleep(Duration::from_millis(300)).await;\n\
+                let shown = screen();\n\
+                poll::eventually(PATIENCE, async || check()).await;\n\
+                // sleep(1) in a comment\n\
+                std::thread::sleep(PACE);";
+    assert_eq!(test_timing::fixed_sleeps(rust, false), [1, 5]);
+    let lua = "vim.wait(500)\n\
+               vim.wait(H.scaled(500), function() return done end, 50)\n\
+               vim.wait(H.scaled(8000))\n\
+               vim.uv.sleep(100) -- pace\n\
+               vim.wait(1000, function()\n  return done\nend)";
+    assert_eq!(test_timing::fixed_sleeps(lua, true), [1, 3, 4]);
 
     let found: Vec<String> = editor_tests()
         .into_iter()
         .flat_map(|(path, text, lua)| {
-            test_timing::sleeps_before_assertions(&text, lua)
+            test_timing::fixed_sleeps(&text, lua)
                 .into_iter()
                 .map(move |line| format!("{}:{line}", path.display()))
         })
         .collect();
     assert!(
         found.is_empty(),
-        "poll until the effect shows instead of sleeping: {found:?}"
+        "poll until the effect shows (tests/support/poll.rs, vim.wait with a condition) \
+         instead of sleeping: {found:?}"
     );
 }

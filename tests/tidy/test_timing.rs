@@ -1,7 +1,7 @@
 //! Reading the tests for the two habits that make a suite fail on a slower
 //! machine: a measured time compared in an assertion (outside the one helper
-//! that scales bounds, `tests/support/timing.rs`), and an editor check right
-//! after a fixed sleep instead of polling for its effect.
+//! that scales bounds, `tests/support/timing.rs`), and an editor test that
+//! sleeps for a fixed time instead of polling for its effect.
 //!
 //! Text heuristics, not a parser: string and char literals and comments are
 //! blanked first, so a message that prints a time is not taken for a
@@ -195,12 +195,13 @@ pub fn compares_a_time(condition: &str) -> bool {
     })
 }
 
-/// Lines (1-based) where a fixed sleep is followed, on the next line with
-/// code, by an assertion: Rust's `sleep(...)` then `assert...!`, Lua's
-/// `vim.wait(ms)` with no condition, `vim.uv.sleep`/`vim.loop.sleep` or a
-/// shell `sleep` then `assert(`/`eq(`/`ok(`. A sleep that paces typing is
-/// fine; a check after one must poll for its effect instead.
-pub fn sleeps_before_assertions(text: &str, lua: bool) -> Vec<usize> {
+/// Lines (1-based) of the fixed sleeps in an editor test: Rust's
+/// `sleep(..)`/`sleep_until(..)`; in Lua a `vim.wait(ms)` with no condition,
+/// `uv.sleep`/`loop.sleep` or a shell `sleep`. An editor test waits for an
+/// effect (tests/support/poll.rs, `vim.wait(ms, condition)`); a sleep before
+/// a check is how a test fails on a slower machine, and a sleep with the
+/// check a line further down is the same habit.
+pub fn fixed_sleeps(text: &str, lua: bool) -> Vec<usize> {
     let code = if lua {
         text.lines()
             .map(|line| line.split("--").next().unwrap_or(""))
@@ -209,40 +210,36 @@ pub fn sleeps_before_assertions(text: &str, lua: bool) -> Vec<usize> {
     } else {
         blank_literals(text)
     };
-    let lines: Vec<(usize, &str)> = code
-        .lines()
+    code.lines()
         .enumerate()
-        .map(|(n, line)| (n + 1, line.trim()))
-        .filter(|(_, line)| !line.is_empty())
-        .collect();
-    lines
-        .windows(2)
-        .filter(|pair| is_fixed_sleep(pair[0].1, lua) && is_assertion(pair[1].1, lua))
-        .map(|pair| pair[0].0)
+        .filter(|(_, line)| is_fixed_sleep(line, lua))
+        .map(|(n, _)| n + 1)
         .collect()
 }
 
 fn is_fixed_sleep(line: &str, lua: bool) -> bool {
     if !lua {
-        return line.contains("sleep(");
+        return line.contains("sleep(") || line.contains("sleep_until(");
     }
-    let unconditional_wait = line.find("vim.wait(").is_some_and(|at| {
-        let args = &line[at + "vim.wait(".len()..];
-        let args = &args[..args.find(')').unwrap_or(args.len())];
-        !args.contains(',')
+    let conditionless_wait = line.match_indices("vim.wait(").any(|(at, call)| {
+        let args = &line[at + call.len()..];
+        let mut depth = 1;
+        for c in args.chars() {
+            match c {
+                '(' | '{' | '[' => depth += 1,
+                ')' | '}' | ']' => depth -= 1,
+                ',' if depth == 1 => return false,
+                _ => {}
+            }
+            if depth == 0 {
+                return true;
+            }
+        }
+        // The call goes on to the next line: a condition follows.
+        false
     });
-    unconditional_wait
+    conditionless_wait
         || line.contains("uv.sleep(")
         || line.contains("loop.sleep(")
         || line.contains("sleep ")
-}
-
-fn is_assertion(line: &str, lua: bool) -> bool {
-    if lua {
-        ["assert(", "eq(", "ok("]
-            .iter()
-            .any(|call| line.starts_with(call) || line.contains(&format!(" {call}")))
-    } else {
-        ASSERTIONS.iter().any(|(name, _)| line.starts_with(name))
-    }
 }
