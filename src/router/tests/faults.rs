@@ -194,6 +194,7 @@ async fn a_breaker_trip_wakes_the_requests_waiting_to_retry_that_entry() {
         assert_eq!(answer.route.provider, "secondary");
     }
     assert_eq!(primary.calls(), 2, "no retry after the trip");
-    // The secondary's own first token, not a backoff of at least 4 s.
+    // On the paused clock, exactly the secondary's own first token, not a
+    // backoff of at least 4 s.
     assert_eq!(started.elapsed(), Duration::from_millis(200));
 }
