@@ -55,7 +55,8 @@ pub struct Profile {
     pub stall: Duration,
     /// How long the primary is down in the outage scenario.
     pub outage: Duration,
-    /// Slack on upper bounds of timing assertions (a loaded 2-core CI box).
+    /// Headroom on the test client's own timeout beyond the longest wait a
+    /// scenario can cause (a loaded 2-core CI box).
     pub slack: Duration,
 }
 
