@@ -13,6 +13,8 @@
 //! - `QUALITY_IDLE_MS=2000`: idle time between arriving and asking.
 //! - `QUALITY_INPUT_TOKENS`: `autocomplete.input_tokens` (the largest window;
 //!   the engine's speed-following budget is at most this).
+//! - `QUALITY_SUFFIX_TOKENS`: `autocomplete.suffix_tokens` (the longest suffix;
+//!   the budget's share at the measured speed may cut it, down to the floor).
 //! - `QUALITY_THREADS`: `local.threads` (default 0: the engine measures).
 //! - `QUALITY_HOG=1`: busy loops on every core while measuring (a build
 //!   running beside the editor).
@@ -51,6 +53,9 @@ async fn run(
     let mut autocomplete = json!({"budget_ms": budget_ms});
     if let Ok(tokens) = std::env::var("QUALITY_INPUT_TOKENS") {
         autocomplete["input_tokens"] = tokens.parse::<u64>().expect("QUALITY_INPUT_TOKENS").into();
+    }
+    if let Ok(tokens) = std::env::var("QUALITY_SUFFIX_TOKENS") {
+        autocomplete["suffix_tokens"] = tokens.parse::<u64>().expect("QUALITY_SUFFIX_TOKENS").into();
     }
     let mut local = json!({});
     if let Ok(threads) = std::env::var("QUALITY_THREADS") {

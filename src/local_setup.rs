@@ -110,5 +110,6 @@ pub fn engine_options(model: &ResolvedModel, path: &Path, config: &Config) -> En
         reuse_cache: true,
         draft_tokens: config.local.draft_tokens,
         recent_prompts: config.local.recent_prompts,
+        thread_memo: Some(crate::paths::state_dir().join("threads.json")),
     }
 }

@@ -31,6 +31,8 @@ fn options() -> EngineOptions {
         reuse_cache: true,
         draft_tokens: 8,
         recent_prompts: 4,
+        // Measured at every start: each test's engine its own.
+        thread_memo: None,
     }
 }
 
@@ -55,6 +57,7 @@ fn sample_text_with(typed: &str, prefix_bytes: usize) -> FimText {
 fn job(text: FimText, deadline: Duration) -> CompletionJob {
     CompletionJob {
         text,
+        span: None,
         max_tokens: 32,
         stop: Box::new(|s: &str| s.contains('\n')),
         deadline: Instant::now() + deadline,
@@ -395,7 +398,14 @@ async fn a_resident_document_serves_new_places_like_a_fresh_context() {
     resident
         .prewarm_and_wait(Prewarm {
             window: at("impl Entry {", ""),
-            document: Some(document.to_owned()),
+            span: Some(SpanText {
+                window: FimText {
+                    spanned: true,
+                    ..at("impl Entry {", "")
+                },
+                document: document.to_owned(),
+            }),
+            resident: true,
         })
         .await
         .unwrap();
@@ -433,4 +443,195 @@ async fn a_resident_document_serves_new_places_like_a_fresh_context() {
             &fresh_answer,
         );
     }
+}
+
+/// A request anywhere in a resident span (see `context::span`) decodes only
+/// its suffix section: the document up to its cursor is in the cache, from
+/// the span's start, far down a long file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn any_place_in_a_resident_span_decodes_only_its_suffix_section() {
+    use switchyard::context::{fim, span};
+    const SUFFIX: usize = 48;
+    let engine = LocalEngine::spawn(EngineOptions {
+        budget: PromptBudget {
+            input: 768,
+            suffix: SUFFIX,
+            repository: 0,
+        },
+        ..options()
+    });
+    engine.wait_ready().await.unwrap();
+    let rope = ropey::Rope::from_str(&support::SAMPLE_RUST.repeat(4));
+    let budget = fim::WindowBudget::for_input(768, SUFFIX);
+    let block_chars = budget.prefix_tokens * fim::CHARS_PER_TOKEN / 2;
+    let span_at = |cursor: usize| span::at(&rope, cursor, budget, block_chars).unwrap();
+    let texts_at = |cursor: usize| {
+        let span = span_at(cursor);
+        let affordable = fim::window(&rope, cursor, fim::WindowBudget::for_input(256, SUFFIX), None);
+        let span = SpanText {
+            window: span.window,
+            document: span.document,
+        };
+        (affordable.text, span)
+    };
+    // The middle of a line's text.
+    let place = |line: usize| {
+        let text = rope.line(line).to_string();
+        let code = text.trim();
+        let indent = text.len() - text.trim_start().len();
+        rope.line_to_char(line) + indent.min(text.trim_end().len()) + code.len() / 2
+    };
+    let first = place(400);
+    let (window, span) = texts_at(first);
+    engine
+        .prewarm_and_wait(Prewarm {
+            window,
+            span: Some(span),
+            resident: true,
+        })
+        .await
+        .unwrap();
+    let start = span_at(first).start_line;
+    assert!(start > 300, "a span far down the file, at line {start}");
+    let places: Vec<usize> = (370..430)
+        .map(place)
+        .filter(|&cursor| cursor != first && span_at(cursor).start_line == start)
+        .step_by(4)
+        .take(4)
+        .collect();
+    assert!(places.len() >= 3, "places sharing the span: {places:?}");
+    for cursor in places {
+        let (text, span) = texts_at(cursor);
+        let answer = engine
+            .complete(CompletionJob {
+                span: Some(span),
+                ..job(text, Duration::from_secs(120))
+            })
+            .await
+            .unwrap();
+        // The suffix section, its markers, and the tokens the cursor splits.
+        assert!(
+            answer.tokens_to_decode <= SUFFIX + 16,
+            "at line {}: {} of {} tokens decoded",
+            rope.char_to_line(cursor),
+            answer.tokens_to_decode,
+            answer.prompt_tokens
+        );
+    }
+}
+
+/// A start after the first takes the thread choice the first measured (from
+/// the state directory) instead of probing again: the speed it reports is
+/// the remembered one, to the last bit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_start_takes_the_remembered_thread_choice() {
+    let state = tempfile::tempdir().unwrap();
+    let options = EngineOptions {
+        thread_memo: Some(state.path().join("threads.json")),
+        ..options()
+    };
+    let first = LocalEngine::spawn(options.clone());
+    let measured = first.wait_ready().await.unwrap();
+    first.shutdown();
+    let second = LocalEngine::spawn(options);
+    let recalled = second.wait_ready().await.unwrap();
+    assert_eq!(
+        recalled.prompt_tokens_per_s, measured.prompt_tokens_per_s,
+        "remembered, not measured again"
+    );
+}
+
+/// A local chat answer (an explain downshifted to the local model) streams:
+/// its text comes in pieces as the engine generates it, then the end, so the
+/// first-token limit is met by the first token, not by the whole answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_local_chat_answer_streams_as_it_is_generated() {
+    use futures::StreamExt;
+    use switchyard::providers::local::chat::{EngineSlot, LocalProvider};
+    use switchyard::providers::{ChatMessage, ChatRequest, Provider, Role, StreamEvent, Timeouts};
+
+    let engine = LocalEngine::spawn(options());
+    engine.wait_ready().await.unwrap();
+    let slot = EngineSlot::default();
+    slot.set(Some(engine));
+    let request = ChatRequest {
+        model: "local".into(),
+        system: None,
+        messages: vec![ChatMessage {
+            role: Role::User,
+            content: "Explain what a hash map is, in three paragraphs.".into(),
+        }],
+        max_tokens: 120,
+        temperature: None,
+    };
+    let patient = Duration::from_secs(120);
+    let timeouts = Timeouts {
+        connect: patient,
+        first_byte: patient,
+        first_token: patient,
+        idle: patient,
+    };
+    let stream = LocalProvider::new(slot)
+        .stream(request, timeouts)
+        .await
+        .expect("the local model answers");
+    let events: Vec<StreamEvent> = stream
+        .events
+        .map(|event| event.expect("no error in the stream"))
+        .collect()
+        .await;
+    let pieces = events
+        .iter()
+        .filter(|e| matches!(e, StreamEvent::Delta(text) if !text.is_empty()))
+        .count();
+    assert!(pieces > 10, "the answer came in {pieces} pieces: {events:?}");
+    assert!(
+        matches!(events.last(), Some(StreamEvent::End(_))),
+        "the end comes last: {events:?}"
+    );
+}
+
+/// Completion before chat: a completion asked while a local chat answers is
+/// answered while the chat goes on (more of the chat's text comes after the
+/// completion's answer), and the chat still ends whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_completion_is_answered_while_a_local_chat_goes_on() {
+    let engine = LocalEngine::spawn(options());
+    engine.wait_ready().await.unwrap();
+    let (pieces, mut chat_text) = tokio::sync::mpsc::unbounded_channel();
+    let chatting = engine.clone();
+    let chat = tokio::spawn(async move {
+        chatting
+            .chat(ChatJob {
+                messages: vec![(
+                    "user".into(),
+                    "Explain what a hash map is, in three paragraphs.".into(),
+                )],
+                max_tokens: 200,
+                deadline: Instant::now() + Duration::from_secs(600),
+                cancel: CancelFlag::default(),
+                pieces: Some(pieces),
+            })
+            .await
+    });
+    let mut streamed = chat_text.recv().await.expect("the chat streams");
+    let completion = engine
+        .complete(job(sample_text(""), Duration::from_secs(120)))
+        .await
+        .unwrap();
+    assert_ne!(completion.stop, StopReason::Cancelled);
+    assert!(!completion.text.is_empty(), "{completion:?}");
+    let mut after = 0;
+    while let Some(piece) = chat_text.recv().await {
+        streamed.push_str(&piece);
+        after += 1;
+    }
+    assert!(after > 0, "the chat went on after the completion was answered");
+    let chat = chat.await.unwrap().unwrap();
+    assert!(
+        matches!(chat.stop, StopReason::EndOfText | StopReason::MaxTokens),
+        "{:?}",
+        chat.stop
+    );
+    assert_eq!(chat.text, streamed, "the pieces are the whole answer");
 }

@@ -455,3 +455,38 @@ async fn a_helper_read_in_another_file_is_known_where_the_user_types_next() {
         "without it the model cannot know the name: {without:?}"
     );
 }
+
+/// Completion before chat, through the server: with no API keys an explain
+/// runs on the local model, and a completion asked while it answers is
+/// answered before the explain ends; the explain still ends with the local
+/// model's answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ghost_text_is_answered_while_a_local_explain_runs() {
+    let mut client = LspClient::spawn(ServerOptions::default()).await;
+    let mut init = pinned_settings();
+    init["tasks"] = json!({"explain": {"first_token_ms": 60000, "total_ms": 600000, "output_tokens": 300, "wait_ms": 0}});
+    client.initialize(vscode_like_capabilities(), init).await;
+    client.wait_for_model().await;
+    let (text, line, character) = sample_with_gap();
+    client.open(URI, &text).await;
+    let range =
+        json!({"start": {"line": 97, "character": 0}, "end": {"line": 104, "character": 0}});
+    let explain = client
+        .send_request(
+            "workspace/executeCommand",
+            json!({"command": "switchyard.explain", "arguments": [URI, range]}),
+        )
+        .await;
+    client.wait_for_log("local chat answering").await;
+    let completion = client.inline_completion(URI, line, character).await;
+    assert!(completion.get("error").is_none(), "{completion}");
+    assert!(
+        !client.answered(explain),
+        "the completion waited for the explain to end"
+    );
+    let explained = client.response(explain).await;
+    let result = &explained["result"];
+    assert_eq!(result["provider"], "local", "{explained}");
+    assert!(!result["text"].as_str().unwrap().trim().is_empty());
+    client.shutdown().await;
+}

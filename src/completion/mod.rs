@@ -26,11 +26,12 @@ use tokio::time::Instant;
 use crate::cancel::CancelFlag;
 use crate::config::{AutocompleteConfig, Config};
 use crate::context::fim::{self, CHARS_PER_TOKEN, WindowBudget};
+use crate::context::span;
 use crate::context::repository::{self, OpenDocuments, RepositoryContext};
 use crate::entry::{ChainEntry, ModelRef};
 use crate::providers::local::{
     CompletionJob, EngineError, EngineStatus, FimText, Generation, LocalEngine, ModelInfo, Prewarm,
-    StopReason,
+    SpanText, StopReason,
 };
 use controls::Snooze;
 use postprocess::Situation;
@@ -44,6 +45,8 @@ use typethrough::{Spot, TypeThrough};
 pub trait FimEngine: Send + Sync {
     fn complete(&self, job: CompletionJob) -> BoxFuture<'static, Result<Generation, EngineError>>;
     fn prewarm(&self, prewarm: Prewarm);
+    /// Prewarms and waits until that is done or a newer job stopped it.
+    fn prewarm_and_wait(&self, prewarm: Prewarm) -> BoxFuture<'static, Result<(), EngineError>>;
     fn model(&self) -> Result<ModelInfo, EngineError>;
 }
 
@@ -55,6 +58,11 @@ impl FimEngine for LocalEngine {
 
     fn prewarm(&self, prewarm: Prewarm) {
         LocalEngine::prewarm(self, prewarm);
+    }
+
+    fn prewarm_and_wait(&self, prewarm: Prewarm) -> BoxFuture<'static, Result<(), EngineError>> {
+        let engine = self.clone();
+        Box::pin(async move { engine.prewarm_and_wait(prewarm).await })
     }
 
     fn model(&self) -> Result<ModelInfo, EngineError> {
@@ -280,7 +288,11 @@ impl CompletionService {
         Ok((engine, info))
     }
 
-    /// The window at `cursor` for a request of `trigger`, and its budget.
+    /// The window at `cursor` sized to what a cold prompt fills in the
+    /// background at the measured speed, for a request of `trigger`, and its
+    /// budget (the engine prefers the span's window where its cache makes
+    /// that no dearer, see [`Self::span`], and cuts this one to what decodes
+    /// before the deadline where it is cold).
     fn place(
         &self,
         doc: &str,
@@ -291,25 +303,56 @@ impl CompletionService {
     ) -> (fim::Window, WindowBudget) {
         let config = self.config();
         let input = config.input_tokens.min(info.input_budget);
-        let suffix = fim::affordable_suffix(
-            config.suffix_tokens,
-            info.prompt_tokens_per_s,
-            self.budget(trigger),
-        );
-        let budget = WindowBudget::for_input(input, suffix);
+        let budget = WindowBudget::for_input(input, self.suffix_tokens(&config, info, trigger));
         let anchor = self.anchors.get(doc).map(|a| *a);
         let window = fim::window(rope, cursor, budget, anchor);
         self.anchors.insert(doc.to_owned(), window.anchor_line);
         (window, budget)
     }
 
+    /// Suffix tokens a window for a request of `trigger` affords at the
+    /// measured speed.
+    fn suffix_tokens(&self, config: &AutocompleteConfig, info: &ModelInfo, trigger: Trigger) -> usize {
+        fim::affordable_suffix(config.suffix_tokens, info.prompt_tokens_per_s, self.budget(trigger))
+    }
+
     /// A placed window's text, with the repository context in front.
     fn fim_text(&self, doc: &str, (window, _): (fim::Window, WindowBudget)) -> FimText {
+        self.with_context(doc, window.text)
+    }
+
+    fn with_context(&self, doc: &str, text: FimText) -> FimText {
         FimText {
             context: self.repository.block(),
             path: repository::display_path(doc),
-            ..window.text
+            ..text
         }
+    }
+
+    /// The span at `cursor` (see `context::span`), sized to the configured
+    /// input whatever the measured speed, so its start stays put; its suffix
+    /// is what a request of `trigger` affords.
+    fn span(
+        &self,
+        doc: &str,
+        rope: &Rope,
+        cursor: usize,
+        info: &ModelInfo,
+        trigger: Trigger,
+    ) -> Option<SpanText> {
+        let config = self.config();
+        let suffix = self.suffix_tokens(&config, info, trigger);
+        let budget = WindowBudget::for_input(config.input_tokens, suffix);
+        // Blocks from the configured sizes alone: half the largest prefix.
+        let block_chars = WindowBudget::for_input(config.input_tokens, config.suffix_tokens)
+            .prefix_tokens
+            * CHARS_PER_TOKEN
+            / 2;
+        let span = span::at(rope, cursor, budget, block_chars)?;
+        Some(SpanText {
+            window: self.with_context(doc, span.window),
+            document: span.document,
+        })
     }
 
     /// Repository context tokens: as configured, but at most twice the input
@@ -368,11 +411,10 @@ impl CompletionService {
         match self.engine() {
             Ok((engine, info)) => {
                 let placed = self.place(doc, rope, cursor, &info, Trigger::Automatic);
-                // The document from the window's start (what the engine keeps resident).
-                let document = resident.then(|| placed.0.document(rope, cursor, placed.1));
                 engine.prewarm(Prewarm {
                     window: self.fim_text(doc, placed),
-                    document,
+                    span: self.span(doc, rope, cursor, &info, Trigger::Automatic),
+                    resident,
                 });
             }
             Err(_) => {
@@ -402,6 +444,8 @@ impl CompletionService {
 
     /// Fills the engine's cache for this position and waits until it is done: what an
     /// editor's prewarm after opening a file achieves, for one-shot callers.
+    /// The span's window is filled where there is one, so the request that
+    /// follows starts where the span does.
     pub async fn warm(
         &self,
         doc: &str,
@@ -409,11 +453,16 @@ impl CompletionService {
         cursor: usize,
     ) -> Result<Generation, NoSuggestion> {
         let (engine, info) = self.engine()?;
+        let text = match self.span(doc, rope, cursor, &info, Trigger::Automatic) {
+            Some(span) => span.window,
+            None => {
+                let placed = self.place(doc, rope, cursor, &info, Trigger::Automatic);
+                self.fim_text(doc, placed)
+            }
+        };
         let job = CompletionJob {
-            text: self.fim_text(
-                doc,
-                self.place(doc, rope, cursor, &info, Trigger::Automatic),
-            ),
+            text,
+            span: None,
             max_tokens: 0,
             stop: Box::new(|_| true),
             deadline: (Instant::now() + WARM_LIMIT).into_std(),
@@ -421,6 +470,28 @@ impl CompletionService {
         };
         engine
             .complete(job)
+            .await
+            .map_err(|e| NoSuggestion::EngineFailed(e.to_string()))
+    }
+
+    /// Makes the span at `cursor` resident (its document, then its window
+    /// there) and waits until that is done: what an editor's prewarm
+    /// achieves while the user reads, for benchmarks and tests.
+    pub async fn make_resident(
+        &self,
+        doc: &str,
+        rope: &Rope,
+        cursor: usize,
+    ) -> Result<(), NoSuggestion> {
+        let (engine, info) = self.engine()?;
+        let placed = self.place(doc, rope, cursor, &info, Trigger::Automatic);
+        let prewarm = Prewarm {
+            window: self.fim_text(doc, placed),
+            span: self.span(doc, rope, cursor, &info, Trigger::Automatic),
+            resident: true,
+        };
+        engine
+            .prewarm_and_wait(prewarm)
             .await
             .map_err(|e| NoSuggestion::EngineFailed(e.to_string()))
     }
@@ -529,6 +600,7 @@ impl CompletionService {
         let model = Some(info.name.clone());
         let placed = self.place(&request.doc, rope, cursor, &info, request.trigger);
         let text = self.fim_text(&request.doc, placed);
+        let span = self.span(&request.doc, rope, cursor, &info, request.trigger);
         if let Some(previous) = self
             .inflight
             .insert(request.doc.clone(), request.cancel.clone())
@@ -538,6 +610,7 @@ impl CompletionService {
         let rule = situation.clone();
         let job = CompletionJob {
             text: text.clone(),
+            span: span.clone(),
             max_tokens: config.output_tokens,
             stop: Box::new(move |generated| rule.boundary(generated).is_some()),
             deadline: request
@@ -578,12 +651,17 @@ impl CompletionService {
         };
         self.type_through.remember(&request.doc, spot, &suggestion);
         if config.precompute_next {
+            let accepted = |text: FimText| FimText {
+                prefix: format!("{}{suggestion}", text.prefix),
+                ..text
+            };
             engine.prewarm(Prewarm {
-                window: FimText {
-                    prefix: format!("{}{suggestion}", text.prefix),
-                    ..text
-                },
-                document: None,
+                window: accepted(text),
+                span: span.map(|span| SpanText {
+                    window: accepted(span.window),
+                    ..span
+                }),
+                resident: false,
             });
         }
         (

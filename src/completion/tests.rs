@@ -15,6 +15,10 @@ impl FimEngine for StalledEngine {
         Box::pin(futures::future::pending())
     }
     fn prewarm(&self, _: Prewarm) {}
+
+    fn prewarm_and_wait(&self, _: Prewarm) -> BoxFuture<'static, Result<(), EngineError>> {
+        Box::pin(async { Ok(()) })
+    }
     fn model(&self) -> Result<ModelInfo, EngineError> {
         Ok(ModelInfo {
             name: "stalled".into(),
@@ -170,6 +174,10 @@ impl FimEngine for SlowEngine {
         })
     }
     fn prewarm(&self, _: Prewarm) {}
+
+    fn prewarm_and_wait(&self, _: Prewarm) -> BoxFuture<'static, Result<(), EngineError>> {
+        Box::pin(async { Ok(()) })
+    }
     fn model(&self) -> Result<ModelInfo, EngineError> {
         StalledEngine::default().model()
     }

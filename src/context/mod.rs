@@ -3,3 +3,4 @@
 pub mod chat;
 pub mod fim;
 pub mod repository;
+pub mod span;

@@ -15,9 +15,10 @@ pub const DEFAULT_PYPI_INDEX: &str = "https://pypi.org/simple";
 
 /// Small enough to run on any CPU; also the model the test suite uses.
 pub const CPU_DEFAULT_MODEL: &str = "qwen2.5-coder-0.5b-instruct";
-/// Worth its size only with Metal and enough unified memory.
-pub const APPLE_SILICON_DEFAULT_MODEL: &str = "qwen2.5-coder-7b-instruct";
-const APPLE_SILICON_MIN_MEMORY: u64 = 16 << 30;
+/// Apple Silicon runs a base (completion-trained) build through Metal, by
+/// memory class: the first whose least unified memory the machine has.
+pub const APPLE_SILICON_DEFAULTS: [(u64, &str); 2] =
+    [(32 << 30, "qwen2.5-coder-7b"), (0, "qwen2.5-coder-1.5b")];
 
 /// The list of known models.
 #[derive(Clone, Debug, Deserialize)]
@@ -126,17 +127,19 @@ impl Manifest {
         self.models.iter().find(|entry| entry.name == name)
     }
 
-    /// The 7B model on Apple Silicon with at least 16 GiB of memory, else the
-    /// 0.5B CPU model (or, for a manifest without it, the first entry).
+    /// On Apple Silicon the base build for its memory class
+    /// ([`APPLE_SILICON_DEFAULTS`]), else the 0.5B CPU model (or, for a
+    /// manifest without it, the first entry).
     ///
     /// # Panics
     /// If `models` is empty, which [`Manifest::parse`] never returns.
     pub fn default_model(&self) -> &ModelEntry {
-        let preferred = if is_apple_silicon_with(APPLE_SILICON_MIN_MEMORY) {
-            APPLE_SILICON_DEFAULT_MODEL
-        } else {
-            CPU_DEFAULT_MODEL
-        };
+        let preferred = apple_silicon_memory().map_or(CPU_DEFAULT_MODEL, |memory| {
+            APPLE_SILICON_DEFAULTS
+                .iter()
+                .find(|(least, _)| memory >= *least)
+                .map_or(CPU_DEFAULT_MODEL, |&(_, name)| name)
+        });
         self.get(preferred)
             .or_else(|| self.get(CPU_DEFAULT_MODEL))
             .or_else(|| self.models.first())
@@ -261,13 +264,15 @@ pub(crate) fn is_plain_file_name(name: &str) -> bool {
         && Path::new(name).file_name() == Some(std::ffi::OsStr::new(name))
 }
 
-/// Physical memory is read once: spawning `sysctl` on every call is wasteful.
-fn is_apple_silicon_with(min_memory: u64) -> bool {
+/// The unified memory of an Apple Silicon machine; `None` elsewhere, or
+/// when it cannot be read (the CPU default is then the safe choice). Read
+/// once: spawning `sysctl` on every call is wasteful.
+fn apple_silicon_memory() -> Option<u64> {
     static MEMORY: OnceLock<Option<u64>> = OnceLock::new();
-    cfg!(all(target_os = "macos", target_arch = "aarch64"))
-        && MEMORY
-            .get_or_init(physical_memory)
-            .is_some_and(|bytes| bytes >= min_memory)
+    if !cfg!(all(target_os = "macos", target_arch = "aarch64")) {
+        return None;
+    }
+    *MEMORY.get_or_init(physical_memory)
 }
 
 /// `hw.memsize` via the absolute path: editors launched from the Dock often
@@ -334,12 +339,26 @@ mod tests {
     }
 
     #[test]
-    fn embedded_manifest_has_the_apple_silicon_default_without_invented_digests() {
+    fn every_default_is_pinned_and_apple_silicon_gets_base_builds() {
         let manifest = Manifest::embedded();
-        let entry = manifest.get(APPLE_SILICON_DEFAULT_MODEL).expect("7B entry");
-        assert_eq!(entry.file, "qwen2.5-coder-7b-instruct-q4_k_m.gguf");
-        assert!(matches!(&entry.source, ModelSource::Url { url }
-            if url.ends_with("Qwen2.5-Coder-7B-Instruct-GGUF/resolve/main/qwen2.5-coder-7b-instruct-q4_k_m.gguf")));
+        let apple = APPLE_SILICON_DEFAULTS.map(|(_, name)| name);
+        for name in std::iter::once(CPU_DEFAULT_MODEL).chain(apple) {
+            let entry = manifest.get(name).expect("every default is in the manifest");
+            assert!(
+                entry.size.is_some() && entry.sha256.is_some(),
+                "{name} has its size and digest"
+            );
+        }
+        for name in apple {
+            assert!(!name.contains("instruct"), "{name}: a completion-trained base build");
+            let entry = manifest.get(name).unwrap();
+            assert!(matches!(&entry.source, ModelSource::Url { url }
+                if url.starts_with("https://huggingface.co/ggml-org/") && url.ends_with(&entry.file)));
+        }
+        assert!(
+            APPLE_SILICON_DEFAULTS.last().is_some_and(|(least, _)| *least == 0),
+            "every Apple Silicon machine has a class"
+        );
         for entry in &manifest.models {
             entry.validate().expect("embedded entries are valid");
         }
@@ -350,7 +369,9 @@ mod tests {
         let default = Manifest::embedded().default_model();
         if cfg!(all(target_os = "macos", target_arch = "aarch64")) {
             assert!(
-                [CPU_DEFAULT_MODEL, APPLE_SILICON_DEFAULT_MODEL].contains(&default.name.as_str())
+                std::iter::once(CPU_DEFAULT_MODEL)
+                    .chain(APPLE_SILICON_DEFAULTS.map(|(_, name)| name))
+                    .any(|name| name == default.name)
             );
         } else {
             assert_eq!(default.name, CPU_DEFAULT_MODEL);

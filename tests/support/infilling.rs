@@ -27,6 +27,10 @@ pub struct Task {
     pub canonical_solution: String,
     pub test: String,
     pub entry_point: String,
+    /// The file's name, for holes cut from real files (its extension gives
+    /// the language); HumanEval's tasks are Python files without one.
+    #[serde(default)]
+    pub file: Option<String>,
 }
 
 impl Task {
@@ -169,7 +173,13 @@ pub enum Arrival {
     Revealed,
     /// Nothing tells the server where the cursor is before the request.
     Silent,
+    /// The cursor is revealed and the file stays open until the engine has
+    /// made the span there resident (its log says so), or a minute passed.
+    Resident,
 }
+
+/// The longest a [`Arrival::Resident`] arrival waits.
+const RESIDENT_PATIENCE: Duration = Duration::from_secs(60);
 
 /// Runs one task: open, arrive, idle, ask, close, score.
 pub async fn attempt(
@@ -179,14 +189,28 @@ pub async fn attempt(
     arrival: Arrival,
     idle: Duration,
 ) -> Attempt {
-    let uri = format!("file:///bench/task_{index}.py");
-    let doc = json!({"uri": uri, "languageId": "python", "version": 1, "text": task.document()});
+    let (uri, language) = match &task.file {
+        Some(file) if file.ends_with(".rs") => (format!("file:///bench/task_{index}/{file}"), "rust"),
+        Some(file) => (format!("file:///bench/task_{index}/{file}"), "python"),
+        None => (format!("file:///bench/task_{index}.py"), "python"),
+    };
+    let doc = json!({"uri": uri, "languageId": language, "version": 1, "text": task.document()});
     client
         .notify("textDocument/didOpen", json!({"textDocument": doc}))
         .await;
     let (line, character) = task.cursor();
-    if arrival == Arrival::Revealed {
-        client.reveal_cursor(&uri, line, character).await;
+    match arrival {
+        Arrival::Revealed => client.reveal_cursor(&uri, line, character).await,
+        Arrival::Resident => {
+            client.reveal_cursor(&uri, line, character).await;
+            let opened = client.log().len();
+            let resident = |log: &str| log.get(opened..).is_some_and(|l| l.contains("span window done"));
+            let waited = Instant::now();
+            while !resident(&client.log()) && waited.elapsed() < RESIDENT_PATIENCE {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+        Arrival::Silent => {}
     }
     tokio::time::sleep(idle).await;
     let log_before = client.log().len();
@@ -204,7 +228,8 @@ pub async fn attempt(
     let empty_reason = completion
         .is_empty()
         .then(|| empty_reason(&client.log(), log_before));
-    let passed = !completion.is_empty() && passes(task, &completion).await;
+    // Holes cut from real files have no tests to run.
+    let passed = !completion.is_empty() && !task.test.is_empty() && passes(task, &completion).await;
     Attempt {
         task_id: task.task_id.clone(),
         exact: task.exact(&completion),

@@ -140,6 +140,14 @@ impl LspClient {
             .await
     }
 
+    /// Whether the response to request `id` has come already (read while
+    /// waiting for another message, and kept).
+    pub fn answered(&self, id: i64) -> bool {
+        self.backlog
+            .iter()
+            .any(|m| m.get("id") == Some(&json!(id)) && m.get("method").is_none())
+    }
+
     /// Waits for a notification with this method satisfying `filter`.
     pub async fn notification(&mut self, method: &str, filter: impl Fn(&Value) -> bool) -> Value {
         self.next_matching(|m| {

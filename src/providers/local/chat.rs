@@ -1,14 +1,17 @@
 //! The local engine as a chat [`Provider`] (tier small, completion-grade tasks),
-//! so the router treats it like any other entry of a chain.
+//! so the router treats it like any other entry of a chain. Its answer
+//! streams as the engine generates it, so the first-token ceiling applies to
+//! the first token and the router's total ceiling to the whole answer.
 
+use std::collections::VecDeque;
 use std::sync::{Arc, RwLock};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
 use futures::stream;
 
-use super::{ChatJob, EngineError, LocalEngine, ModelInfo, StopReason};
-use crate::cancel::CancelFlag;
+use super::{ChatJob, EngineError, EngineStatus, Generation, LocalEngine, ModelInfo, StopReason};
+use crate::cancel::{CancelFlag, CancelOnDrop};
 use crate::providers::{
     ChatRequest, FailureKind, Finish, FinishReason, Provider, ProviderError, RateLimits,
     ResponseStream, Role, StreamEvent, Timeouts, Usage,
@@ -32,7 +35,7 @@ impl EngineSlot {
     /// The loaded model, if it is ready.
     pub fn model(&self) -> Option<ModelInfo> {
         match self.get()?.status() {
-            super::EngineStatus::Ready(info) => Some(info),
+            EngineStatus::Ready(info) => Some(info),
             _ => None,
         }
     }
@@ -71,6 +74,17 @@ impl Provider for LocalProvider {
             let engine = engine.ok_or_else(|| {
                 error(FailureKind::Connect, "the local model is not loaded".into())
             })?;
+            // Before any stream: the model cannot answer at all.
+            match engine.status() {
+                EngineStatus::Loading => {
+                    return Err(error(FailureKind::Connect, EngineError::Loading.to_string()));
+                }
+                EngineStatus::Failed(reason) => {
+                    let failed = EngineError::Failed(reason).to_string();
+                    return Err(error(FailureKind::Malformed, failed));
+                }
+                EngineStatus::Ready(_) => {}
+            }
             let mut messages: Vec<(String, String)> = request
                 .system
                 .into_iter()
@@ -84,54 +98,117 @@ impl Provider for LocalProvider {
                 (role.to_owned(), m.content)
             }));
             let cancel = CancelFlag::default();
-            let _stop_if_dropped = cancel.cancel_on_drop();
+            let (pieces, answer_pieces) = tokio::sync::mpsc::unbounded_channel();
             let job = ChatJob {
                 messages,
                 max_tokens: request.max_tokens as usize,
-                // The local answer arrives whole, so its first token is its last.
-                deadline: Instant::now() + timeouts.first_token,
+                // The router's total ceiling ends a long answer (dropping the
+                // stream cancels the job); this only bounds a forgotten one.
+                deadline: Instant::now() + LONGEST_ANSWER,
                 cancel: cancel.clone(),
+                pieces: Some(pieces),
             };
-            let generation = engine.chat(job).await.map_err(|e| match e {
-                EngineError::Loading => error(FailureKind::Connect, e.to_string()),
-                other => error(FailureKind::Malformed, other.to_string()),
-            })?;
-            let mut text = generation.text;
-            let reason = match generation.stop {
-                StopReason::EndOfText | StopReason::Rule => FinishReason::EndTurn,
-                // The cap is the local model's own limit, not a provider cutting an
-                // answer short: the answer is delivered, and says where it stops.
-                StopReason::MaxTokens => {
-                    text.push_str(&format!(
-                        "\n\n*(cut at {} tokens, the local model's answer limit)*",
-                        generation.tokens_generated
-                    ));
-                    FinishReason::EndTurn
-                }
-                StopReason::Deadline | StopReason::PromptDeadline => {
-                    let mut e = error(
-                        FailureKind::TimeoutFirstToken,
-                        "the local model did not finish in time".into(),
-                    );
-                    e.partial = text;
-                    return Err(e);
-                }
-                StopReason::Cancelled => {
-                    return Err(error(FailureKind::StreamCut, "cancelled".into()));
-                }
+            let answer = LocalAnswer {
+                pieces: answer_pieces,
+                generation: Some(Box::pin(async move { engine.chat(job).await })),
+                timeouts,
+                first: true,
+                queued: VecDeque::new(),
+                _stop_if_dropped: cancel.cancel_on_drop(),
             };
-            let usage = Usage {
-                input_tokens: generation.prompt_tokens as u64,
-                output_tokens: generation.tokens_generated as u64,
-            };
-            let events = vec![
-                Ok(StreamEvent::Delta(text)),
-                Ok(StreamEvent::End(Finish { reason, usage })),
-            ];
+            let events = stream::unfold(answer, |mut answer| async move {
+                let event = answer.next().await?;
+                Some((event, answer))
+            });
             Ok(ResponseStream {
-                events: Box::pin(stream::iter(events)),
+                events: Box::pin(events),
                 rate_limits: RateLimits::default(),
             })
         })
+    }
+}
+
+/// The most a local answer may take when nothing else stops it.
+const LONGEST_ANSWER: Duration = Duration::from_secs(600);
+
+type Event = Result<StreamEvent, ProviderError>;
+
+/// A local answer as a stream: each piece of text as the engine generates it,
+/// the first within the first-token limit and the rest within the idle
+/// limit of each other, then the end. Dropping it cancels the job.
+struct LocalAnswer {
+    pieces: tokio::sync::mpsc::UnboundedReceiver<String>,
+    /// The final generation; taken once the pieces have all come.
+    generation: Option<BoxFuture<'static, Result<Generation, EngineError>>>,
+    timeouts: Timeouts,
+    first: bool,
+    /// Events decided at the end, not yet yielded.
+    queued: VecDeque<Event>,
+    _stop_if_dropped: CancelOnDrop,
+}
+
+impl LocalAnswer {
+    async fn next(&mut self) -> Option<Event> {
+        if let Some(event) = self.queued.pop_front() {
+            return Some(event);
+        }
+        let generation = self.generation.as_mut()?;
+        let (limit, kind, what) = match self.first {
+            true => (self.timeouts.first_token, FailureKind::TimeoutFirstToken, "start"),
+            false => (self.timeouts.idle, FailureKind::Stalled, "go on"),
+        };
+        let late = || error(kind.clone(), format!("the local model did not {what} within {limit:?}"));
+        match tokio::time::timeout(limit, self.pieces.recv()).await {
+            Err(_) => {
+                self.generation = None;
+                return Some(Err(late()));
+            }
+            Ok(Some(piece)) => {
+                self.first = false;
+                return Some(Ok(StreamEvent::Delta(piece)));
+            }
+            // The engine is done with the job: its generation says how it ended.
+            Ok(None) => {}
+        }
+        let ended = generation.await;
+        self.generation = None;
+        self.queued = finish(ended);
+        self.queued.pop_front()
+    }
+}
+
+/// The events that end an answer, from the engine's generation.
+fn finish(ended: Result<Generation, EngineError>) -> VecDeque<Event> {
+    let generation = match ended {
+        Ok(generation) => generation,
+        Err(e @ EngineError::Loading) => return [Err(error(FailureKind::Connect, e.to_string()))].into(),
+        Err(other) => return [Err(error(FailureKind::Malformed, other.to_string()))].into(),
+    };
+    let usage = Usage {
+        input_tokens: generation.prompt_tokens as u64,
+        output_tokens: generation.tokens_generated as u64,
+    };
+    let end = |reason| -> Event { Ok(StreamEvent::End(Finish { reason, usage })) };
+    match generation.stop {
+        StopReason::EndOfText | StopReason::Rule => [end(FinishReason::EndTurn)].into(),
+        // The cap is the local model's own limit, not a provider cutting an
+        // answer short: the answer is delivered, and says where it stops.
+        StopReason::MaxTokens => [
+            Ok(StreamEvent::Delta(format!(
+                "\n\n*(cut at {} tokens, the local model's answer limit)*",
+                generation.tokens_generated
+            ))),
+            end(FinishReason::EndTurn),
+        ]
+        .into(),
+        StopReason::Deadline | StopReason::PromptDeadline => {
+            let mut e = error(
+                FailureKind::StreamCut,
+                "the local model did not finish in time".into(),
+            );
+            e.partial = generation.text;
+            [Err(e)].into()
+        }
+        StopReason::Cancelled => [Err(error(FailureKind::StreamCut, "cancelled".into()))].into(),
     }
 }

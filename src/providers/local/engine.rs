@@ -9,14 +9,18 @@
 //!
 //! This file owns the thread's job loop, interruption and generation; loading and
 //! sizing the model are in `load`, decoding prompts into the KV cache in
-//! `prefill`, the resident document in `resident`.
+//! `prefill`, which window a job brings into it in `window`, the resident
+//! document in `resident`, a chat's yielding to completions in `aside`.
 
+mod aside;
 mod generate;
 mod load;
 mod prefill;
 mod recent;
 mod resident;
+mod thread_memo;
 mod threads;
+mod window;
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -30,11 +34,11 @@ use llama_cpp_2::model::{LlamaChatMessage, LlamaModel};
 use tokio::sync::{oneshot, watch};
 
 use super::lookup;
-use super::prompt::{self, FimPrompt, FimTokens, PromptBudget};
+use super::prompt::{FimPrompt, FimTokens, PromptBudget};
 use super::reuse::SuffixSpan;
 use super::{
     ChatJob, CompletionJob, EngineError, EngineOptions, EngineStatus, FimText, Generation, Job,
-    ModelInfo, Prewarm, Snippet, StopReason,
+    ModelInfo, Snippet, SpanText, StopReason,
 };
 use crate::cancel::CancelFlag;
 use load::{
@@ -43,6 +47,7 @@ use load::{
 use prefill::SyncError;
 use recent::RecentPrompts;
 use resident::Residency;
+use thread_memo::ThreadMemo;
 
 /// llama.cpp's backend, initialised once per process and shared with the
 /// engine: what a benchmark of llama.cpp's own decode needs beside it.
@@ -77,17 +82,21 @@ pub(super) fn run(options: EngineOptions, rx: Receiver<Job>, status: watch::Send
         Err(reason) => return fail(&status, rx, reason),
     };
     let thread_candidates = options.thread_candidates();
-    let best = match threads::choose(backend, &model, &thread_candidates, &mut || false) {
-        Ok(Some(best)) => best,
-        Ok(None) => return fail(&status, rx, "no thread count to run with".into()),
-        Err(reason) => return fail(&status, rx, reason),
-    };
+    let (best, memo, recalled) =
+        match threads::starting_choice(backend, &model, &options, &thread_candidates) {
+            Ok(start) => start,
+            Err(reason) => return fail(&status, rx, reason),
+        };
     let (threads, speed) = (best.threads, best.prompt_tokens_per_s);
     let input_budget = sized_input_budget(options.budget.input, speed);
-    // Room for the configured input (the sized budget follows the measured speed
-    // up to it) and a completion or a chat answer (explain downshifted to local).
+    // Room for the configured input (a span's document fills it; the sized
+    // budget follows the measured speed up to it), a FIM prompt's suffix
+    // section beside the document it borrows from, and a completion or a chat
+    // answer (explain downshifted to local).
     let answer_room = options.max_output_tokens.max(super::CHAT_OUTPUT_TOKENS) + CHUNK;
-    let context_tokens = (options.budget.input + options.budget.repository + answer_room) as u32;
+    let suffix_section = options.budget.suffix + CHUNK;
+    let context_tokens =
+        (options.budget.input + options.budget.repository + suffix_section + answer_room) as u32;
     let params = context_params(context_tokens, threads);
     let ctx = match model.new_context(backend, params) {
         Ok(ctx) => ctx,
@@ -110,7 +119,8 @@ pub(super) fn run(options: EngineOptions, rx: Receiver<Job>, status: watch::Send
         answer_room,
         threads,
         thread_candidates,
-        retune: false,
+        retune: recalled,
+        memo,
         fim,
         budget: PromptBudget {
             input: input_budget,
@@ -122,6 +132,7 @@ pub(super) fn run(options: EngineOptions, rx: Receiver<Job>, status: watch::Send
         cached_suffix: None,
         residency: Residency::None,
         recent: RecentPrompts::new(options.recent_prompts),
+        idle_fill: None,
         repository: None,
         batch: LlamaBatch::new(CHUNK, 1),
         logits_index: 0,
@@ -162,12 +173,32 @@ struct Interrupt<'a> {
     deadline: Option<Instant>,
     /// Background work yields to any newly arrived job.
     preemptible: bool,
+    /// A chat answer yields to a completion that waits (see `aside`).
+    yields: bool,
 }
 
 enum Stopped {
     Cancelled,
     Deadline,
     Preempted,
+}
+
+/// How a fill in the background ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Filled {
+    Done,
+    /// A newer job arrived.
+    Preempted,
+    Failed,
+}
+
+/// How a job's answer ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Answered {
+    /// Generated, cancelled, superseded or failed.
+    Replied,
+    /// The prompt was not in the cache by the deadline.
+    PromptLate,
 }
 
 struct Engine<'m> {
@@ -182,6 +213,8 @@ struct Engine<'m> {
     /// since the choice to measure them again (see `threads`).
     thread_candidates: Vec<usize>,
     retune: bool,
+    /// Where the choice is remembered for the next start.
+    memo: Option<ThreadMemo>,
     fim: FimTokens,
     /// The input budget follows the measured prompt speed, up to the configured one.
     budget: PromptBudget,
@@ -195,6 +228,8 @@ struct Engine<'m> {
     residency: Residency,
     /// Caches left for another prompt, to switch back to.
     recent: RecentPrompts,
+    /// The span to fill once no job waits: where the user last asked.
+    idle_fill: Option<SpanText>,
     /// The last repository context block, its document path and its tokens.
     repository: Option<(Arc<[Snippet]>, String, Vec<i32>)>,
     batch: LlamaBatch<'static>,
@@ -235,27 +270,13 @@ impl Engine<'_> {
         }
     }
 
-    /// Makes the document resident, then fills the window at the cursor from
-    /// it. A newer job makes the rest of a prewarm moot.
-    fn prewarm(&mut self, prewarm: &Prewarm) {
-        if let Some(document) = &prewarm.document
-            && self.pending.is_empty()
-            && let Some(prompt) = self.document_prompt(&prewarm.window, document)
-        {
-            self.fill_in_background(&prompt, "resident document");
-        }
-        if self.pending.is_empty() {
-            let prompt = self.build_prompt(&prewarm.window);
-            self.fill_in_background(&prompt, "prewarm");
-        }
-    }
-
     /// Decodes `prompt` into the cache until done or a newer job arrives.
-    fn fill_in_background(&mut self, prompt: &FimPrompt, what: &str) {
+    fn fill_in_background(&mut self, prompt: &FimPrompt, what: &str) -> Filled {
         let background = Interrupt {
             cancel: None,
             deadline: None,
             preemptible: true,
+            yields: false,
         };
         match self.sync_prompt(prompt, &background) {
             Ok(prefill) => {
@@ -263,15 +284,31 @@ impl Engine<'_> {
                     decoded = prefill.decoded,
                     prompt = prompt.tokens.len(),
                     "{what} done"
-                )
+                );
+                Filled::Done
             }
-            Err(e) => tracing::debug!("{what} stopped: {e}"),
+            Err(e) => {
+                tracing::debug!("{what} stopped: {e}");
+                match e {
+                    SyncError::Stopped(Stopped::Preempted, _) => Filled::Preempted,
+                    _ => Filled::Failed,
+                }
+            }
         }
     }
 
     /// The next job. Threads are measured again only after a quiet spell: a
     /// probe a request has to wait for would cost that request its budget.
     fn next_job(&mut self) -> Option<Job> {
+        if let Some(job) = self.pending.pop_front() {
+            return Some(job);
+        }
+        // Idle: the span where the user last asked goes on filling.
+        while !self.job_arrived()
+            && let Some(span) = self.idle_fill.take()
+        {
+            self.fill_span(span);
+        }
         if let Some(job) = self.pending.pop_front() {
             return Some(job);
         }
@@ -310,7 +347,9 @@ impl Engine<'_> {
             .is_some_and(|d| Instant::now() + next_cost >= d)
         {
             Some(Stopped::Deadline)
-        } else if interrupt.preemptible && self.job_arrived() {
+        } else if interrupt.preemptible && self.job_arrived()
+            || interrupt.yields && self.completion_waiting()
+        {
             Some(Stopped::Preempted)
         } else {
             None
@@ -345,19 +384,6 @@ impl Engine<'_> {
         }
     }
 
-    fn complete(
-        &mut self,
-        mut job: CompletionJob,
-        reply: oneshot::Sender<Result<Generation, EngineError>>,
-    ) {
-        if job.cancel.is_cancelled() {
-            let _ = reply.send(Ok(Generation::cancelled()));
-            return;
-        }
-        let prompt = self.build_prompt(&job.text);
-        self.answer(&prompt, &mut job, reply);
-    }
-
     fn chat(&mut self, job: ChatJob, reply: oneshot::Sender<Result<Generation, EngineError>>) {
         let prompt = match self.chat_prompt(&job) {
             Ok(prompt) => prompt,
@@ -366,14 +392,27 @@ impl Engine<'_> {
                 return;
             }
         };
+        tracing::debug!(prompt = prompt.tokens.len(), "local chat answering");
+        // The stop rule sees the text after each token: it streams what is new.
+        let (pieces, mut sent) = (job.pieces, 0);
+        let stream = move |text: &str| {
+            if let Some(pieces) = &pieces
+                && text.len() > sent
+            {
+                let _ = pieces.send(text[sent..].to_owned());
+                sent = text.len();
+            }
+            false
+        };
         let mut controls = CompletionJob {
             text: FimText::default(),
+            span: None,
             max_tokens: job.max_tokens,
-            stop: Box::new(|_| false),
+            stop: Box::new(stream),
             deadline: job.deadline,
             cancel: job.cancel,
         };
-        self.answer(&prompt, &mut controls, reply);
+        self.answer(&prompt, &mut controls, reply, true);
     }
 
     /// The chat prompt in the model's own template, refused when it cannot fit.
@@ -416,22 +455,26 @@ impl Engine<'_> {
         })
     }
 
-    /// Processes `prompt` and generates under `job`'s controls (its FIM text is unused here).
+    /// Processes `prompt` and generates under `job`'s controls (its FIM text
+    /// is unused here); a chat `yields` to the completions that arrive meanwhile.
     fn answer(
         &mut self,
         prompt: &FimPrompt,
         job: &mut CompletionJob,
         reply: oneshot::Sender<Result<Generation, EngineError>>,
-    ) {
+        yields: bool,
+    ) -> Answered {
         let started = Instant::now();
         let mut answer = Generation::cancelled();
         answer.prompt_tokens = prompt.tokens.len();
+        let cancel = job.cancel.clone();
         let foreground = Interrupt {
-            cancel: Some(&job.cancel),
+            cancel: Some(&cancel),
             deadline: Some(job.deadline),
             preemptible: false,
+            yields,
         };
-        let synced = self.sync_prompt(prompt, &foreground);
+        let synced = self.sync_yielding(prompt, &foreground);
         answer.prompt_ms = started.elapsed().as_secs_f64() * 1e3;
         let prefill = match &synced {
             Ok(prefill) | Err(SyncError::Stopped(_, prefill)) => *prefill,
@@ -451,41 +494,23 @@ impl Engine<'_> {
             Err(SyncError::Stopped(Stopped::Deadline, _)) => {
                 answer.stop = StopReason::PromptDeadline;
                 let _ = reply.send(Ok(answer));
-                // Keep filling so the next keystroke finds a warm cache.
-                self.fill_in_background(prompt, "fill after a missed deadline");
-                return;
+                return Answered::PromptLate;
             }
             Err(SyncError::Stopped(..)) => {
                 let _ = reply.send(Ok(answer));
-                return;
+                return Answered::Replied;
             }
             Err(SyncError::Decode(reason)) => {
                 self.reset_cache();
                 let _ = reply.send(Err(EngineError::Failed(reason)));
-                return;
+                return Answered::Replied;
             }
         }
         let generated = Instant::now();
-        let result = self.generate(job, &mut answer);
+        let result = self.generate_yielding(job, &mut answer, &foreground);
         answer.generate_ms = generated.elapsed().as_secs_f64() * 1e3;
         let _ = reply.send(result.map(|()| answer));
-    }
-
-    fn build_prompt(&mut self, text: &FimText) -> FimPrompt {
-        let context = self.context_tokens(text);
-        prompt::assemble(
-            &self.fim,
-            &context,
-            &self.tokenize(&text.prefix),
-            &self.tokenize(&text.suffix),
-            self.budget,
-        )
-    }
-
-    /// The resident document's prompt: `document` after `window`'s context.
-    fn document_prompt(&mut self, window: &FimText, document: &str) -> Option<FimPrompt> {
-        let context = self.context_tokens(window);
-        prompt::document(&self.fim, &context, &self.tokenize(document), self.budget)
+        Answered::Replied
     }
 
     fn tokenize(&self, text: &str) -> Vec<i32> {

@@ -41,6 +41,9 @@ pub struct EngineOptions {
     /// Caches of this many recently left prompts are kept in memory, so a
     /// switch back to their document is warm; 0 keeps none.
     pub recent_prompts: usize,
+    /// Where the thread choice is remembered across starts (a file in the
+    /// state directory); `None` measures at every start.
+    pub thread_memo: Option<PathBuf>,
 }
 
 impl EngineOptions {
@@ -94,17 +97,35 @@ pub struct FimText {
     pub context: Arc<[Snippet]>,
     /// The document's path as the model sees it after the context.
     pub path: String,
+    /// The window starts where a span of the document does (see
+    /// `context::span`): the engine fits it to the configured input, as it
+    /// does the span's resident document, not to the budget the measured
+    /// speed affords a cold prompt. Tokens the cache holds cost nothing.
+    pub spanned: bool,
+}
+
+/// The span of the document at the cursor: the window from its start, and
+/// the document the engine keeps resident for every place in it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SpanText {
+    /// A spanned window (`FimText::spanned`), with the repository context.
+    pub window: FimText,
+    /// The document in file order from the span's start; `window`'s prefix
+    /// begins the same.
+    pub document: String,
 }
 
 /// What a prewarm fills the cache with while the user pauses.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Prewarm {
-    /// The window at the cursor, for the request likely to come there.
+    /// The window at the cursor that a cold prompt can afford.
     pub window: FimText,
-    /// The document's text in file order from the window's start (`window`'s
-    /// prefix begins the same), kept resident in the cache first, so a request
-    /// anywhere in it decodes only what is new at its cursor.
-    pub document: Option<String>,
+    /// The span at the cursor; its window is filled instead where the cache
+    /// already holds more of it.
+    pub span: Option<SpanText>,
+    /// Make the span's document resident first (the user is idle), so a
+    /// request anywhere in it decodes only what is new at its cursor.
+    pub resident: bool,
 }
 
 /// A piece of a file the user has been looking at, shown to the model with
@@ -120,7 +141,11 @@ pub struct Snippet {
 pub type StopRule = Box<dyn FnMut(&str) -> bool + Send>;
 
 pub struct CompletionJob {
+    /// The window a cold prompt can afford.
     pub text: FimText,
+    /// The span at the cursor: the engine answers from its window where the
+    /// cache makes that no dearer, and otherwise fills it after answering.
+    pub span: Option<SpanText>,
     pub max_tokens: usize,
     pub stop: StopRule,
     /// Generation stops here and returns what is complete.
@@ -182,6 +207,9 @@ pub struct ChatJob {
     pub max_tokens: usize,
     pub deadline: Instant,
     pub cancel: CancelFlag,
+    /// Where the answer's text goes as it is generated, piece by piece (the
+    /// whole text also comes with the final `Generation`).
+    pub pieces: Option<tokio::sync::mpsc::UnboundedSender<String>>,
 }
 
 impl Generation {

@@ -11,28 +11,41 @@ use super::{Engine, Interrupt, MAIN, NEAR_TIE, Residency, Stopped};
 use crate::providers::local::lookup;
 use crate::providers::local::{CompletionJob, EngineError, Generation, StopReason};
 
+/// How a stretch of generation ended.
+pub(super) enum Generated {
+    Ended,
+    /// A completion waits; the chat goes on after it.
+    Yielded,
+}
+
 impl Engine<'_> {
     /// Greedy generation. With drafting on, each step decodes the sampled token
     /// together with an n-gram lookup draft of what may follow; a draft token
     /// stands only where greedy sampling picks it from the batch's logits, so the
     /// text is the same as one token at a time, in fewer decode steps.
+    ///
+    /// Generates until the answer ends, or (a chat that `yields`) until a
+    /// completion waits: `Yielded`, to go on with the same `answer` and
+    /// `bytes` once the cache holds its tokens again.
     pub(super) fn generate(
         &mut self,
         job: &mut CompletionJob,
         answer: &mut Generation,
-    ) -> Result<(), EngineError> {
+        bytes: &mut Vec<u8>,
+        yields: bool,
+    ) -> Result<Generated, EngineError> {
         let mut sampler = LlamaSampler::greedy();
-        let mut bytes = Vec::new();
         let set_aside = match &self.residency {
             Residency::Lent(lent) => lent.tail.len(),
             _ => 0,
         };
         let room = (self.context_tokens as usize).saturating_sub(self.cached.len() + set_aside);
-        let max_tokens = job.max_tokens.min(room);
+        let max_tokens = job.max_tokens.min(answer.tokens_generated + room);
         let interrupt = Interrupt {
             cancel: Some(&job.cancel),
             deadline: Some(job.deadline),
             preemptible: false,
+            yields,
         };
         loop {
             if answer.tokens_generated >= max_tokens {
@@ -44,7 +57,8 @@ impl Engine<'_> {
                     answer.stop = StopReason::Deadline;
                     break;
                 }
-                Some(_) => {
+                Some(Stopped::Preempted) => return Ok(Generated::Yielded),
+                Some(Stopped::Cancelled) => {
                     answer.stop = StopReason::Cancelled;
                     break;
                 }
@@ -52,7 +66,7 @@ impl Engine<'_> {
             }
             let token = sampler.sample(&self.ctx, self.logits_index);
             let index = self.logits_index;
-            if let Some(stop) = self.emit(token, index, &mut job.stop, answer, &mut bytes) {
+            if let Some(stop) = self.emit(token, index, &mut job.stop, answer, bytes) {
                 answer.stop = stop;
                 break;
             }
@@ -74,14 +88,14 @@ impl Engine<'_> {
                 return Err(EngineError::Failed(format!("llama.cpp decode failed: {e}")));
             }
             let (accepted, stop) =
-                self.verify(&draft, &mut sampler, &mut job.stop, answer, &mut bytes)?;
+                self.verify(&draft, &mut sampler, &mut job.stop, answer, bytes)?;
             self.logits_index = accepted as i32;
             if let Some(stop) = stop {
                 answer.stop = stop;
                 break;
             }
         }
-        Ok(())
+        Ok(Generated::Ended)
     }
 
     /// Keeps the draft tokens greedy sampling picks from the step's logits (the

@@ -47,6 +47,11 @@ impl RecentPrompts {
             .max_by_key(|&(_, common)| common)
     }
 
+    /// The longest start a saved prompt shares with `prompt`.
+    pub(super) fn longest_common(&self, prompt: &[i32]) -> Option<usize> {
+        self.best(prompt).map(|(_, common)| common)
+    }
+
     fn push(&mut self, saved: Saved) {
         self.saved.push_front(saved);
         self.saved.truncate(self.capacity);

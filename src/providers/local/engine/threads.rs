@@ -1,4 +1,6 @@
-//! How many threads decode: the count measured fastest, chosen at load and
+//! How many threads decode: the count measured fastest, chosen at load (or
+//! remembered from the last start, see `thread_memo`, and measured again once
+//! the engine is quiet) and
 //! again after the prompt speed moved a lot (a build started beside the
 //! editor, or ended), once no job has come for a while. With every core taken by another process,
 //! each decode step of a multi-threaded context waits for the thread that
@@ -16,7 +18,9 @@ use llama_cpp_2::llama_backend::LlamaBackend;
 use llama_cpp_2::model::LlamaModel;
 
 use super::load::{Probe, context_params, probe};
+use super::thread_memo::ThreadMemo;
 use super::{CHUNK, Engine, MAIN};
+use crate::providers::local::EngineOptions;
 
 /// The fastest of `probes` for a completion's work.
 pub(super) fn fastest(probes: &[Probe]) -> Option<Probe> {
@@ -52,6 +56,35 @@ pub(super) fn choose(
     Ok(best)
 }
 
+/// The thread count to start with: the one remembered from the last start
+/// (`true`: to be measured again once the engine is quiet), or the fastest
+/// measured now, then remembered.
+pub(super) fn starting_choice(
+    backend: &LlamaBackend,
+    model: &LlamaModel,
+    options: &EngineOptions,
+    candidates: &[usize],
+) -> Result<(Probe, Option<ThreadMemo>, bool), String> {
+    let memo = options
+        .thread_memo
+        .as_deref()
+        .map(|file| ThreadMemo::new(file, &options.model_path, candidates));
+    let recalled = memo
+        .as_ref()
+        .and_then(ThreadMemo::recall)
+        .filter(|probe| candidates.contains(&probe.threads));
+    if let Some(best) = recalled {
+        tracing::info!(threads = best.threads, "threads as remembered; measured again when quiet");
+        return Ok((best, memo, true));
+    }
+    let best = choose(backend, model, candidates, &mut || false)?
+        .ok_or_else(|| "no thread count to run with".to_owned())?;
+    if let Some(memo) = &memo {
+        memo.remember(&best);
+    }
+    Ok((best, memo, false))
+}
+
 impl Engine<'_> {
     /// Probes each candidate thread count, unless a job arrives meanwhile
     /// (then it is tried again after the next quiet spell), and moves the cache to
@@ -69,6 +102,9 @@ impl Engine<'_> {
             }
         };
         self.retune = false;
+        if let Some(memo) = &self.memo {
+            memo.remember(&best);
+        }
         self.chunk_cost = Duration::from_secs_f64(CHUNK as f64 / best.prompt_tokens_per_s);
         self.token_cost = Duration::from_secs_f64(best.token_seconds);
         if best.threads != self.threads {

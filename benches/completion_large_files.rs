@@ -1,0 +1,189 @@
+//! Completion in large real files, through the language server: holes at
+//! random code lines of files from projects not written here (crates from
+//! the cargo registry this build locks, and Python's standard library), the
+//! first request at each hole with no edit there.
+//!
+//! Each hole is the whole code of one line, cut out and left as an empty
+//! line; the cursor is at its start, and exact match compares the answer
+//! with the line, surrounding whitespace aside. Each hole is a new document.
+//!
+//! Run: `cargo bench --bench completion_large_files` (after
+//! `models/fetch-test-model.sh` and `cargo fetch`). Settings (environment):
+//! - `LARGE_ARRIVALS=resident,silent`: `resident` reveals the cursor and
+//!   keeps the file open until the engine has made the span there resident
+//!   (or 60 s); `silent` says nothing of the cursor and waits `LARGE_COLD_MS`.
+//! - `LARGE_COLD_MS=3000`: how long a silent arrival's file is open first.
+//! - `LARGE_BUDGETS_MS=1000,10000`: the autocomplete budgets (10 s: the
+//!   unbounded run the 1 s one is compared with).
+//! - `LARGE_HOLES=6` per file, `LARGE_SEED=0`.
+//! - `LARGE_HOG=1`: one spinning thread beside the server (a build on one core).
+//! - `LARGE_OUT`: a directory for each attempt (JSON lines) and server logs.
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde_json::json;
+use support::cpu_hog::CpuHog;
+use support::infilling::{self, Arrival, Attempt, Task};
+
+/// The files, by where they are found: a crate in the cargo registry
+/// (at the version Cargo.lock pins) or a module of Python's standard library.
+const CRATE_FILES: [&str; 4] = [
+    "serde_json-1.0.154/src/de.rs",
+    "dashmap-6.2.1/src/lib.rs",
+    "similar-3.2.1/src/merge.rs",
+    "toml_edit-0.25.20+spec-1.1.0/src/table.rs",
+];
+const PYTHON_FILES: [&str; 4] = ["argparse.py", "difflib.py", "shutil.py", "textwrap.py"];
+
+fn env_or(name: &str, default: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| default.to_owned())
+}
+
+/// The first directory matching `parent/*/` that holds `relative`.
+fn find_under(parent: &Path, relative: &str) -> Option<PathBuf> {
+    std::fs::read_dir(parent)
+        .ok()?
+        .flatten()
+        .map(|entry| entry.path().join(relative))
+        .find(|path| path.is_file())
+}
+
+fn sources() -> Vec<(String, String)> {
+    let cargo_home = std::env::var_os("CARGO_HOME").map_or_else(
+        || PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cargo"),
+        PathBuf::from,
+    );
+    let registry = cargo_home.join("registry/src");
+    let crates = CRATE_FILES.iter().map(|file| {
+        find_under(&registry, file)
+            .unwrap_or_else(|| panic!("{file} is not in {}: run `cargo fetch`", registry.display()))
+    });
+    let python = PYTHON_FILES.iter().map(|file| {
+        find_under(Path::new("/usr/lib"), file)
+            .filter(|path| path.to_string_lossy().contains("python3"))
+            .unwrap_or_else(|| panic!("{file}: Python 3's standard library is not in /usr/lib"))
+    });
+    crates
+        .chain(python)
+        .map(|path| {
+            let text = std::fs::read_to_string(&path).expect("a UTF-8 source file");
+            let lines = text.lines().count();
+            assert!((400..=3000).contains(&lines), "{}: {lines} lines", path.display());
+            (path.file_name().unwrap().to_string_lossy().into_owned(), text)
+        })
+        .collect()
+}
+
+/// A line worth completing: code, not a comment, a docstring or a bracket.
+fn is_code(line: &str) -> bool {
+    let code = line.trim();
+    const NOT_CODE: [&str; 6] = ["//", "#", "/*", "*", "\"\"\"", "'''"];
+    code.len() >= 8 && code.len() <= 100 && !NOT_CODE.iter().any(|p| code.starts_with(p))
+}
+
+/// `per_file` holes at random code lines of each file.
+fn holes(files: &[(String, String)], per_file: usize, seed: u64) -> Vec<Task> {
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let mut tasks = Vec::new();
+    for (name, text) in files {
+        let lines: Vec<&str> = text.split_inclusive('\n').collect();
+        let mut code: Vec<usize> = (0..lines.len()).filter(|&i| is_code(lines[i])).collect();
+        rng.shuffle(&mut code);
+        for &hole in code.iter().take(per_file) {
+            tasks.push(Task {
+                task_id: format!("{name}:{}", hole + 1),
+                // `Task::document` puts the empty line between them.
+                prompt: lines[..hole].concat(),
+                suffix: lines[hole + 1..].concat(),
+                canonical_solution: lines[hole].trim_end().to_owned(),
+                test: String::new(),
+                entry_point: String::new(),
+                file: Some(name.clone()),
+            });
+        }
+    }
+    tasks
+}
+
+async fn run(tasks: &[Task], budget_ms: u64, arrival: Arrival, idle: Duration) -> Vec<Attempt> {
+    let mut client = infilling::server(json!({"budget_ms": budget_ms})).await;
+    let mut attempts = Vec::new();
+    for (i, task) in tasks.iter().enumerate() {
+        attempts.push(infilling::attempt(&mut client, task, i, arrival, idle).await);
+    }
+    if let Ok(dir) = std::env::var("LARGE_OUT") {
+        let dir = PathBuf::from(dir);
+        std::fs::create_dir_all(&dir).expect("LARGE_OUT can be created");
+        let path = dir.join(format!("server-{budget_ms}-{arrival:?}.log"));
+        std::fs::write(path, client.log()).expect("LARGE_OUT is writable");
+    }
+    client.shutdown().await;
+    attempts
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let files = sources();
+    let per_file: usize = env_or("LARGE_HOLES", "6").parse().expect("LARGE_HOLES");
+    let seed: u64 = env_or("LARGE_SEED", "0").parse().expect("LARGE_SEED");
+    let tasks = holes(&files, per_file, seed);
+    let budgets: Vec<u64> = env_or("LARGE_BUDGETS_MS", "1000,10000")
+        .split(',')
+        .map(|b| b.trim().parse().expect("LARGE_BUDGETS_MS"))
+        .collect();
+    let cold = Duration::from_millis(env_or("LARGE_COLD_MS", "3000").parse().expect("cold"));
+    let arrivals: Vec<(Arrival, Duration)> = env_or("LARGE_ARRIVALS", "resident,silent")
+        .split(',')
+        .map(|a| match a.trim() {
+            "silent" => (Arrival::Silent, cold),
+            _ => (Arrival::Resident, Duration::ZERO),
+        })
+        .collect();
+    let _hog = (env_or("LARGE_HOG", "0") == "1").then(|| CpuHog::on_cores(1));
+    println!(
+        "large files: {} holes in {} files (seed {seed}){}",
+        tasks.len(),
+        files.len(),
+        if _hog.is_some() { ", one core busy" } else { "" }
+    );
+    println!(
+        "| budget ms | arrival | holes | exact % | empty % | p50 / p95 ms | decoded at request p50 / p95 | empty reasons |"
+    );
+    println!("|---|---|---|---|---|---|---|---|");
+    for &budget in &budgets {
+        for &(arrival, idle) in &arrivals {
+            let attempts = run(&tasks, budget, arrival, idle).await;
+            let score = infilling::score(&attempts);
+            let reasons: Vec<String> = score
+                .empty_reasons
+                .iter()
+                .map(|(r, n)| format!("{n}× {r}"))
+                .collect();
+            println!(
+                "| {budget} | {arrival:?} | {} | {:.1} | {:.1} | {} / {} | {} / {} | {} |",
+                score.tasks,
+                score.exact * 100.0,
+                score.empty * 100.0,
+                score.p50.as_millis(),
+                score.p95.as_millis(),
+                score.to_decode.0,
+                score.to_decode.1,
+                reasons.join("; ")
+            );
+            if let Ok(dir) = std::env::var("LARGE_OUT") {
+                let path = PathBuf::from(dir).join(format!("holes-{budget}-{arrival:?}.jsonl"));
+                let lines: Vec<String> = attempts
+                    .iter()
+                    .map(|a| {
+                        json!({"hole": a.task_id, "completion": a.completion, "latency_ms": a.latency.as_millis(), "empty_reason": a.empty_reason, "exact": a.exact, "to_decode": a.work.to_decode}).to_string()
+                    })
+                    .collect();
+                std::fs::write(&path, lines.join("\n")).expect("LARGE_OUT is writable");
+            }
+        }
+    }
+}

@@ -1,0 +1,201 @@
+//! Which window a job brings into the cache: the span's where what the
+//! cache holds makes it no dearer, else the window a cold prompt affords,
+//! cut to what decodes before the deadline; and the span's fill, which moves
+//! to where the user last asked and goes on once the engine is idle
+//! (ARCHITECTURE.md invariant 20).
+
+use std::time::Instant;
+
+use tokio::sync::oneshot;
+
+use super::{Answered, CHUNK, Engine, Filled, Residency};
+use crate::providers::local::prompt::{self, FimPrompt, PromptBudget};
+use crate::providers::local::reuse;
+use crate::providers::local::{
+    CompletionJob, EngineError, FimText, Generation, Prewarm, SpanText,
+};
+
+/// What a request leaves of its time for the answer: this many generated
+/// tokens (a line of code). A window the cache lacks more of than decodes in
+/// the rest is cut to it.
+const ANSWER_TOKENS_RESERVED: u32 = 12;
+/// A window cut to the time left keeps at least this many tokens.
+const MIN_COLD_INPUT_TOKENS: usize = 32;
+
+impl Engine<'_> {
+    /// Makes the span's document resident and fills the span's window from
+    /// it when the user is idle; between keystrokes, fills whichever window
+    /// the cache makes cheaper. A newer job makes the rest of a prewarm moot.
+    pub(super) fn prewarm(&mut self, prewarm: &Prewarm) {
+        match &prewarm.span {
+            Some(span) if prewarm.resident => self.fill_span(span.clone()),
+            Some(span) => {
+                let affordable = self.build_prompt(&prewarm.window);
+                let (prompt, _) = self.choose_window(affordable, span, None);
+                self.fill_in_background(&prompt, "prewarm");
+            }
+            None => {
+                let prompt = self.build_prompt(&prewarm.window);
+                self.fill_in_background(&prompt, "prewarm");
+            }
+        }
+    }
+
+    /// Makes `span`'s document resident, then fills its window from it. A
+    /// newer job stops it; it goes on once the engine is idle again, unless a
+    /// request elsewhere has moved the fill there by then.
+    pub(super) fn fill_span(&mut self, span: SpanText) {
+        let document = self.document_prompt(&span.window, &span.document);
+        let mut filled = match document {
+            Some(prompt) => self.fill_in_background(&prompt, "resident document"),
+            None => Filled::Done,
+        };
+        if filled == Filled::Done {
+            let prompt = self.build_prompt(&span.window);
+            filled = self.fill_in_background(&prompt, "span window");
+        }
+        if filled == Filled::Preempted {
+            self.idle_fill = Some(span);
+        }
+    }
+
+    /// The window to bring into the cache: the span's where the cache holds
+    /// enough of it that it costs no more than the `affordable` one, or, for
+    /// a request, still decodes before its `deadline`. Returns the prompt and
+    /// whether it is the span's.
+    fn choose_window(
+        &mut self,
+        affordable: FimPrompt,
+        span: &SpanText,
+        deadline: Option<Instant>,
+    ) -> (FimPrompt, bool) {
+        let spanned = self.build_prompt(&span.window);
+        let span_cost = self.cost(&spanned);
+        let in_time = deadline.is_some_and(|d| span_cost <= self.decodable_before(d));
+        if in_time || span_cost <= self.cost(&affordable) {
+            (spanned, true)
+        } else {
+            (affordable, false)
+        }
+    }
+
+    /// Prompt tokens that decode before `deadline` at the measured speed and
+    /// leave time for a line of answer.
+    fn decodable_before(&self, deadline: Instant) -> usize {
+        let answer = self.token_cost * ANSWER_TOKENS_RESERVED;
+        let left = deadline
+            .saturating_duration_since(Instant::now())
+            .saturating_sub(answer);
+        (left.as_secs_f64() / self.chunk_cost.as_secs_f64().max(1e-6) * CHUNK as f64) as usize
+    }
+
+    pub(super) fn complete(
+        &mut self,
+        mut job: CompletionJob,
+        reply: oneshot::Sender<Result<Generation, EngineError>>,
+    ) {
+        if job.cancel.is_cancelled() {
+            let _ = reply.send(Ok(Generation::cancelled()));
+            return;
+        }
+        let span = job.span.take();
+        let affordable = self.build_prompt(&job.text);
+        let (wanted, spanned) = match &span {
+            Some(span) => self.choose_window(affordable, span, Some(job.deadline)),
+            None => (affordable, false),
+        };
+        let asked = self.in_time(&job.text, &wanted, job.deadline);
+        let late = self.answer(&asked, &mut job, reply, false) == Answered::PromptLate;
+        match span {
+            // The fill moves to where the user asked, once the engine is idle.
+            Some(span) if !spanned => self.idle_fill = Some(span),
+            _ if late || asked != wanted => {
+                // Keep filling so the next keystroke finds a warm cache.
+                self.fill_in_background(&wanted, "fill after a missed deadline");
+            }
+            _ => {}
+        }
+    }
+
+    /// `wanted`, unless the cache lacks more of it than decodes before
+    /// `deadline`: the place is cold, and the affordable window `text`, cut
+    /// from its prefix's start to what does decode, is cheaper.
+    fn in_time(&mut self, text: &FimText, wanted: &FimPrompt, deadline: Instant) -> FimPrompt {
+        let decodable = self.decodable_before(deadline);
+        let cost = self.cost(wanted);
+        if cost <= decodable {
+            return wanted.clone();
+        }
+        let cut = self.build_prompt_within(text, decodable);
+        match self.cost(&cut) < cost {
+            true => cut,
+            false => wanted.clone(),
+        }
+    }
+
+    /// Prompt tokens the cache lacks for `prompt`: what it holds (the
+    /// resident document with its tail back, where a prompt borrows it),
+    /// or a recent prompt kept in memory, whichever shares more.
+    fn cost(&self, prompt: &FimPrompt) -> usize {
+        let len = prompt.tokens.len();
+        let plan = |cached: &[i32], suffix| {
+            reuse::plan(cached, suffix, &prompt.tokens, prompt.suffix_span).tokens_to_decode(len)
+        };
+        let mut cost = plan(&self.cached, self.cached_suffix);
+        if let Residency::Lent(lent) = &self.residency {
+            let document = [&self.cached[..lent.at], &lent.tail[..]].concat();
+            cost = cost.min(plan(&document, None));
+        }
+        if let Some(common) = self.recent.longest_common(&prompt.tokens) {
+            cost = cost.min(len - common.min(len.saturating_sub(1)));
+        }
+        cost
+    }
+
+    fn build_prompt(&mut self, text: &FimText) -> FimPrompt {
+        let budget = match text.spanned {
+            true => self.span_budget(),
+            false => self.budget,
+        };
+        self.assemble(text, budget)
+    }
+
+    /// `text`'s prompt with at most `input` tokens of window (never fewer
+    /// than a cold window's floor), cut from the prefix's start.
+    fn build_prompt_within(&mut self, text: &FimText, input: usize) -> FimPrompt {
+        let input = input.clamp(MIN_COLD_INPUT_TOKENS, self.budget.input.max(MIN_COLD_INPUT_TOKENS));
+        let budget = PromptBudget {
+            input,
+            ..self.budget
+        };
+        self.assemble(text, budget)
+    }
+
+    fn assemble(&mut self, text: &FimText, budget: PromptBudget) -> FimPrompt {
+        let context = self.context_tokens(text);
+        prompt::assemble(
+            &self.fim,
+            &context,
+            &self.tokenize(&text.prefix),
+            &self.tokenize(&text.suffix),
+            budget,
+        )
+    }
+
+    /// A span's document and windows fill the configured input whatever the
+    /// speed: what the cache holds is free, so the slower machine is not the
+    /// one that keeps less of it.
+    fn span_budget(&self) -> PromptBudget {
+        PromptBudget {
+            input: self.configured_input,
+            ..self.budget
+        }
+    }
+
+    /// The resident document's prompt: `document` after `window`'s context.
+    fn document_prompt(&mut self, window: &FimText, document: &str) -> Option<FimPrompt> {
+        let context = self.context_tokens(window);
+        let budget = self.span_budget();
+        prompt::document(&self.fim, &context, &self.tokenize(document), budget)
+    }
+}
