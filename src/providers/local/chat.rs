@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
 use futures::stream;
+use tokio::task::JoinHandle;
 
 use super::{ChatJob, EngineError, EngineStatus, Generation, LocalEngine, ModelInfo, StopReason};
 use crate::cancel::{CancelFlag, CancelOnDrop};
@@ -110,7 +111,8 @@ impl Provider for LocalProvider {
             };
             let answer = LocalAnswer {
                 pieces: answer_pieces,
-                generation: Some(Box::pin(async move { engine.chat(job).await })),
+                // Spawned: the job goes to the engine now, while the pieces are read.
+                generation: Some(tokio::spawn(async move { engine.chat(job).await })),
                 timeouts,
                 first: true,
                 queued: VecDeque::new(),
@@ -139,7 +141,7 @@ type Event = Result<StreamEvent, ProviderError>;
 struct LocalAnswer {
     pieces: tokio::sync::mpsc::UnboundedReceiver<String>,
     /// The final generation; taken once the pieces have all come.
-    generation: Option<BoxFuture<'static, Result<Generation, EngineError>>>,
+    generation: Option<JoinHandle<Result<Generation, EngineError>>>,
     timeouts: Timeouts,
     first: bool,
     /// Events decided at the end, not yet yielded.
@@ -170,7 +172,7 @@ impl LocalAnswer {
             // The engine is done with the job: its generation says how it ended.
             Ok(None) => {}
         }
-        let ended = generation.await;
+        let ended = generation.await.unwrap_or(Err(EngineError::Stopped));
         self.generation = None;
         self.queued = finish(ended);
         self.queued.pop_front()

@@ -118,16 +118,16 @@ impl Engine<'_> {
     }
 
     /// `wanted`, unless the cache lacks more of it than decodes before
-    /// `deadline`: the place is cold, and the affordable window `text`, cut
-    /// from its prefix's start to what does decode, is cheaper.
+    /// `deadline`: the place is cold, and the affordable window `text` is cut
+    /// from its prefix's start to what does decode. Where not even that
+    /// decodes in time, `wanted` it stays: answered empty, its fill goes on.
     fn in_time(&mut self, text: &FimText, wanted: &FimPrompt, deadline: Instant) -> FimPrompt {
         let decodable = self.decodable_before(deadline);
-        let cost = self.cost(wanted);
-        if cost <= decodable {
+        if self.cost(wanted) <= decodable {
             return wanted.clone();
         }
         let cut = self.build_prompt_within(text, decodable);
-        match self.cost(&cut) < cost {
+        match self.cost(&cut) <= decodable {
             true => cut,
             false => wanted.clone(),
         }
