@@ -522,7 +522,7 @@ async fn any_place_in_a_resident_span_decodes_only_its_suffix_section() {
 
 /// A start after the first takes the thread choice the first measured (from
 /// the state directory) instead of probing again: the speed it reports is
-/// the remembered one, to the last bit.
+/// the remembered one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_start_takes_the_remembered_thread_choice() {
     let state = tempfile::tempdir().unwrap();
@@ -535,9 +535,12 @@ async fn a_second_start_takes_the_remembered_thread_choice() {
     first.shutdown();
     let second = LocalEngine::spawn(options);
     let recalled = second.wait_ready().await.unwrap();
-    assert_eq!(
-        recalled.prompt_tokens_per_s, measured.prompt_tokens_per_s,
-        "remembered, not measured again"
+    // JSON keeps the speed to within a rounding of its last digit; no two
+    // measurements come that close.
+    let (recalled, measured) = (recalled.prompt_tokens_per_s, measured.prompt_tokens_per_s);
+    assert!(
+        (recalled - measured).abs() <= measured * 1e-12,
+        "remembered, not measured again: {recalled} after {measured}"
     );
 }
 

@@ -9,11 +9,13 @@
 
 pub mod acceptance;
 pub mod controls;
+mod placement;
 pub mod postprocess;
 pub mod stats;
 pub mod status;
 pub mod tracking;
 pub mod typethrough;
+mod warming;
 
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
@@ -26,8 +28,7 @@ use tokio::time::Instant;
 use crate::cancel::CancelFlag;
 use crate::config::{AutocompleteConfig, Config};
 use crate::context::fim::{self, CHARS_PER_TOKEN, WindowBudget};
-use crate::context::span;
-use crate::context::repository::{self, OpenDocuments, RepositoryContext};
+use crate::context::repository::{OpenDocuments, RepositoryContext};
 use crate::entry::{ChainEntry, ModelRef};
 use crate::providers::local::{
     CompletionJob, EngineError, EngineStatus, FimText, Generation, LocalEngine, ModelInfo, Prewarm,
@@ -288,73 +289,6 @@ impl CompletionService {
         Ok((engine, info))
     }
 
-    /// The window at `cursor` sized to what a cold prompt fills in the
-    /// background at the measured speed, for a request of `trigger`, and its
-    /// budget (the engine prefers the span's window where its cache makes
-    /// that no dearer, see [`Self::span`], and cuts this one to what decodes
-    /// before the deadline where it is cold).
-    fn place(
-        &self,
-        doc: &str,
-        rope: &Rope,
-        cursor: usize,
-        info: &ModelInfo,
-        trigger: Trigger,
-    ) -> (fim::Window, WindowBudget) {
-        let config = self.config();
-        let input = config.input_tokens.min(info.input_budget);
-        let budget = WindowBudget::for_input(input, self.suffix_tokens(&config, info, trigger));
-        let anchor = self.anchors.get(doc).map(|a| *a);
-        let window = fim::window(rope, cursor, budget, anchor);
-        self.anchors.insert(doc.to_owned(), window.anchor_line);
-        (window, budget)
-    }
-
-    /// Suffix tokens a window for a request of `trigger` affords at the
-    /// measured speed.
-    fn suffix_tokens(&self, config: &AutocompleteConfig, info: &ModelInfo, trigger: Trigger) -> usize {
-        fim::affordable_suffix(config.suffix_tokens, info.prompt_tokens_per_s, self.budget(trigger))
-    }
-
-    /// A placed window's text, with the repository context in front.
-    fn fim_text(&self, doc: &str, (window, _): (fim::Window, WindowBudget)) -> FimText {
-        self.with_context(doc, window.text)
-    }
-
-    fn with_context(&self, doc: &str, text: FimText) -> FimText {
-        FimText {
-            context: self.repository.block(),
-            path: repository::display_path(doc),
-            ..text
-        }
-    }
-
-    /// The span at `cursor` (see `context::span`), sized to the configured
-    /// input whatever the measured speed, so its start stays put; its suffix
-    /// is what a request of `trigger` affords.
-    fn span(
-        &self,
-        doc: &str,
-        rope: &Rope,
-        cursor: usize,
-        info: &ModelInfo,
-        trigger: Trigger,
-    ) -> Option<SpanText> {
-        let config = self.config();
-        let suffix = self.suffix_tokens(&config, info, trigger);
-        let budget = WindowBudget::for_input(config.input_tokens, suffix);
-        // Blocks from the configured sizes alone: half the largest prefix.
-        let block_chars = WindowBudget::for_input(config.input_tokens, config.suffix_tokens)
-            .prefix_tokens
-            * CHARS_PER_TOKEN
-            / 2;
-        let span = span::at(rope, cursor, budget, block_chars)?;
-        Some(SpanText {
-            window: self.with_context(doc, span.window),
-            document: span.document,
-        })
-    }
-
     /// Repository context tokens: as configured, but at most twice the input
     /// budget, so its size follows the machine's speed like the window's.
     fn repository_budget(config: &AutocompleteConfig, info: &ModelInfo) -> usize {
@@ -398,102 +332,6 @@ impl CompletionService {
             .refresh(doc, rope, line, &open, tokens * CHARS_PER_TOKEN);
         tracing::debug!(doc, line, changed, "repository context refresh");
         changed
-    }
-
-    /// Fills the engine's cache for a likely next request (after an edit, debounced),
-    /// first keeping the document `resident` when asked (see `Prewarm`).
-    /// While the model loads, the latest such request waits for [`Self::model_ready`].
-    pub fn prewarm(&self, doc: &str, rope: &Rope, cursor: usize, resident: bool) {
-        let config = self.config();
-        if !config.enabled {
-            return;
-        }
-        match self.engine() {
-            Ok((engine, info)) => {
-                let placed = self.place(doc, rope, cursor, &info, Trigger::Automatic);
-                engine.prewarm(Prewarm {
-                    window: self.fim_text(doc, placed),
-                    span: self.span(doc, rope, cursor, &info, Trigger::Automatic),
-                    resident,
-                });
-            }
-            Err(_) => {
-                tracing::debug!("prewarm deferred until the model is ready");
-                *self.deferred_prewarm.lock().expect("deferred prewarm lock") =
-                    Some(DeferredPrewarm {
-                        doc: doc.to_owned(),
-                        rope: rope.clone(),
-                        cursor,
-                    });
-            }
-        }
-    }
-
-    /// Runs the prewarm deferred while the model was loading.
-    pub fn model_ready(&self) {
-        let deferred = self
-            .deferred_prewarm
-            .lock()
-            .expect("deferred prewarm lock")
-            .take();
-        if let Some(DeferredPrewarm { doc, rope, cursor }) = deferred {
-            self.prewarm(&doc, &rope, cursor, true);
-        }
-        self.publish_status();
-    }
-
-    /// Fills the engine's cache for this position and waits until it is done: what an
-    /// editor's prewarm after opening a file achieves, for one-shot callers.
-    /// The span's window is filled where there is one, so the request that
-    /// follows starts where the span does.
-    pub async fn warm(
-        &self,
-        doc: &str,
-        rope: &Rope,
-        cursor: usize,
-    ) -> Result<Generation, NoSuggestion> {
-        let (engine, info) = self.engine()?;
-        let text = match self.span(doc, rope, cursor, &info, Trigger::Automatic) {
-            Some(span) => span.window,
-            None => {
-                let placed = self.place(doc, rope, cursor, &info, Trigger::Automatic);
-                self.fim_text(doc, placed)
-            }
-        };
-        let job = CompletionJob {
-            text,
-            span: None,
-            max_tokens: 0,
-            stop: Box::new(|_| true),
-            deadline: (Instant::now() + WARM_LIMIT).into_std(),
-            cancel: CancelFlag::default(),
-        };
-        engine
-            .complete(job)
-            .await
-            .map_err(|e| NoSuggestion::EngineFailed(e.to_string()))
-    }
-
-    /// Makes the span at `cursor` resident (its document, then its window
-    /// there) and waits until that is done: what an editor's prewarm
-    /// achieves while the user reads, for benchmarks and tests.
-    pub async fn make_resident(
-        &self,
-        doc: &str,
-        rope: &Rope,
-        cursor: usize,
-    ) -> Result<(), NoSuggestion> {
-        let (engine, info) = self.engine()?;
-        let placed = self.place(doc, rope, cursor, &info, Trigger::Automatic);
-        let prewarm = Prewarm {
-            window: self.fim_text(doc, placed),
-            span: self.span(doc, rope, cursor, &info, Trigger::Automatic),
-            resident: true,
-        };
-        engine
-            .prewarm_and_wait(prewarm)
-            .await
-            .map_err(|e| NoSuggestion::EngineFailed(e.to_string()))
     }
 
     /// Drops what is cached for a closed document.

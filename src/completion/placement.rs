@@ -1,0 +1,83 @@
+//! Where a request's windows start: the window a cold prompt affords, with
+//! its anchor kept while the user types (`context::fim`), and the span at
+//! the cursor, from a stable start, that the engine keeps resident
+//! (`context::span`, ARCHITECTURE.md invariant 20). The engine, which knows
+//! what its cache holds, chooses between them.
+
+use ropey::Rope;
+
+use super::{CompletionService, Trigger};
+use crate::config::AutocompleteConfig;
+use crate::context::fim::{self, CHARS_PER_TOKEN, WindowBudget};
+use crate::context::repository;
+use crate::context::span;
+use crate::providers::local::{FimText, ModelInfo, SpanText};
+
+impl CompletionService {
+    /// The window at `cursor` sized to what a cold prompt fills in the
+    /// background at the measured speed, for a request of `trigger`, and its
+    /// budget (the engine prefers the span's window where its cache makes
+    /// that no dearer, see [`Self::span`], and cuts this one to what decodes
+    /// before the deadline where it is cold).
+    pub(super) fn place(
+        &self,
+        doc: &str,
+        rope: &Rope,
+        cursor: usize,
+        info: &ModelInfo,
+        trigger: Trigger,
+    ) -> (fim::Window, WindowBudget) {
+        let config = self.config();
+        let input = config.input_tokens.min(info.input_budget);
+        let budget = WindowBudget::for_input(input, self.suffix_tokens(&config, info, trigger));
+        let anchor = self.anchors.get(doc).map(|a| *a);
+        let window = fim::window(rope, cursor, budget, anchor);
+        self.anchors.insert(doc.to_owned(), window.anchor_line);
+        (window, budget)
+    }
+
+    /// Suffix tokens a window for a request of `trigger` affords at the
+    /// measured speed.
+    pub(super) fn suffix_tokens(&self, config: &AutocompleteConfig, info: &ModelInfo, trigger: Trigger) -> usize {
+        fim::affordable_suffix(config.suffix_tokens, info.prompt_tokens_per_s, self.budget(trigger))
+    }
+
+    /// A placed window's text, with the repository context in front.
+    pub(super) fn fim_text(&self, doc: &str, (window, _): (fim::Window, WindowBudget)) -> FimText {
+        self.with_context(doc, window.text)
+    }
+
+    pub(super) fn with_context(&self, doc: &str, text: FimText) -> FimText {
+        FimText {
+            context: self.repository.block(),
+            path: repository::display_path(doc),
+            ..text
+        }
+    }
+
+    /// The span at `cursor` (see `context::span`), sized to the configured
+    /// input whatever the measured speed, so its start stays put; its suffix
+    /// is what a request of `trigger` affords.
+    pub(super) fn span(
+        &self,
+        doc: &str,
+        rope: &Rope,
+        cursor: usize,
+        info: &ModelInfo,
+        trigger: Trigger,
+    ) -> Option<SpanText> {
+        let config = self.config();
+        let suffix = self.suffix_tokens(&config, info, trigger);
+        let budget = WindowBudget::for_input(config.input_tokens, suffix);
+        // Blocks from the configured sizes alone: half the largest prefix.
+        let block_chars = WindowBudget::for_input(config.input_tokens, config.suffix_tokens)
+            .prefix_tokens
+            * CHARS_PER_TOKEN
+            / 2;
+        let span = span::at(rope, cursor, budget, block_chars)?;
+        Some(SpanText {
+            window: self.with_context(doc, span.window),
+            document: span.document,
+        })
+    }
+}
