@@ -72,8 +72,15 @@ fn sources() -> Vec<(String, String)> {
         .map(|path| {
             let text = std::fs::read_to_string(&path).expect("a UTF-8 source file");
             let lines = text.lines().count();
-            assert!((400..=3000).contains(&lines), "{}: {lines} lines", path.display());
-            (path.file_name().unwrap().to_string_lossy().into_owned(), text)
+            assert!(
+                (400..=3000).contains(&lines),
+                "{}: {lines} lines",
+                path.display()
+            );
+            (
+                path.file_name().unwrap().to_string_lossy().into_owned(),
+                text,
+            )
         })
         .collect()
 }
@@ -148,7 +155,11 @@ async fn main() {
         "large files: {} holes in {} files (seed {seed}){}",
         tasks.len(),
         files.len(),
-        if _hog.is_some() { ", one core busy" } else { "" }
+        if _hog.is_some() {
+            ", one core busy"
+        } else {
+            ""
+        }
     );
     println!(
         "| budget ms | arrival | holes | exact % | empty % | p50 / p95 ms | decoded at request p50 / p95 | empty reasons |"

@@ -55,7 +55,8 @@ async fn run(
         autocomplete["input_tokens"] = tokens.parse::<u64>().expect("QUALITY_INPUT_TOKENS").into();
     }
     if let Ok(tokens) = std::env::var("QUALITY_SUFFIX_TOKENS") {
-        autocomplete["suffix_tokens"] = tokens.parse::<u64>().expect("QUALITY_SUFFIX_TOKENS").into();
+        autocomplete["suffix_tokens"] =
+            tokens.parse::<u64>().expect("QUALITY_SUFFIX_TOKENS").into();
     }
     let mut local = json!({});
     if let Ok(threads) = std::env::var("QUALITY_THREADS") {

@@ -467,7 +467,12 @@ async fn any_place_in_a_resident_span_decodes_only_its_suffix_section() {
     let span_at = |cursor: usize| span::at(&rope, cursor, budget, block_chars).unwrap();
     let texts_at = |cursor: usize| {
         let span = span_at(cursor);
-        let affordable = fim::window(&rope, cursor, fim::WindowBudget::for_input(256, SUFFIX), None);
+        let affordable = fim::window(
+            &rope,
+            cursor,
+            fim::WindowBudget::for_input(256, SUFFIX),
+            None,
+        );
         let span = SpanText {
             window: span.window,
             document: span.document,
@@ -587,7 +592,10 @@ async fn a_local_chat_answer_streams_as_it_is_generated() {
         .iter()
         .filter(|e| matches!(e, StreamEvent::Delta(text) if !text.is_empty()))
         .count();
-    assert!(pieces > 10, "the answer came in {pieces} pieces: {events:?}");
+    assert!(
+        pieces > 10,
+        "the answer came in {pieces} pieces: {events:?}"
+    );
     assert!(
         matches!(events.last(), Some(StreamEvent::End(_))),
         "the end comes last: {events:?}"
@@ -629,7 +637,10 @@ async fn a_completion_is_answered_while_a_local_chat_goes_on() {
         streamed.push_str(&piece);
         after += 1;
     }
-    assert!(after > 0, "the chat went on after the completion was answered");
+    assert!(
+        after > 0,
+        "the chat went on after the completion was answered"
+    );
     let chat = chat.await.unwrap().unwrap();
     assert!(
         matches!(chat.stop, StopReason::EndOfText | StopReason::MaxTokens),

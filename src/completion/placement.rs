@@ -38,8 +38,17 @@ impl CompletionService {
 
     /// Suffix tokens a window for a request of `trigger` affords at the
     /// measured speed.
-    pub(super) fn suffix_tokens(&self, config: &AutocompleteConfig, info: &ModelInfo, trigger: Trigger) -> usize {
-        fim::affordable_suffix(config.suffix_tokens, info.prompt_tokens_per_s, self.budget(trigger))
+    pub(super) fn suffix_tokens(
+        &self,
+        config: &AutocompleteConfig,
+        info: &ModelInfo,
+        trigger: Trigger,
+    ) -> usize {
+        fim::affordable_suffix(
+            config.suffix_tokens,
+            info.prompt_tokens_per_s,
+            self.budget(trigger),
+        )
     }
 
     /// A placed window's text, with the repository context in front.

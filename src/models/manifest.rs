@@ -343,20 +343,27 @@ mod tests {
         let manifest = Manifest::embedded();
         let apple = APPLE_SILICON_DEFAULTS.map(|(_, name)| name);
         for name in std::iter::once(CPU_DEFAULT_MODEL).chain(apple) {
-            let entry = manifest.get(name).expect("every default is in the manifest");
+            let entry = manifest
+                .get(name)
+                .expect("every default is in the manifest");
             assert!(
                 entry.size.is_some() && entry.sha256.is_some(),
                 "{name} has its size and digest"
             );
         }
         for name in apple {
-            assert!(!name.contains("instruct"), "{name}: a completion-trained base build");
+            assert!(
+                !name.contains("instruct"),
+                "{name}: a completion-trained base build"
+            );
             let entry = manifest.get(name).unwrap();
             assert!(matches!(&entry.source, ModelSource::Url { url }
                 if url.starts_with("https://huggingface.co/ggml-org/") && url.ends_with(&entry.file)));
         }
         assert!(
-            APPLE_SILICON_DEFAULTS.last().is_some_and(|(least, _)| *least == 0),
+            APPLE_SILICON_DEFAULTS
+                .last()
+                .is_some_and(|(least, _)| *least == 0),
             "every Apple Silicon machine has a class"
         );
         for entry in &manifest.models {

@@ -190,7 +190,9 @@ pub async fn attempt(
     idle: Duration,
 ) -> Attempt {
     let (uri, language) = match &task.file {
-        Some(file) if file.ends_with(".rs") => (format!("file:///bench/task_{index}/{file}"), "rust"),
+        Some(file) if file.ends_with(".rs") => {
+            (format!("file:///bench/task_{index}/{file}"), "rust")
+        }
         Some(file) => (format!("file:///bench/task_{index}/{file}"), "python"),
         None => (format!("file:///bench/task_{index}.py"), "python"),
     };
@@ -204,7 +206,10 @@ pub async fn attempt(
         Arrival::Resident => {
             client.reveal_cursor(&uri, line, character).await;
             let opened = client.log().len();
-            let resident = |log: &str| log.get(opened..).is_some_and(|l| l.contains("span window done"));
+            let resident = |log: &str| {
+                log.get(opened..)
+                    .is_some_and(|l| l.contains("span window done"))
+            };
             let waited = Instant::now();
             while !resident(&client.log()) && waited.elapsed() < RESIDENT_PATIENCE {
                 tokio::time::sleep(Duration::from_millis(100)).await;

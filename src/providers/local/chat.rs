@@ -78,7 +78,10 @@ impl Provider for LocalProvider {
             // Before any stream: the model cannot answer at all.
             match engine.status() {
                 EngineStatus::Loading => {
-                    return Err(error(FailureKind::Connect, EngineError::Loading.to_string()));
+                    return Err(error(
+                        FailureKind::Connect,
+                        EngineError::Loading.to_string(),
+                    ));
                 }
                 EngineStatus::Failed(reason) => {
                     let failed = EngineError::Failed(reason).to_string();
@@ -156,10 +159,19 @@ impl LocalAnswer {
         }
         let generation = self.generation.as_mut()?;
         let (limit, kind, what) = match self.first {
-            true => (self.timeouts.first_token, FailureKind::TimeoutFirstToken, "start"),
+            true => (
+                self.timeouts.first_token,
+                FailureKind::TimeoutFirstToken,
+                "start",
+            ),
             false => (self.timeouts.idle, FailureKind::Stalled, "go on"),
         };
-        let late = || error(kind.clone(), format!("the local model did not {what} within {limit:?}"));
+        let late = || {
+            error(
+                kind.clone(),
+                format!("the local model did not {what} within {limit:?}"),
+            )
+        };
         match tokio::time::timeout(limit, self.pieces.recv()).await {
             Err(_) => {
                 self.generation = None;
@@ -183,7 +195,9 @@ impl LocalAnswer {
 fn finish(ended: Result<Generation, EngineError>) -> VecDeque<Event> {
     let generation = match ended {
         Ok(generation) => generation,
-        Err(e @ EngineError::Loading) => return [Err(error(FailureKind::Connect, e.to_string()))].into(),
+        Err(e @ EngineError::Loading) => {
+            return [Err(error(FailureKind::Connect, e.to_string()))].into();
+        }
         Err(other) => return [Err(error(FailureKind::Malformed, other.to_string()))].into(),
     };
     let usage = Usage {

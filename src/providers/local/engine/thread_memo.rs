@@ -129,6 +129,10 @@ mod tests {
         });
         assert_eq!(memo.recall(), None);
         memo.remember(&probe(2));
-        assert_eq!(memo.recall(), Some(probe(2)), "the broken file was replaced");
+        assert_eq!(
+            memo.recall(),
+            Some(probe(2)),
+            "the broken file was replaced"
+        );
     }
 }

@@ -74,7 +74,10 @@ pub(super) fn starting_choice(
         .and_then(ThreadMemo::recall)
         .filter(|probe| candidates.contains(&probe.threads));
     if let Some(best) = recalled {
-        tracing::info!(threads = best.threads, "threads as remembered; measured again when quiet");
+        tracing::info!(
+            threads = best.threads,
+            "threads as remembered; measured again when quiet"
+        );
         return Ok((best, memo, true));
     }
     let best = choose(backend, model, candidates, &mut || false)?

@@ -11,9 +11,7 @@ use tokio::sync::oneshot;
 use super::{Answered, CHUNK, Engine, Filled, Residency};
 use crate::providers::local::prompt::{self, FimPrompt, PromptBudget};
 use crate::providers::local::reuse;
-use crate::providers::local::{
-    CompletionJob, EngineError, FimText, Generation, Prewarm, SpanText,
-};
+use crate::providers::local::{CompletionJob, EngineError, FimText, Generation, Prewarm, SpanText};
 
 /// What a request leaves of its time for the answer: this many generated
 /// tokens (a line of code). A window the cache lacks more of than decodes in
@@ -163,7 +161,10 @@ impl Engine<'_> {
     /// `text`'s prompt with at most `input` tokens of window (never fewer
     /// than a cold window's floor), cut from the prefix's start.
     fn build_prompt_within(&mut self, text: &FimText, input: usize) -> FimPrompt {
-        let input = input.clamp(MIN_COLD_INPUT_TOKENS, self.budget.input.max(MIN_COLD_INPUT_TOKENS));
+        let input = input.clamp(
+            MIN_COLD_INPUT_TOKENS,
+            self.budget.input.max(MIN_COLD_INPUT_TOKENS),
+        );
         let budget = PromptBudget {
             input,
             ..self.budget
