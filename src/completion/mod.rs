@@ -46,8 +46,6 @@ use typethrough::{Spot, TypeThrough};
 pub trait FimEngine: Send + Sync {
     fn complete(&self, job: CompletionJob) -> BoxFuture<'static, Result<Generation, EngineError>>;
     fn prewarm(&self, prewarm: Prewarm);
-    /// Prewarms and waits until that is done or a newer job stopped it.
-    fn prewarm_and_wait(&self, prewarm: Prewarm) -> BoxFuture<'static, Result<(), EngineError>>;
     fn model(&self) -> Result<ModelInfo, EngineError>;
 }
 
@@ -59,11 +57,6 @@ impl FimEngine for LocalEngine {
 
     fn prewarm(&self, prewarm: Prewarm) {
         LocalEngine::prewarm(self, prewarm);
-    }
-
-    fn prewarm_and_wait(&self, prewarm: Prewarm) -> BoxFuture<'static, Result<(), EngineError>> {
-        let engine = self.clone();
-        Box::pin(async move { engine.prewarm_and_wait(prewarm).await })
     }
 
     fn model(&self) -> Result<ModelInfo, EngineError> {

@@ -16,9 +16,6 @@ impl FimEngine for StalledEngine {
     }
     fn prewarm(&self, _: Prewarm) {}
 
-    fn prewarm_and_wait(&self, _: Prewarm) -> BoxFuture<'static, Result<(), EngineError>> {
-        Box::pin(async { Ok(()) })
-    }
     fn model(&self) -> Result<ModelInfo, EngineError> {
         Ok(ModelInfo {
             name: "stalled".into(),
@@ -175,9 +172,6 @@ impl FimEngine for SlowEngine {
     }
     fn prewarm(&self, _: Prewarm) {}
 
-    fn prewarm_and_wait(&self, _: Prewarm) -> BoxFuture<'static, Result<(), EngineError>> {
-        Box::pin(async { Ok(()) })
-    }
     fn model(&self) -> Result<ModelInfo, EngineError> {
         StalledEngine::default().model()
     }

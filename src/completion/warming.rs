@@ -83,26 +83,4 @@ impl CompletionService {
             .await
             .map_err(|e| NoSuggestion::EngineFailed(e.to_string()))
     }
-
-    /// Makes the span at `cursor` resident (its document, then its window
-    /// there) and waits until that is done: what an editor's prewarm
-    /// achieves while the user reads, for benchmarks and tests.
-    pub async fn make_resident(
-        &self,
-        doc: &str,
-        rope: &Rope,
-        cursor: usize,
-    ) -> Result<(), NoSuggestion> {
-        let (engine, info) = self.engine()?;
-        let placed = self.place(doc, rope, cursor, &info, Trigger::Automatic);
-        let prewarm = Prewarm {
-            window: self.fim_text(doc, placed),
-            span: self.span(doc, rope, cursor, &info, Trigger::Automatic),
-            resident: true,
-        };
-        engine
-            .prewarm_and_wait(prewarm)
-            .await
-            .map_err(|e| NoSuggestion::EngineFailed(e.to_string()))
-    }
 }
