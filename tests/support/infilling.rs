@@ -210,8 +210,8 @@ pub async fn attempt(
                 log.get(opened..)
                     .is_some_and(|l| l.contains("span window done"))
             };
-            let waited = Instant::now();
-            while !resident(&client.log()) && waited.elapsed() < RESIDENT_PATIENCE {
+            let patience = super::timing::Deadline::after(RESIDENT_PATIENCE);
+            while !resident(&client.log()) && !patience.passed() {
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
         }
