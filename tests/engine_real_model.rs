@@ -602,11 +602,12 @@ async fn a_local_chat_answer_streams_as_it_is_generated() {
     );
 }
 
-/// Completion before chat: a completion asked while a local chat answers is
-/// answered while the chat goes on (more of the chat's text comes after the
-/// completion's answer), and the chat still ends whole.
+/// Completion before prewarm before chat: a completion asked while a local
+/// chat answers is answered, and a prewarm then filled, while the chat goes
+/// on (more of the chat's text comes after both), and the chat still ends
+/// whole.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_completion_is_answered_while_a_local_chat_goes_on() {
+async fn a_completion_and_a_prewarm_are_served_while_a_local_chat_goes_on() {
     let engine = LocalEngine::spawn(options());
     engine.wait_ready().await.unwrap();
     let (pieces, mut chat_text) = tokio::sync::mpsc::unbounded_channel();
@@ -632,6 +633,18 @@ async fn a_completion_is_answered_while_a_local_chat_goes_on() {
         .unwrap();
     assert_ne!(completion.stop, StopReason::Cancelled);
     assert!(!completion.text.is_empty(), "{completion:?}");
+    engine
+        .prewarm_and_wait(Prewarm {
+            window: sample_text("fn main() {"),
+            span: None,
+            resident: false,
+        })
+        .await
+        .expect("the prewarm is served");
+    assert!(
+        !chat.is_finished(),
+        "the completion and the prewarm were served before the chat ended"
+    );
     let mut after = 0;
     while let Some(piece) = chat_text.recv().await {
         streamed.push_str(&piece);
@@ -639,7 +652,7 @@ async fn a_completion_is_answered_while_a_local_chat_goes_on() {
     }
     assert!(
         after > 0,
-        "the chat went on after the completion was answered"
+        "the chat went on after the completion and the prewarm"
     );
     let chat = chat.await.unwrap().unwrap();
     assert!(

@@ -38,7 +38,7 @@ use super::prompt::{FimPrompt, FimTokens, PromptBudget};
 use super::reuse::SuffixSpan;
 use super::{
     ChatJob, CompletionJob, EngineError, EngineOptions, EngineStatus, FimText, Generation, Job,
-    ModelInfo, Snippet, SpanText, StopReason,
+    ModelInfo, Prewarm, Snippet, SpanText, StopReason,
 };
 use crate::cancel::CancelFlag;
 use load::{
@@ -173,7 +173,7 @@ struct Interrupt<'a> {
     deadline: Option<Instant>,
     /// Background work yields to any newly arrived job.
     preemptible: bool,
-    /// A chat answer yields to a completion that waits (see `aside`).
+    /// A chat answer yields to a completion or prewarm that waits (see `aside`).
     yields: bool,
 }
 
@@ -260,13 +260,15 @@ impl Engine<'_> {
                 Job::Shutdown => break,
                 Job::Complete(job, reply) => self.complete(job, reply),
                 Job::Chat(job, reply) => self.chat(job, reply),
-                Job::Prewarm(prewarm, done) => {
-                    self.prewarm(&prewarm);
-                    if let Some(done) = done {
-                        let _ = done.send(());
-                    }
-                }
+                Job::Prewarm(prewarm, done) => self.prewarm_then_tell(&prewarm, done),
             }
+        }
+    }
+
+    fn prewarm_then_tell(&mut self, prewarm: &Prewarm, done: Option<oneshot::Sender<()>>) {
+        self.prewarm(prewarm);
+        if let Some(done) = done {
+            let _ = done.send(());
         }
     }
 
@@ -348,7 +350,7 @@ impl Engine<'_> {
         {
             Some(Stopped::Deadline)
         } else if interrupt.preemptible && self.job_arrived()
-            || interrupt.yields && self.completion_waiting()
+            || interrupt.yields && self.ahead_of_chat_waiting()
         {
             Some(Stopped::Preempted)
         } else {

@@ -1,7 +1,8 @@
-//! Completion before chat: a local chat answer (an explain with no remote
-//! provider) yields to every completion that arrives while its prompt is
-//! decoded or its answer generated, so ghost text keeps its budget while an
-//! explain runs on the local model (ARCHITECTURE.md invariant 21).
+//! Completion before prewarm before chat: a local chat answer (an explain
+//! with no remote provider) yields to every completion and prewarm that
+//! arrives while its prompt is decoded or its answer generated, so ghost text
+//! keeps its budget, and its cache follows the user, while an explain runs on
+//! the local model (ARCHITECTURE.md invariant 21).
 //!
 //! Nothing is copied by hand: the completion's own switch saves the chat's
 //! cache among the recent prompts (`recent`), and the chat brings its tokens
@@ -16,31 +17,37 @@ use crate::providers::local::prompt::FimPrompt;
 use crate::providers::local::{CompletionJob, EngineError, Generation, StopReason};
 
 impl Engine<'_> {
-    /// Whether a completion waits (everything that has arrived is looked at).
-    pub(super) fn completion_waiting(&mut self) -> bool {
+    /// Whether a completion or prewarm waits (everything that has arrived is
+    /// looked at).
+    pub(super) fn ahead_of_chat_waiting(&mut self) -> bool {
         while let Ok(job) = self.rx.try_recv() {
             self.pending.push_back(job);
         }
-        self.pending
-            .iter()
-            .any(|job| matches!(job, Job::Complete(..)))
+        self.pending.iter().any(goes_before_chat)
     }
 
-    /// Answers the completions waiting, in their order; other jobs stay queued.
-    fn answer_waiting_completions(&mut self) {
-        while let Some(at) = self
-            .pending
-            .iter()
-            .position(|job| matches!(job, Job::Complete(..)))
-        {
-            if let Some(Job::Complete(job, reply)) = self.pending.remove(at) {
-                self.complete(job, reply);
+    /// Serves what waits ahead of the chat, completions first, each kind in
+    /// its order; other jobs stay queued. A prewarm's fill stops at the next
+    /// job that arrives, so a completion never waits behind one.
+    fn serve_ahead_of_chat(&mut self) {
+        loop {
+            let next = self.position_of(|job| matches!(job, Job::Complete(..)));
+            let next = next.or_else(|| self.position_of(|job| matches!(job, Job::Prewarm(..))));
+            match next.and_then(|at| self.pending.remove(at)) {
+                Some(Job::Complete(job, reply)) => self.complete(job, reply),
+                Some(Job::Prewarm(prewarm, done)) => self.prewarm_then_tell(&prewarm, done),
+                _ => return,
             }
         }
     }
 
+    fn position_of(&self, wanted: impl Fn(&Job) -> bool) -> Option<usize> {
+        self.pending.iter().position(wanted)
+    }
+
     /// Brings the cache to `prompt` (see `sync_prompt`); where `interrupt`
-    /// yields, answers the completions that arrive meanwhile and goes on.
+    /// yields, serves the completions and prewarms that arrive meanwhile and
+    /// goes on.
     pub(super) fn sync_yielding(
         &mut self,
         prompt: &FimPrompt,
@@ -49,15 +56,16 @@ impl Engine<'_> {
         loop {
             match self.sync_prompt(prompt, interrupt) {
                 Err(SyncError::Stopped(Stopped::Preempted, _)) if interrupt.yields => {
-                    self.answer_waiting_completions();
+                    self.serve_ahead_of_chat();
                 }
                 other => return other,
             }
         }
     }
 
-    /// Generates `job`'s answer; where `interrupt` yields, answers each
-    /// completion that waits and then brings the answer's tokens back.
+    /// Generates `job`'s answer; where `interrupt` yields, serves each
+    /// completion and prewarm that waits and then brings the answer's tokens
+    /// back.
     pub(super) fn generate_yielding(
         &mut self,
         job: &mut CompletionJob,
@@ -77,7 +85,7 @@ impl Engine<'_> {
                 prefix_trimmed: 0,
                 suffix_trimmed: 0,
             };
-            self.answer_waiting_completions();
+            self.serve_ahead_of_chat();
             match self.sync_yielding(&so_far, interrupt) {
                 Ok(_) => {}
                 Err(SyncError::Stopped(stopped, _)) => {
@@ -94,4 +102,8 @@ impl Engine<'_> {
             }
         }
     }
+}
+
+fn goes_before_chat(job: &Job) -> bool {
+    matches!(job, Job::Complete(..) | Job::Prewarm(..))
 }

@@ -17,6 +17,10 @@ use crate::providers::local::{CompletionJob, EngineError, FimText, Generation, P
 /// tokens (a line of code). A window the cache lacks more of than decodes in
 /// the rest is cut to it.
 const ANSWER_TOKENS_RESERVED: u32 = 12;
+/// Where even the shortest cut leaves less than a line, it is still taken
+/// while it leaves this many tokens (the start of a line, which the user can
+/// accept, or type on from): an empty answer helps no one.
+const ANSWER_TOKENS_AT_LEAST: u32 = 4;
 /// A window cut to the time left keeps at least this many tokens.
 const MIN_COLD_INPUT_TOKENS: usize = 32;
 
@@ -80,7 +84,13 @@ impl Engine<'_> {
     /// Prompt tokens that decode before `deadline` at the measured speed and
     /// leave time for a line of answer.
     fn decodable_before(&self, deadline: Instant) -> usize {
-        let answer = self.token_cost * ANSWER_TOKENS_RESERVED;
+        self.decodable_leaving(deadline, ANSWER_TOKENS_RESERVED)
+    }
+
+    /// Prompt tokens that decode before `deadline` and leave time for
+    /// `answer_tokens` generated ones.
+    fn decodable_leaving(&self, deadline: Instant, answer_tokens: u32) -> usize {
+        let answer = self.token_cost * answer_tokens;
         let left = deadline
             .saturating_duration_since(Instant::now())
             .saturating_sub(answer);
@@ -117,17 +127,20 @@ impl Engine<'_> {
 
     /// `wanted`, unless the cache lacks more of it than decodes before
     /// `deadline`: the place is cold, and the affordable window `text` is cut
-    /// from its prefix's start to what does decode. Where not even that
-    /// decodes in time, `wanted` it stays: answered empty, its fill goes on.
+    /// from its prefix's start to what does decode, leaving a line of answer
+    /// or, at the shortest cut, the start of one. Where not even that decodes
+    /// in time, `wanted` it stays: answered empty, its fill goes on.
     fn in_time(&mut self, text: &FimText, wanted: &FimPrompt, deadline: Instant) -> FimPrompt {
         let decodable = self.decodable_before(deadline);
         if self.cost(wanted) <= decodable {
             return wanted.clone();
         }
         let cut = self.build_prompt_within(text, decodable);
-        match self.cost(&cut) <= decodable {
-            true => cut,
-            false => wanted.clone(),
+        let cost = self.cost(&cut);
+        if cost <= decodable || cost <= self.decodable_leaving(deadline, ANSWER_TOKENS_AT_LEAST) {
+            cut
+        } else {
+            wanted.clone()
         }
     }
 
