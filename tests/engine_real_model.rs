@@ -4,37 +4,9 @@ mod support;
 
 use std::time::{Duration, Instant};
 
+use support::engine_options as options;
 use switchyard::cancel::CancelFlag;
-use switchyard::models::Manifest;
 use switchyard::providers::local::*;
-
-fn options() -> EngineOptions {
-    let entry = Manifest::embedded()
-        .get("qwen2.5-coder-0.5b-instruct")
-        .unwrap();
-    EngineOptions {
-        model_name: entry.name.clone(),
-        model_path: entry.path_in(&support::model_dir()),
-        // One thread, not the count the engine would measure fastest here:
-        // the same kernels on every machine, and tests running side by side
-        // each keep a core.
-        threads: 1,
-        // The smallest budget the engine ever sizes to (256 tokens): it cannot
-        // follow the measured speed, so every run sees the same prompts
-        // however loaded the machine.
-        budget: PromptBudget {
-            input: 256,
-            suffix: 64,
-            repository: 0,
-        },
-        max_output_tokens: 200,
-        reuse_cache: true,
-        draft_tokens: 8,
-        recent_prompts: 4,
-        // Measured at every start: each test's engine its own.
-        thread_memo: None,
-    }
-}
 
 /// The sample split inside `hit_rate`, after `let total = `. The prefix is the
 /// 500 bytes before the split, so it fits the input budget on slow machines too

@@ -38,7 +38,8 @@ pub async fn run(action: ModelsAction) -> ExitCode {
                 } else {
                     "not downloaded"
                 };
-                let size = m.size.map_or("size unknown".to_owned(), |s| {
+                let size = m.files().iter().map(|file| file.size).sum::<Option<u64>>();
+                let size = size.map_or("size unknown".to_owned(), |s| {
                     format!("{:.0} MB", s as f64 / 1e6)
                 });
                 let mark = if &m.name == default {
@@ -63,9 +64,11 @@ pub async fn run(action: ModelsAction) -> ExitCode {
             Err(e) => Err(e),
         },
         ModelsAction::Verify { name } => entry(name.as_deref()).and_then(|entry| {
-            let path = entry.path_in(&dir);
-            models::verify(entry, &path).map_err(|e| e.to_string())?;
-            println!("{}: OK", path.display());
+            for file in entry.files() {
+                let path = file.path_in(&dir);
+                models::verify(&file, &path).map_err(|e| e.to_string())?;
+                println!("{}: OK", path.display());
+            }
             Ok(())
         }),
     };

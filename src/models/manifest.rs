@@ -50,6 +50,24 @@ pub struct ModelEntry {
     /// them is used as it is.
     #[serde(default)]
     pub former_files: Vec<String>,
+    /// The further files of a split GGUF, whose first part is `file`:
+    /// llama.cpp loads the first and finds the rest beside it by name
+    /// (`<prefix>-0000N-of-0000M.gguf`), so each is fetched and checked
+    /// like the first, into the same directory.
+    #[serde(default)]
+    pub more_parts: Vec<SplitPart>,
+}
+
+/// One further file of a split GGUF.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SplitPart {
+    pub file: String,
+    #[serde(default)]
+    pub size: Option<u64>,
+    #[serde(default)]
+    pub sha256: Option<String>,
+    pub source: ModelSource,
 }
 
 /// Where a model's bytes come from.
@@ -111,9 +129,9 @@ impl Manifest {
         }
         let mut names = HashSet::new();
         for entry in &mut manifest.models {
-            entry.size = entry.size.filter(|&size| size > 0);
-            if let Some(digest) = &mut entry.sha256 {
-                digest.make_ascii_lowercase();
+            normalise(&mut entry.size, &mut entry.sha256);
+            for part in &mut entry.more_parts {
+                normalise(&mut part.size, &mut part.sha256);
             }
             entry.validate()?;
             if !names.insert(entry.name.clone()) {
@@ -147,7 +165,36 @@ impl Manifest {
     }
 }
 
+fn normalise(size: &mut Option<u64>, sha256: &mut Option<String>) {
+    *size = size.filter(|&size| size > 0);
+    if let Some(digest) = sha256 {
+        digest.make_ascii_lowercase();
+    }
+}
+
 impl ModelEntry {
+    /// Each file this model is, as an entry of its own under the model's
+    /// name: the first (this entry, without its further parts), then the
+    /// further parts of a split GGUF.
+    pub fn files(&self) -> Vec<ModelEntry> {
+        let first = ModelEntry {
+            more_parts: Vec::new(),
+            ..self.clone()
+        };
+        let rest = self.more_parts.iter().map(|part| ModelEntry {
+            name: self.name.clone(),
+            file: part.file.clone(),
+            size: part.size,
+            sha256: part.sha256.clone(),
+            description: self.description.clone(),
+            source: part.source.clone(),
+            alternatives: Vec::new(),
+            former_files: Vec::new(),
+            more_parts: Vec::new(),
+        });
+        std::iter::once(first).chain(rest).collect()
+    }
+
     /// Where this model lives inside a model directory: its file, or a file
     /// under a former name when only that one is there.
     pub fn path_in(&self, dir: &Path) -> PathBuf {
@@ -186,8 +233,44 @@ impl ModelEntry {
         for source in std::iter::once(&self.source).chain(&self.alternatives) {
             source.validate().map_err(|reason| invalid(self, reason))?;
         }
+        if !self.more_parts.is_empty() {
+            self.validate_split()?;
+        }
         Ok(())
     }
+
+    /// A split GGUF's files must carry the names llama.cpp derives from the
+    /// first, or it loads the first and fails to find the rest.
+    fn validate_split(&self) -> Result<(), ManifestError> {
+        let count = self.more_parts.len() + 1;
+        let first_suffix = split_suffix(1, count);
+        let Some(prefix) = self.file.strip_suffix(&first_suffix) else {
+            return Err(invalid(
+                self,
+                format!("a split model's file must end in `{first_suffix}`"),
+            ));
+        };
+        for (number, part) in (2..).zip(&self.more_parts) {
+            let expected = format!("{prefix}{}", split_suffix(number, count));
+            if part.file != expected {
+                return Err(invalid(
+                    self,
+                    format!(
+                        "split part {number} must be named `{expected}`, not `{}`",
+                        part.file
+                    ),
+                ));
+            }
+            let file = self.files().swap_remove(number - 1);
+            file.validate()?;
+        }
+        Ok(())
+    }
+}
+
+/// llama.cpp's name for part `number` of `count` (`llama_split_path`).
+fn split_suffix(number: usize, count: usize) -> String {
+    format!("-{number:05}-of-{count:05}.gguf")
 }
 
 impl ModelSource {
@@ -336,6 +419,68 @@ mod tests {
         assert!(
             matches!(&entry.alternatives[..], [ModelSource::Url { url }] if url.contains("huggingface.co"))
         );
+    }
+
+    const SPLIT: &str = r#"
+        [[models]]
+        name = "big"
+        file = "big-q4_k_m-00001-of-00002.gguf"
+        description = "test"
+        source = { kind = "url", url = "https://example.invalid/1.gguf" }
+
+        [[models.more_parts]]
+        file = "big-q4_k_m-00002-of-00002.gguf"
+        size = 0
+        sha256 = "ABCDEF0123456789ABCDEF0123456789ABCDEF0123456789ABCDEF0123456789"
+        source = { kind = "url", url = "https://example.invalid/2.gguf" }
+    "#;
+
+    #[test]
+    fn a_split_model_is_its_files_in_order() {
+        let manifest = Manifest::parse(SPLIT).expect("a split entry parses");
+        let files = manifest.models[0].files();
+        let names: Vec<&str> = files.iter().map(|file| file.file.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "big-q4_k_m-00001-of-00002.gguf",
+                "big-q4_k_m-00002-of-00002.gguf"
+            ]
+        );
+        assert!(
+            files
+                .iter()
+                .all(|file| file.name == "big" && file.more_parts.is_empty())
+        );
+        assert_eq!(files[1].size, None, "a size of 0 is unknown");
+        assert!(files[1].sha256.as_ref().unwrap().starts_with("abcdef"));
+    }
+
+    #[test]
+    fn split_parts_must_carry_the_names_llama_cpp_looks_for() {
+        for (from, to, reason) in [
+            (
+                "00001-of-00002.gguf\"",
+                "00001-of-00003.gguf\"",
+                "must end in `-00001-of-00002.gguf`",
+            ),
+            (
+                "00002-of-00002.gguf\"",
+                "00002-of-00003.gguf\"",
+                "must be named `big-q4_k_m-00002-of-00002.gguf`",
+            ),
+            (
+                "big-q4_k_m-00002",
+                "other-00002",
+                "must be named `big-q4_k_m-00002-of-00002.gguf`",
+            ),
+            ("ABCDEF0123", "XYZ", "is not 64 hexadecimal digits"),
+        ] {
+            let error = Manifest::parse(&SPLIT.replacen(from, to, 1))
+                .expect_err(from)
+                .to_string();
+            assert!(error.contains(reason), "{from}: {error}");
+        }
     }
 
     #[test]

@@ -22,7 +22,7 @@ use std::path::PathBuf;
 pub use error::{FetchError, PullError};
 pub use manifest::{
     APPLE_SILICON_DEFAULTS, CPU_DEFAULT_MODEL, DEFAULT_PYPI_INDEX, Manifest, ManifestError,
-    ModelEntry, ModelSource, WheelPart,
+    ModelEntry, ModelSource, SplitPart, WheelPart,
 };
 pub use progress::{NoProgress, PullProgress, TerminalProgress};
 pub use pull::pull;

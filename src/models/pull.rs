@@ -29,9 +29,10 @@ struct Staged {
     sha256: String,
 }
 
-/// Makes `entry`'s model present and verified in `dir` and returns its path.
-/// Returns at once, without network, when [`is_present`] already holds.
-/// Interrupted pulls resume where they stopped.
+/// Makes `entry`'s model present and verified in `dir`, every part of a
+/// split one, and returns the path to load. Returns at once, without
+/// network, when [`is_present`] already holds. Interrupted pulls resume
+/// where they stopped.
 pub async fn pull(
     entry: &ModelEntry,
     dir: &Path,
@@ -41,6 +42,18 @@ pub async fn pull(
         model: entry.name.clone(),
         reason: error.to_string(),
     })?;
+    for file in entry.files() {
+        pull_file(&file, dir, progress).await?;
+    }
+    Ok(entry.path_in(dir))
+}
+
+/// [`pull`] for one file.
+async fn pull_file(
+    entry: &ModelEntry,
+    dir: &Path,
+    progress: &dyn PullProgress,
+) -> Result<PathBuf, PullError> {
     let target = entry.path_in(dir);
     if is_present(entry, dir) {
         return Ok(target);

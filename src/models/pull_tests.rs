@@ -45,6 +45,7 @@ fn entry_for(source: ModelSource, content: &[u8]) -> ModelEntry {
         source,
         alternatives: Vec::new(),
         former_files: Vec::new(),
+        more_parts: Vec::new(),
     }
 }
 

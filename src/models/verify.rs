@@ -70,9 +70,13 @@ pub fn verify(entry: &ModelEntry, path: &Path) -> Result<(), VerifyError> {
     }
 }
 
-/// True when `entry`'s file is in `dir` with the expected size and a
+/// True when each of `entry`'s files is in `dir` with the expected size and a
 /// `.verified` marker at least as new as the file. Does not hash.
 pub fn is_present(entry: &ModelEntry, dir: &Path) -> bool {
+    entry.files().iter().all(|file| file_is_present(file, dir))
+}
+
+fn file_is_present(entry: &ModelEntry, dir: &Path) -> bool {
     let path = entry.path_in(dir);
     let Ok(file) = fs::metadata(&path) else {
         return false;
@@ -202,6 +206,7 @@ mod tests {
             },
             alternatives: Vec::new(),
             former_files: Vec::new(),
+            more_parts: Vec::new(),
         }
     }
 

@@ -8,6 +8,7 @@ pub mod cpu_hog;
 pub mod crossfile;
 pub mod fake_provider;
 pub mod gateway;
+pub mod gguf_split;
 pub mod infilling;
 pub mod lsp_client;
 pub mod poll;
@@ -18,6 +19,9 @@ pub mod spread;
 pub mod timing;
 
 use std::path::{Path, PathBuf};
+
+use switchyard::models::Manifest;
+use switchyard::providers::local::{EngineOptions, PromptBudget};
 
 /// A port nothing listens on now, for servers that cannot pick one and say
 /// which (chromedriver, code-server, redis-server).
@@ -50,6 +54,35 @@ pub fn installed_tool(script: &str) -> Option<PathBuf> {
 /// Where the test model is cached (`models/fetch-test-model.sh` puts it there).
 pub fn model_dir() -> PathBuf {
     switchyard::models::model_dir()
+}
+
+/// The local engine on the test model, as the engine tests run it.
+pub fn engine_options() -> EngineOptions {
+    let entry = Manifest::embedded()
+        .get("qwen2.5-coder-0.5b-instruct")
+        .unwrap();
+    EngineOptions {
+        model_name: entry.name.clone(),
+        model_path: entry.path_in(&model_dir()),
+        // One thread, not the count the engine would measure fastest here:
+        // the same kernels on every machine, and tests running side by side
+        // each keep a core.
+        threads: 1,
+        // The smallest budget the engine ever sizes to (256 tokens): it cannot
+        // follow the measured speed, so every run sees the same prompts
+        // however loaded the machine.
+        budget: PromptBudget {
+            input: 256,
+            suffix: 64,
+            repository: 0,
+        },
+        max_output_tokens: 200,
+        reuse_cache: true,
+        draft_tokens: 8,
+        recent_prompts: 4,
+        // Measured at every start: each test's engine its own.
+        thread_memo: None,
+    }
 }
 
 /// A small Rust file of about 1,000 tokens, used by completion tests.

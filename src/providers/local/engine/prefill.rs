@@ -171,7 +171,7 @@ impl Engine<'_> {
 }
 
 /// The longest a request should wait for a background chunk already in flight.
-const BACKGROUND_CHUNK_TIME: Duration = Duration::from_millis(250);
+const BACKGROUND_CHUNK_TIME: Duration = Duration::from_millis(150);
 
 /// Tokens per decode call. A job's own prompt goes in full chunks, the fastest
 /// per token. Background work goes in chunks that end within
