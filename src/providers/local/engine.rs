@@ -511,6 +511,14 @@ impl Engine<'_> {
         let generated = Instant::now();
         let result = self.generate_yielding(job, &mut answer, &foreground);
         answer.generate_ms = generated.elapsed().as_secs_f64() * 1e3;
+        if yields {
+            tracing::debug!(
+                generated = answer.tokens_generated,
+                generate_ms = answer.generate_ms.round(),
+                stop = ?answer.stop,
+                "local chat done"
+            );
+        }
         let _ = reply.send(result.map(|()| answer));
         Answered::Replied
     }

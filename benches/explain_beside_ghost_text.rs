@@ -1,0 +1,225 @@
+//! Ghost text while an explain runs on the local model, with no API keys,
+//! through the binary: the same places asked alone, then again while an
+//! explain answers (a new one starts whenever the last ends), and the
+//! explains' own time and length; then one explain through the gateway's
+//! streaming endpoint.
+//!
+//! Run: `cargo bench --bench explain_beside_ghost_text` (after
+//! `models/fetch-test-model.sh`, with `../shared/bench` beside the
+//! repository). Settings (environment):
+//! - `EXPLAIN_TASKS=20` single-line HumanEval infilling tasks (seed 0).
+//! - `EXPLAIN_IDLE_MS=300`: the pause after the cursor is revealed.
+//! - `EXPLAIN_HOG=1`: one spinning thread beside the servers.
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use serde_json::{Value, json};
+use support::cpu_hog::CpuHog;
+use support::gateway::GatewayProcess;
+use support::infilling::{self, Arrival, Attempt, Task};
+use support::lsp_client::{LspClient, ServerOptions};
+
+const EXPLAINED: &str = "file:///bench/explained.rs";
+
+fn env_or(name: &str, default: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| default.to_owned())
+}
+
+fn tasks() -> Vec<Task> {
+    let data = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../shared/bench/humaneval-infilling/HumanEval-SingleLineInfilling.jsonl");
+    let count = env_or("EXPLAIN_TASKS", "20")
+        .parse()
+        .expect("EXPLAIN_TASKS");
+    infilling::sample(infilling::load(&data), count, 0)
+}
+
+/// The server as a user without keys gets it: the embedded defaults, the
+/// model already downloaded.
+async fn server() -> LspClient {
+    let mut client = LspClient::spawn(ServerOptions::default()).await;
+    let options = json!({"local": {"auto_pull": false}});
+    let capabilities = json!({"textDocument": {"inlineCompletion": {}}});
+    client.initialize(capabilities, options).await;
+    client.wait_for_model().await;
+    let doc =
+        json!({"uri": EXPLAINED, "languageId": "rust", "version": 1, "text": support::SAMPLE_RUST});
+    client
+        .notify("textDocument/didOpen", json!({"textDocument": doc}))
+        .await;
+    client
+}
+
+/// An explain of the sample's first 60 lines.
+async fn start_explain(client: &mut LspClient) -> (i64, Instant) {
+    let range = json!({"start": {"line": 0, "character": 0}, "end": {"line": 60, "character": 0}});
+    let arguments = json!([EXPLAINED, range]);
+    let params = json!({"command": "switchyard.explain", "arguments": arguments});
+    let id = client
+        .send_request("workspace/executeCommand", params)
+        .await;
+    (id, Instant::now())
+}
+
+/// One explain's outcome: provider, seconds, answer length in tokens (as the
+/// model's tokenizer counts them, from the server's log) and characters.
+fn explain_row(response: &Value, took: Duration, tokens: Option<usize>) -> String {
+    let result = &response["result"];
+    let text = result["text"].as_str().unwrap_or_default();
+    format!(
+        "| {} | {:.1} | {} | {} | {} |",
+        result["provider"].as_str().unwrap_or("(failed)"),
+        took.as_secs_f64(),
+        tokens.map_or("?".to_owned(), |t| t.to_string()),
+        text.len(),
+        response["error"]["message"].as_str().unwrap_or(""),
+    )
+}
+
+fn row(what: &str, attempts: &[Attempt]) {
+    let score = infilling::score(attempts);
+    println!(
+        "| {what} | {} | {:.1} | {:.1} | {} / {} |",
+        score.tasks,
+        score.empty * 100.0,
+        score.exact * 100.0,
+        score.p50.as_millis(),
+        score.p95.as_millis()
+    );
+}
+
+/// The tokens the last local chat generated, from the engine's log line.
+fn chat_tokens(log: &str) -> Option<usize> {
+    let line = log.lines().rev().find(|l| l.contains("local chat done"))?;
+    let (_, after) = line.split_once(" generated=")?;
+    after
+        .split(|c: char| !c.is_ascii_digit())
+        .next()?
+        .parse()
+        .ok()
+}
+
+async fn through_the_language_server(tasks: &[Task], idle: Duration) {
+    let mut client = server().await;
+    let mut alone = Vec::new();
+    for (i, task) in tasks.iter().enumerate() {
+        alone.push(infilling::attempt(&mut client, task, i, Arrival::Revealed, idle).await);
+    }
+    let mut beside = Vec::new();
+    let mut explains = Vec::new();
+    let (mut explain, mut since) = start_explain(&mut client).await;
+    client.wait_for_log("local chat answering").await;
+    for (i, task) in tasks.iter().enumerate() {
+        if client.answered(explain) {
+            let response = client.response(explain).await;
+            explains.push(explain_row(
+                &response,
+                since.elapsed(),
+                chat_tokens(&client.log()),
+            ));
+            (explain, since) = start_explain(&mut client).await;
+            client.wait_for_log("local chat answering").await;
+        }
+        beside.push(infilling::attempt(&mut client, task, i, Arrival::Revealed, idle).await);
+    }
+    let response = client.response(explain).await;
+    explains.push(explain_row(
+        &response,
+        since.elapsed(),
+        chat_tokens(&client.log()),
+    ));
+    client.shutdown().await;
+
+    println!("| ghost text | places | empty % | exact % | p50 / p95 ms |");
+    println!("|---|---|---|---|---|");
+    row("alone", &alone);
+    row("while a local explain runs", &beside);
+    println!("\n| explain (LSP) | provider | seconds | tokens | characters | error |");
+    println!("|---|---|---|---|---|---|");
+    for explain in explains {
+        println!("| | {}", explain.trim_start_matches("| "));
+    }
+}
+
+/// One streamed explain through the gateway, with no keys: the time to its
+/// first piece and to its end, and its pieces.
+async fn through_the_gateway() {
+    let models = support::model_dir();
+    let models = models.to_str().expect("a UTF-8 model directory");
+    let gateway = GatewayProcess::start(
+        "[local]\nauto_pull = false\n",
+        &[("SWITCHYARD_MODEL_DIR", models)],
+    )
+    .await;
+    let question = format!(
+        "Explain what this Rust code does:\n\n{}",
+        &support::SAMPLE_RUST[..2000]
+    );
+    let body = json!({"model": "switchyard/small", "stream": true,
+        "messages": [{"role": "user", "content": question}]});
+    let deadline = support::timing::Deadline::after(Duration::from_secs(120));
+    let response = loop {
+        let response = reqwest::Client::new()
+            .post(format!("{}/v1/chat/completions", gateway.url))
+            .json(&body)
+            .send()
+            .await
+            .expect("the gateway answers HTTP");
+        // 503 while the gateway's model still loads.
+        if response.status() != 503 || deadline.passed() {
+            break response;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    let status = response.status();
+    let asked = Instant::now();
+    let (mut first, mut pieces, mut text) = (None, 0, String::new());
+    let mut stream = response.bytes_stream();
+    while let Some(Ok(bytes)) = stream.next().await {
+        first.get_or_insert_with(|| asked.elapsed());
+        for line in String::from_utf8_lossy(&bytes).lines() {
+            let Some(event) = line.strip_prefix("data: ") else {
+                continue;
+            };
+            let delta = serde_json::from_str::<Value>(event).ok().and_then(|e| {
+                e["choices"][0]["delta"]["content"]
+                    .as_str()
+                    .map(str::to_owned)
+            });
+            if let Some(delta) = delta {
+                pieces += 1;
+                text.push_str(&delta);
+            }
+        }
+    }
+    println!(
+        "\n| explain (gateway, streamed) | status | first piece s | seconds | pieces | tokens | characters |"
+    );
+    println!("|---|---|---|---|---|---|---|");
+    println!(
+        "| | {status} | {:.1} | {:.1} | {pieces} | {} | {} |",
+        first.unwrap_or_default().as_secs_f64(),
+        asked.elapsed().as_secs_f64(),
+        chat_tokens(&gateway.log()).map_or("?".to_owned(), |t| t.to_string()),
+        text.len()
+    );
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let tasks = tasks();
+    let idle = Duration::from_millis(env_or("EXPLAIN_IDLE_MS", "300").parse().expect("idle"));
+    let hog = (env_or("EXPLAIN_HOG", "0") == "1").then(|| CpuHog::on_cores(1));
+    println!(
+        "explain beside ghost text: {} places, no API keys{}\n",
+        tasks.len(),
+        if hog.is_some() { ", one core busy" } else { "" }
+    );
+    through_the_language_server(&tasks, idle).await;
+    through_the_gateway().await;
+}
