@@ -574,12 +574,11 @@ async fn a_local_chat_answer_streams_as_it_is_generated() {
     );
 }
 
-/// Completion before prewarm before chat: a completion asked while a local
-/// chat answers is answered, and a prewarm then filled, while the chat goes
-/// on (more of the chat's text comes after both), and the chat still ends
-/// whole.
+/// Completion before chat: a completion asked while a local chat answers is
+/// answered before the chat ends (more of the chat's text comes after it),
+/// and the chat still ends whole.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_completion_and_a_prewarm_are_served_while_a_local_chat_goes_on() {
+async fn a_completion_is_answered_while_a_local_chat_goes_on() {
     let engine = LocalEngine::spawn(options());
     engine.wait_ready().await.unwrap();
     let (pieces, mut chat_text) = tokio::sync::mpsc::unbounded_channel();
@@ -593,6 +592,7 @@ async fn a_completion_and_a_prewarm_are_served_while_a_local_chat_goes_on() {
                 )],
                 max_tokens: 200,
                 deadline: Instant::now() + Duration::from_secs(600),
+                first_token_by: None,
                 cancel: CancelFlag::default(),
                 pieces: Some(pieces),
             })
@@ -605,17 +605,9 @@ async fn a_completion_and_a_prewarm_are_served_while_a_local_chat_goes_on() {
         .unwrap();
     assert_ne!(completion.stop, StopReason::Cancelled);
     assert!(!completion.text.is_empty(), "{completion:?}");
-    engine
-        .prewarm_and_wait(Prewarm {
-            window: sample_text("fn main() {"),
-            span: None,
-            resident: false,
-        })
-        .await
-        .expect("the prewarm is served");
     assert!(
         !chat.is_finished(),
-        "the completion and the prewarm were served before the chat ended"
+        "the completion was answered before the chat ended"
     );
     let mut after = 0;
     while let Some(piece) = chat_text.recv().await {
@@ -624,7 +616,7 @@ async fn a_completion_and_a_prewarm_are_served_while_a_local_chat_goes_on() {
     }
     assert!(
         after > 0,
-        "the chat went on after the completion and the prewarm"
+        "the chat went on after the completion was answered"
     );
     let chat = chat.await.unwrap().unwrap();
     assert!(
@@ -633,4 +625,35 @@ async fn a_completion_and_a_prewarm_are_served_while_a_local_chat_goes_on() {
         chat.stop
     );
     assert_eq!(chat.text, streamed, "the pieces are the whole answer");
+}
+
+/// A chat whose first piece is already due holds on to its prompt: a
+/// completion asked meanwhile is answered after the chat's first piece,
+/// not before (a chat past its first-token ceiling fails).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chat_whose_first_piece_is_due_keeps_its_prompt() {
+    let engine = LocalEngine::spawn(options());
+    engine.wait_ready().await.unwrap();
+    let (pieces, mut chat_text) = tokio::sync::mpsc::unbounded_channel();
+    let chat = engine.chat(ChatJob {
+        messages: vec![("user".into(), "Explain what a hash map is.".into())],
+        max_tokens: 40,
+        deadline: Instant::now() + Duration::from_secs(600),
+        first_token_by: Some(Instant::now()),
+        cancel: CancelFlag::default(),
+        pieces: Some(pieces),
+    });
+    tokio::pin!(chat);
+    // One poll sends the chat to the engine, ahead of the completion.
+    assert!(futures::poll!(&mut chat).is_pending());
+    let completion = engine
+        .complete(job(sample_text(""), Duration::from_secs(120)))
+        .await
+        .unwrap();
+    assert_ne!(completion.stop, StopReason::Cancelled);
+    assert!(
+        chat_text.try_recv().is_ok(),
+        "the chat's first piece came before the completion's answer"
+    );
+    chat.await.unwrap();
 }

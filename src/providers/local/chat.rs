@@ -109,6 +109,7 @@ impl Provider for LocalProvider {
                 // The router's total ceiling ends a long answer (dropping the
                 // stream cancels the job); this only bounds a forgotten one.
                 deadline: Instant::now() + LONGEST_ANSWER,
+                first_token_by: Instant::now().checked_add(timeouts.first_token),
                 cancel: cancel.clone(),
                 pieces: Some(pieces),
             };

@@ -38,7 +38,7 @@ use super::prompt::{FimPrompt, FimTokens, PromptBudget};
 use super::reuse::SuffixSpan;
 use super::{
     ChatJob, CompletionJob, EngineError, EngineOptions, EngineStatus, FimText, Generation, Job,
-    ModelInfo, Prewarm, Snippet, SpanText, StopReason,
+    ModelInfo, Snippet, SpanText, StopReason,
 };
 use crate::cancel::CancelFlag;
 use load::{
@@ -133,6 +133,8 @@ pub(super) fn run(options: EngineOptions, rx: Receiver<Job>, status: watch::Send
         residency: Residency::None,
         recent: RecentPrompts::new(options.recent_prompts),
         idle_fill: None,
+        chat_waiting: false,
+        hold_chat_from: None,
         repository: None,
         batch: LlamaBatch::new(CHUNK, 1),
         logits_index: 0,
@@ -173,7 +175,7 @@ struct Interrupt<'a> {
     deadline: Option<Instant>,
     /// Background work yields to any newly arrived job.
     preemptible: bool,
-    /// A chat answer yields to a completion or prewarm that waits (see `aside`).
+    /// A chat answer yields to a completion that waits (see `aside`).
     yields: bool,
 }
 
@@ -230,6 +232,10 @@ struct Engine<'m> {
     recent: RecentPrompts,
     /// The span to fill once no job waits: where the user last asked.
     idle_fill: Option<SpanText>,
+    /// A chat waits while completions are answered: they fill nothing more.
+    chat_waiting: bool,
+    /// When the chat in progress stops yielding its prompt (see `aside`).
+    hold_chat_from: Option<Instant>,
     /// The last repository context block, its document path and its tokens.
     repository: Option<(Arc<[Snippet]>, String, Vec<i32>)>,
     batch: LlamaBatch<'static>,
@@ -260,20 +266,22 @@ impl Engine<'_> {
                 Job::Shutdown => break,
                 Job::Complete(job, reply) => self.complete(job, reply),
                 Job::Chat(job, reply) => self.chat(job, reply),
-                Job::Prewarm(prewarm, done) => self.prewarm_then_tell(&prewarm, done),
+                Job::Prewarm(prewarm, done) => {
+                    self.prewarm(&prewarm);
+                    if let Some(done) = done {
+                        let _ = done.send(());
+                    }
+                }
             }
-        }
-    }
-
-    fn prewarm_then_tell(&mut self, prewarm: &Prewarm, done: Option<oneshot::Sender<()>>) {
-        self.prewarm(prewarm);
-        if let Some(done) = done {
-            let _ = done.send(());
         }
     }
 
     /// Decodes `prompt` into the cache until done or a newer job arrives.
     fn fill_in_background(&mut self, prompt: &FimPrompt, what: &str) -> Filled {
+        if self.chat_waiting {
+            tracing::debug!("{what} left: a chat waits");
+            return Filled::Preempted;
+        }
         let background = Interrupt {
             cancel: None,
             deadline: None,
@@ -350,7 +358,7 @@ impl Engine<'_> {
         {
             Some(Stopped::Deadline)
         } else if interrupt.preemptible && self.job_arrived()
-            || interrupt.yields && self.ahead_of_chat_waiting()
+            || interrupt.yields && self.completion_waiting()
         {
             Some(Stopped::Preempted)
         } else {
@@ -395,6 +403,9 @@ impl Engine<'_> {
             }
         };
         tracing::debug!(prompt = prompt.tokens.len(), "local chat answering");
+        self.hold_chat_from = job
+            .first_token_by
+            .map(|by| self.hold_from(by, prompt.tokens.len()));
         // The stop rule sees the text after each token: it streams what is new.
         let (pieces, mut sent) = (job.pieces, 0);
         let stream = move |text: &str| {
@@ -477,6 +488,8 @@ impl Engine<'_> {
             yields,
         };
         let synced = self.sync_yielding(prompt, &foreground);
+        // Its first piece is out next: a chat yields freely while it generates.
+        self.hold_chat_from = None;
         answer.prompt_ms = started.elapsed().as_secs_f64() * 1e3;
         let prefill = match &synced {
             Ok(prefill) | Err(SyncError::Stopped(_, prefill)) => *prefill,

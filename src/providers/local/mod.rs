@@ -206,6 +206,9 @@ pub struct ChatJob {
     pub messages: Vec<(String, String)>,
     pub max_tokens: usize,
     pub deadline: Instant,
+    /// When the first piece of the answer is due: the chat yields its prompt
+    /// to completions only while it can still keep this.
+    pub first_token_by: Option<Instant>,
     pub cancel: CancelFlag,
     /// Where the answer's text goes as it is generated, piece by piece (the
     /// whole text also comes with the final `Generation`).

@@ -1,8 +1,16 @@
-//! Completion before prewarm before chat: a local chat answer (an explain
-//! with no remote provider) yields to every completion and prewarm that
-//! arrives while its prompt is decoded or its answer generated, so ghost text
-//! keeps its budget, and its cache follows the user, while an explain runs on
-//! the local model (ARCHITECTURE.md invariant 21).
+//! Completion before chat: a local chat answer (an explain with no remote
+//! provider) yields to every completion that arrives while its prompt is
+//! decoded or its answer generated, so ghost text keeps its budget while an
+//! explain runs on the local model (ARCHITECTURE.md invariant 21).
+//!
+//! Two limits keep the chat alive under a stream of completions. It stops
+//! yielding its prompt once what is left of it would no longer decode before
+//! its first piece is due (`hold_chat_from`): a chat past its first-token
+//! ceiling fails, and ghost text at the rate of typing would otherwise keep
+//! it from ever starting. And while a chat waits, a completion does no
+//! background fill after its answer, and prewarms wait for the chat: fills
+//! take seconds, and served ahead of the chat they starved it (measured:
+//! every explain past its 10 s ceiling, `benches/explain_beside_ghost_text`).
 //!
 //! Nothing is copied by hand: the completion's own switch saves the chat's
 //! cache among the recent prompts (`recent`), and the chat brings its tokens
@@ -10,44 +18,64 @@
 //! decodes only the last token again, for its logits. Were the state
 //! evicted, the prefill decodes the tokens again: slower, never wrong.
 
+use std::time::{Duration, Instant};
+
 use super::generate::Generated;
 use super::prefill::{Prefill, SyncError};
-use super::{Engine, Interrupt, Job, Stopped};
+use super::{CHUNK, Engine, Interrupt, Job, Stopped};
 use crate::providers::local::prompt::FimPrompt;
 use crate::providers::local::{CompletionJob, EngineError, Generation, StopReason};
 
+/// What a held chat keeps in hand beyond its prompt's decode at the measured
+/// speed: the chunk in flight, a slower chunk at depth, the router's own
+/// steps.
+const HOLD_MARGIN: Duration = Duration::from_secs(1);
+
 impl Engine<'_> {
-    /// Whether a completion or prewarm waits (everything that has arrived is
-    /// looked at).
-    pub(super) fn ahead_of_chat_waiting(&mut self) -> bool {
+    /// Whether a completion waits (everything that has arrived is looked
+    /// at), unless the chat must now hold on to keep its first-token promise.
+    pub(super) fn completion_waiting(&mut self) -> bool {
+        if self
+            .hold_chat_from
+            .is_some_and(|from| Instant::now() >= from)
+        {
+            return false;
+        }
         while let Ok(job) = self.rx.try_recv() {
             self.pending.push_back(job);
         }
-        self.pending.iter().any(goes_before_chat)
+        self.pending
+            .iter()
+            .any(|job| matches!(job, Job::Complete(..)))
     }
 
-    /// Serves what waits ahead of the chat, completions first, each kind in
-    /// its order; other jobs stay queued. A prewarm's fill stops at the next
-    /// job that arrives, so a completion never waits behind one.
-    fn serve_ahead_of_chat(&mut self) {
-        loop {
-            let next = self.position_of(|job| matches!(job, Job::Complete(..)));
-            let next = next.or_else(|| self.position_of(|job| matches!(job, Job::Prewarm(..))));
-            match next.and_then(|at| self.pending.remove(at)) {
-                Some(Job::Complete(job, reply)) => self.complete(job, reply),
-                Some(Job::Prewarm(prewarm, done)) => self.prewarm_then_tell(&prewarm, done),
-                _ => return,
+    /// Answers the completions waiting, in their order; other jobs stay
+    /// queued, and no fill follows an answer while the chat waits.
+    fn answer_waiting_completions(&mut self) {
+        self.chat_waiting = true;
+        while let Some(at) = self
+            .pending
+            .iter()
+            .position(|job| matches!(job, Job::Complete(..)))
+        {
+            if let Some(Job::Complete(job, reply)) = self.pending.remove(at) {
+                self.complete(job, reply);
             }
         }
+        self.chat_waiting = false;
     }
 
-    fn position_of(&self, wanted: impl Fn(&Job) -> bool) -> Option<usize> {
-        self.pending.iter().position(wanted)
+    /// When a chat whose first piece is due `by` must stop yielding its
+    /// prompt, which the cache lacks `to_decode` tokens of: in time to decode
+    /// them all, with a second to spare.
+    pub(super) fn hold_from(&self, by: Instant, to_decode: usize) -> Instant {
+        let decode = self.chunk_cost.mul_f64(to_decode as f64 / CHUNK as f64);
+        by.checked_sub(decode + HOLD_MARGIN)
+            .unwrap_or_else(Instant::now)
     }
 
     /// Brings the cache to `prompt` (see `sync_prompt`); where `interrupt`
-    /// yields, serves the completions and prewarms that arrive meanwhile and
-    /// goes on.
+    /// yields, answers the completions that arrive meanwhile and goes on.
     pub(super) fn sync_yielding(
         &mut self,
         prompt: &FimPrompt,
@@ -56,16 +84,15 @@ impl Engine<'_> {
         loop {
             match self.sync_prompt(prompt, interrupt) {
                 Err(SyncError::Stopped(Stopped::Preempted, _)) if interrupt.yields => {
-                    self.serve_ahead_of_chat();
+                    self.answer_waiting_completions();
                 }
                 other => return other,
             }
         }
     }
 
-    /// Generates `job`'s answer; where `interrupt` yields, serves each
-    /// completion and prewarm that waits and then brings the answer's tokens
-    /// back.
+    /// Generates `job`'s answer; where `interrupt` yields, answers each
+    /// completion that waits and then brings the answer's tokens back.
     pub(super) fn generate_yielding(
         &mut self,
         job: &mut CompletionJob,
@@ -85,7 +112,7 @@ impl Engine<'_> {
                 prefix_trimmed: 0,
                 suffix_trimmed: 0,
             };
-            self.serve_ahead_of_chat();
+            self.answer_waiting_completions();
             match self.sync_yielding(&so_far, interrupt) {
                 Ok(_) => {}
                 Err(SyncError::Stopped(stopped, _)) => {
@@ -102,8 +129,4 @@ impl Engine<'_> {
             }
         }
     }
-}
-
-fn goes_before_chat(job: &Job) -> bool {
-    matches!(job, Job::Complete(..) | Job::Prewarm(..))
 }

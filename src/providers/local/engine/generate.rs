@@ -57,7 +57,11 @@ impl Engine<'_> {
                     answer.stop = StopReason::Deadline;
                     break;
                 }
-                Some(Stopped::Preempted) => return Ok(Generated::Yielded),
+                // The first piece goes out before a chat yields.
+                Some(Stopped::Preempted) if answer.tokens_generated > 0 => {
+                    return Ok(Generated::Yielded);
+                }
+                Some(Stopped::Preempted) => {}
                 Some(Stopped::Cancelled) => {
                     answer.stop = StopReason::Cancelled;
                     break;
