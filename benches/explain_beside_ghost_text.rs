@@ -10,6 +10,7 @@
 //! - `EXPLAIN_TASKS=20` single-line HumanEval infilling tasks (seed 0).
 //! - `EXPLAIN_IDLE_MS=300`: the pause after the cursor is revealed.
 //! - `EXPLAIN_HOG=1`: one spinning thread beside the servers.
+//! - `EXPLAIN_OUT`: a directory for the servers' logs.
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -134,6 +135,7 @@ async fn through_the_language_server(tasks: &[Task], idle: Duration) {
         since.elapsed(),
         chat_tokens(&client.log()),
     ));
+    keep_log("server.log", &client.log());
     client.shutdown().await;
 
     println!("| ghost text | places | empty % | exact % | p50 / p95 ms |");
@@ -157,10 +159,8 @@ async fn through_the_gateway() {
         &[("SWITCHYARD_MODEL_DIR", models)],
     )
     .await;
-    let question = format!(
-        "Explain what this Rust code does:\n\n{}",
-        &support::SAMPLE_RUST[..2000]
-    );
+    let code: Vec<&str> = support::SAMPLE_RUST.lines().take(25).collect();
+    let question = format!("Explain what this Rust code does:\n\n{}", code.join("\n"));
     let body = json!({"model": "switchyard/small", "stream": true,
         "messages": [{"role": "user", "content": question}]});
     let deadline = support::timing::Deadline::after(Duration::from_secs(120));
@@ -178,11 +178,18 @@ async fn through_the_gateway() {
         tokio::time::sleep(Duration::from_millis(500)).await;
     };
     let status = response.status();
+    if status != 200 {
+        println!(
+            "the gateway answered {status}: {}",
+            response.text().await.unwrap_or_default()
+        );
+        keep_log("gateway.log", &gateway.log());
+        return;
+    }
     let asked = Instant::now();
     let (mut first, mut pieces, mut text) = (None, 0, String::new());
     let mut stream = response.bytes_stream();
     while let Some(Ok(bytes)) = stream.next().await {
-        first.get_or_insert_with(|| asked.elapsed());
         for line in String::from_utf8_lossy(&bytes).lines() {
             let Some(event) = line.strip_prefix("data: ") else {
                 continue;
@@ -192,7 +199,8 @@ async fn through_the_gateway() {
                     .as_str()
                     .map(str::to_owned)
             });
-            if let Some(delta) = delta {
+            if let Some(delta) = delta.filter(|d| !d.is_empty()) {
+                first.get_or_insert_with(|| asked.elapsed());
                 pieces += 1;
                 text.push_str(&delta);
             }
@@ -209,6 +217,14 @@ async fn through_the_gateway() {
         chat_tokens(&gateway.log()).map_or("?".to_owned(), |t| t.to_string()),
         text.len()
     );
+    keep_log("gateway.log", &gateway.log());
+}
+
+fn keep_log(name: &str, log: &str) {
+    if let Ok(dir) = std::env::var("EXPLAIN_OUT") {
+        std::fs::create_dir_all(&dir).expect("EXPLAIN_OUT can be created");
+        std::fs::write(PathBuf::from(dir).join(name), log).expect("EXPLAIN_OUT is writable");
+    }
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]

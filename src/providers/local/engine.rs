@@ -488,8 +488,10 @@ impl Engine<'_> {
             yields,
         };
         let synced = self.sync_yielding(prompt, &foreground);
-        // Its first piece is out next: a chat yields freely while it generates.
-        self.hold_chat_from = None;
+        if yields {
+            // Its first piece is out next: a chat yields freely while it generates.
+            self.hold_chat_from = None;
+        }
         answer.prompt_ms = started.elapsed().as_secs_f64() * 1e3;
         let prefill = match &synced {
             Ok(prefill) | Err(SyncError::Stopped(_, prefill)) => *prefill,

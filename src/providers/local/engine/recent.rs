@@ -70,7 +70,12 @@ impl Engine<'_> {
             return;
         }
         let current = common_prefix(&self.cached, prompt);
-        let leaving = self.cached.len() >= 2 * CHUNK && current < self.cached.len() / 2;
+        // A chat set aside for completions keeps whatever it has: at the
+        // rate of typing it gets a chunk or two between them, and losing
+        // those each time it would never start.
+        let set_aside = self.chat_waiting && current < self.cached.len();
+        let leaving =
+            set_aside || self.cached.len() >= 2 * CHUNK && current < self.cached.len() / 2;
         // A restore replaces the whole cache: worth it for a chunk or more.
         let better = self
             .recent
