@@ -15,6 +15,13 @@ use super::Router;
 use super::request::TaskRequest;
 use super::seam::Form;
 
+/// Of a task's first-token ceiling, the share a local chat's prompt may take
+/// to decode at the measured speed: the rest is for the completions it yields
+/// to (`providers/local/engine/aside.rs`) and the chunk in flight. The
+/// completion budget sized for a cold FIM prompt (about 250 tokens on a busy
+/// laptop) refused a newcomer's first explain of 25 lines.
+const LOCAL_PROMPT_SHARE: f64 = 0.6;
+
 /// A request ready to send, and the answer so far it continues.
 pub(super) struct Prompt {
     pub request: ChatRequest,
@@ -140,15 +147,21 @@ impl Router {
         })
     }
 
-    /// Input and output token limits for an entry: the task's, or what the local model holds.
+    /// Input and output token limits for an entry: the task's, or what the
+    /// local model can take: a prompt that decodes within
+    /// [`LOCAL_PROMPT_SHARE`] of the task's first-token ceiling at the
+    /// measured speed, beside the answer in its context.
     fn limits(&self, entry: &ModelRef, profile: &TaskProfile) -> (usize, usize) {
         match entry.is_local().then(|| self.local.model()).flatten() {
-            Some(info) => (
-                profile.input_tokens.min(info.input_budget),
-                profile
+            Some(info) => {
+                let output = profile
                     .output_tokens
-                    .min(crate::providers::local::CHAT_OUTPUT_TOKENS),
-            ),
+                    .min(crate::providers::local::CHAT_OUTPUT_TOKENS);
+                let ceiling = profile.first_token_ceiling().as_secs_f64();
+                let in_time = (info.prompt_tokens_per_s * ceiling * LOCAL_PROMPT_SHARE) as usize;
+                let room = (info.context_tokens as usize).saturating_sub(output);
+                (profile.input_tokens.min(in_time).min(room), output)
+            }
             None => (profile.input_tokens, profile.output_tokens),
         }
     }
