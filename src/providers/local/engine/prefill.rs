@@ -219,7 +219,11 @@ mod tests {
         assert_eq!(chunk_len(cost_at(220.0), true), CHUNK, "fast: full chunks");
         assert_eq!(chunk_len(cost_at(170.0), true), 25);
         // The test machine idle (~90 tokens/s) and under a CPU hog (~55).
-        assert_eq!(chunk_len(cost_at(90.0), true), CHUNK / 2, "never below half");
+        assert_eq!(
+            chunk_len(cost_at(90.0), true),
+            CHUNK / 2,
+            "never below half"
+        );
         assert_eq!(chunk_len(cost_at(55.0), true), CHUNK / 2);
         assert_eq!(
             chunk_len(cost_at(55.0), false),
