@@ -25,11 +25,8 @@ use std::time::Duration;
 
 use serde_json::json;
 use support::crossfile::{self, CRATES};
+use support::env_or;
 use support::infilling::{self, Attempt};
-
-fn env_or(name: &str, default: &str) -> String {
-    std::env::var(name).unwrap_or_else(|_| default.to_owned())
-}
 
 fn list(name: &str, default: &str) -> Vec<u64> {
     env_or(name, default)

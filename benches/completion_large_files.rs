@@ -27,6 +27,7 @@ use std::time::Duration;
 
 use serde_json::json;
 use support::cpu_hog::CpuHog;
+use support::env_or;
 use support::infilling::{self, Arrival, Attempt, Task};
 
 /// The files, by where they are found: a crate in the cargo registry
@@ -38,10 +39,6 @@ const CRATE_FILES: [&str; 4] = [
     "toml_edit-0.25.20+spec-1.1.0/src/table.rs",
 ];
 const PYTHON_FILES: [&str; 4] = ["argparse.py", "difflib.py", "shutil.py", "textwrap.py"];
-
-fn env_or(name: &str, default: &str) -> String {
-    std::env::var(name).unwrap_or_else(|_| default.to_owned())
-}
 
 /// The first directory matching `parent/*/` that holds `relative`.
 fn find_under(parent: &Path, relative: &str) -> Option<PathBuf> {

@@ -34,11 +34,8 @@ use std::time::Duration;
 
 use serde_json::json;
 use support::cpu_hog::CpuHog;
+use support::env_or;
 use support::infilling::{self, Arrival, Attempt};
-
-fn env_or(name: &str, default: &str) -> String {
-    std::env::var(name).unwrap_or_else(|_| default.to_owned())
-}
 
 fn ms(d: Duration) -> u128 {
     d.as_millis()

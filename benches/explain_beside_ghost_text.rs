@@ -21,15 +21,12 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use serde_json::{Value, json};
 use support::cpu_hog::CpuHog;
+use support::env_or;
 use support::gateway::GatewayProcess;
 use support::infilling::{self, Arrival, Attempt, Task};
 use support::lsp_client::{LspClient, ServerOptions};
 
 const EXPLAINED: &str = "file:///bench/explained.rs";
-
-fn env_or(name: &str, default: &str) -> String {
-    std::env::var(name).unwrap_or_else(|_| default.to_owned())
-}
 
 fn tasks() -> Vec<Task> {
     let data = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -68,17 +65,16 @@ async fn start_explain(client: &mut LspClient) -> (i64, Instant) {
     (id, Instant::now())
 }
 
-/// One explain's outcome: provider, seconds, answer length in tokens (as the
+/// One explain's row: provider, seconds, answer length in tokens (as the
 /// model's tokenizer counts them, from the server's log) and characters.
 fn explain_row(response: &Value, took: Duration, tokens: Option<usize>) -> String {
     let result = &response["result"];
-    let text = result["text"].as_str().unwrap_or_default();
     format!(
-        "| {} | {:.1} | {} | {} | {} |",
+        "| | {} | {:.1} | {} | {} | {} |",
         result["provider"].as_str().unwrap_or("(failed)"),
         took.as_secs_f64(),
         tokens.map_or("?".to_owned(), |t| t.to_string()),
-        text.len(),
+        result["text"].as_str().unwrap_or_default().len(),
         response["error"]["message"].as_str().unwrap_or(""),
     )
 }
@@ -119,22 +115,15 @@ async fn through_the_language_server(tasks: &[Task], idle: Duration) {
     for (i, task) in tasks.iter().enumerate() {
         if client.answered(explain) {
             let response = client.response(explain).await;
-            explains.push(explain_row(
-                &response,
-                since.elapsed(),
-                chat_tokens(&client.log()),
-            ));
+            let tokens = chat_tokens(&client.log());
+            explains.push(explain_row(&response, since.elapsed(), tokens));
             (explain, since) = start_explain(&mut client).await;
-            client.wait_for_log("local chat answering").await;
         }
         beside.push(infilling::attempt(&mut client, task, i, Arrival::Revealed, idle).await);
     }
     let response = client.response(explain).await;
-    explains.push(explain_row(
-        &response,
-        since.elapsed(),
-        chat_tokens(&client.log()),
-    ));
+    let tokens = chat_tokens(&client.log());
+    explains.push(explain_row(&response, since.elapsed(), tokens));
     keep_log("server.log", &client.log());
     client.shutdown().await;
 
@@ -145,7 +134,7 @@ async fn through_the_language_server(tasks: &[Task], idle: Duration) {
     println!("\n| explain (LSP) | provider | seconds | tokens | characters | error |");
     println!("|---|---|---|---|---|---|");
     for explain in explains {
-        println!("| | {}", explain.trim_start_matches("| "));
+        println!("{explain}");
     }
 }
 
@@ -164,16 +153,12 @@ async fn through_the_gateway() {
     let body = json!({"model": "switchyard/small", "stream": true,
         "messages": [{"role": "user", "content": question}]});
     let deadline = support::timing::Deadline::after(Duration::from_secs(120));
-    let response = loop {
-        let response = reqwest::Client::new()
-            .post(format!("{}/v1/chat/completions", gateway.url))
-            .json(&body)
-            .send()
-            .await
-            .expect("the gateway answers HTTP");
+    let (response, asked) = loop {
+        let asked = Instant::now();
+        let response = gateway.post_chat(&body).await;
         // 503 while the gateway's model still loads.
         if response.status() != 503 || deadline.passed() {
-            break response;
+            break (response, asked);
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     };
@@ -186,20 +171,15 @@ async fn through_the_gateway() {
         keep_log("gateway.log", &gateway.log());
         return;
     }
-    let asked = Instant::now();
     let (mut first, mut pieces, mut text) = (None, 0, String::new());
+    let mut unread = String::new();
     let mut stream = response.bytes_stream();
     while let Some(Ok(bytes)) = stream.next().await {
-        for line in String::from_utf8_lossy(&bytes).lines() {
-            let Some(event) = line.strip_prefix("data: ") else {
-                continue;
-            };
-            let delta = serde_json::from_str::<Value>(event).ok().and_then(|e| {
-                e["choices"][0]["delta"]["content"]
-                    .as_str()
-                    .map(str::to_owned)
-            });
-            if let Some(delta) = delta.filter(|d| !d.is_empty()) {
+        // An event may arrive split across reads: only whole lines are parsed.
+        unread.push_str(&String::from_utf8_lossy(&bytes));
+        while let Some(end) = unread.find('\n') {
+            let line: String = unread.drain(..=end).collect();
+            if let Some(delta) = streamed_text(&line) {
                 first.get_or_insert_with(|| asked.elapsed());
                 pieces += 1;
                 text.push_str(&delta);
@@ -218,6 +198,13 @@ async fn through_the_gateway() {
         text.len()
     );
     keep_log("gateway.log", &gateway.log());
+}
+
+/// The text an OpenAI-style stream's `data:` line adds, where it adds any.
+fn streamed_text(line: &str) -> Option<String> {
+    let event: Value = serde_json::from_str(line.trim().strip_prefix("data: ")?).ok()?;
+    let delta = event["choices"][0]["delta"]["content"].as_str()?;
+    (!delta.is_empty()).then(|| delta.to_owned())
 }
 
 fn keep_log(name: &str, log: &str) {

@@ -261,10 +261,11 @@ impl ModelEntry {
                     ),
                 ));
             }
-            let file = self.files().swap_remove(number - 1);
-            file.validate()?;
         }
-        Ok(())
+        self.files()
+            .iter()
+            .skip(1)
+            .try_for_each(ModelEntry::validate)
     }
 }
 

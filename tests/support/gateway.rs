@@ -49,14 +49,19 @@ impl GatewayProcess {
     pub async fn chat(&self, question: &str) -> (u16, serde_json::Value) {
         let body = serde_json::json!({"model": "switchyard/medium",
             "messages": [{"role": "user", "content": question}]});
-        let response = reqwest::Client::new()
-            .post(format!("{}/v1/chat/completions", self.url))
-            .json(&body)
-            .send()
-            .await
-            .expect("the gateway answers HTTP");
+        let response = self.post_chat(&body).await;
         let status = response.status().as_u16();
         (status, response.json().await.unwrap_or_default())
+    }
+
+    /// `POST /v1/chat/completions` with `body`, the response as it comes.
+    pub async fn post_chat(&self, body: &serde_json::Value) -> reqwest::Response {
+        reqwest::Client::new()
+            .post(format!("{}/v1/chat/completions", self.url))
+            .json(body)
+            .send()
+            .await
+            .expect("the gateway answers HTTP")
     }
 
     /// `GET /status`.

@@ -20,7 +20,7 @@ pub mod timing;
 
 use std::path::{Path, PathBuf};
 
-use switchyard::models::Manifest;
+use switchyard::models::{CPU_DEFAULT_MODEL, Manifest};
 use switchyard::providers::local::{EngineOptions, PromptBudget};
 
 /// A port nothing listens on now, for servers that cannot pick one and say
@@ -56,11 +56,14 @@ pub fn model_dir() -> PathBuf {
     switchyard::models::model_dir()
 }
 
+/// A benchmark's setting: the environment variable `name`, else `default`.
+pub fn env_or(name: &str, default: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| default.to_owned())
+}
+
 /// The local engine on the test model, as the engine tests run it.
 pub fn engine_options() -> EngineOptions {
-    let entry = Manifest::embedded()
-        .get("qwen2.5-coder-0.5b-instruct")
-        .unwrap();
+    let entry = Manifest::embedded().get(CPU_DEFAULT_MODEL).unwrap();
     EngineOptions {
         model_name: entry.name.clone(),
         model_path: entry.path_in(&model_dir()),

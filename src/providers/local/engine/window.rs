@@ -136,11 +136,9 @@ impl Engine<'_> {
             return wanted.clone();
         }
         let cut = self.build_prompt_within(text, decodable);
-        let cost = self.cost(&cut);
-        if cost <= decodable || cost <= self.decodable_leaving(deadline, ANSWER_TOKENS_AT_LEAST) {
-            cut
-        } else {
-            wanted.clone()
+        match self.cost(&cut) <= self.decodable_leaving(deadline, ANSWER_TOKENS_AT_LEAST) {
+            true => cut,
+            false => wanted.clone(),
         }
     }
 
