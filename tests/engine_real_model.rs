@@ -378,6 +378,7 @@ async fn a_resident_document_serves_new_places_like_a_fresh_context() {
                 document: document.to_owned(),
             }),
             resident: true,
+            neighbours: Vec::new(),
         })
         .await
         .unwrap();
@@ -419,9 +420,15 @@ async fn a_resident_document_serves_new_places_like_a_fresh_context() {
 
 /// A request anywhere in a resident span (see `context::span`) decodes only
 /// its suffix section: the document up to its cursor is in the cache, from
-/// the span's start, far down a long file.
+/// the span's start, far down a long file. The fill then grows outward: once
+/// the engine is idle, places in the blocks around it are as warm, and a
+/// block further away, not offered, is not.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn any_place_in_a_resident_span_decodes_only_its_suffix_section() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter("switchyard=debug")
+        .with_test_writer()
+        .try_init();
     use switchyard::context::{fim, span};
     const SUFFIX: usize = 48;
     let engine = LocalEngine::spawn(EngineOptions {
@@ -460,24 +467,42 @@ async fn any_place_in_a_resident_span_decodes_only_its_suffix_section() {
     };
     let first = place(400);
     let (window, span) = texts_at(first);
+    let around = span::around(&rope, first, budget, block_chars, 3);
+    assert_eq!(around.len(), 3);
+    let neighbours = around[..2]
+        .iter()
+        .map(|span| SpanText {
+            window: span.window.clone(),
+            document: span.document.clone(),
+        })
+        .collect();
+    // Done once the neighbours are filled too: no job came meanwhile.
     engine
         .prewarm_and_wait(Prewarm {
             window,
             span: Some(span),
             resident: true,
+            neighbours,
         })
         .await
         .unwrap();
     let start = span_at(first).start_line;
     assert!(start > 300, "a span far down the file, at line {start}");
-    let places: Vec<usize> = (370..430)
-        .map(place)
-        .filter(|&cursor| cursor != first && span_at(cursor).start_line == start)
-        .step_by(4)
-        .take(4)
-        .collect();
-    assert!(places.len() >= 3, "places sharing the span: {places:?}");
-    for cursor in places {
+    // Places served by the span starting at `start`.
+    let places_of = |start: usize, count: usize| -> Vec<usize> {
+        let places: Vec<usize> = (start..start + 120)
+            .map(place)
+            .filter(|&cursor| cursor != first && span_at(cursor).start_line == start)
+            .step_by(4)
+            .take(count)
+            .collect();
+        assert!(
+            !places.is_empty(),
+            "places sharing the span at line {start}"
+        );
+        places
+    };
+    let decoded_at = async |cursor: usize| {
         let (text, span) = texts_at(cursor);
         let answer = engine
             .complete(CompletionJob {
@@ -486,15 +511,31 @@ async fn any_place_in_a_resident_span_decodes_only_its_suffix_section() {
             })
             .await
             .unwrap();
-        // The suffix section, its markers, and the tokens the cursor splits.
-        assert!(
-            answer.tokens_to_decode <= SUFFIX + 16,
+        let at = format!(
             "at line {}: {} of {} tokens decoded",
             rope.char_to_line(cursor),
             answer.tokens_to_decode,
             answer.prompt_tokens
         );
+        (answer.tokens_to_decode, at)
+    };
+    let places = places_of(start, 4);
+    assert!(places.len() >= 3, "places sharing the span: {places:?}");
+    let below = places_of(around[0].start_line, 2);
+    let above = places_of(around[1].start_line, 2);
+    for cursor in places.into_iter().chain(below).chain(above) {
+        let (decoded, at) = decoded_at(cursor).await;
+        eprintln!(
+            "DEBUG {at} start={} below={} above={}",
+            span_at(cursor).start_line,
+            around[0].start_line,
+            around[1].start_line
+        );
+        // The suffix section, its markers, and the tokens the cursor splits.
+        assert!(decoded <= SUFFIX + 16, "{at}");
     }
+    let (decoded, at) = decoded_at(places_of(around[2].start_line, 1)[0]).await;
+    assert!(decoded > SUFFIX + 16, "a span not offered is cold: {at}");
 }
 
 /// A start after the first takes the thread choice the first measured (from

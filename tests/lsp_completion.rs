@@ -129,7 +129,8 @@ async fn a_cursor_shown_while_the_model_loads_is_warm_once_the_model_is_ready() 
         .wait_for_log("prewarm deferred until the model is ready")
         .await;
     client.wait_for_model().await;
-    client.wait_for_log("span window done").await;
+    // The span there, then the spans around it, then back.
+    client.wait_for_log("idle fill done").await;
 
     let response = client.inline_completion(URI, line, character).await;
 

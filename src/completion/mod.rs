@@ -493,6 +493,7 @@ impl CompletionService {
                     ..span
                 }),
                 resident: false,
+                neighbours: Vec::new(),
             });
         }
         (

@@ -13,6 +13,10 @@ use crate::context::repository;
 use crate::context::span;
 use crate::providers::local::{FimText, ModelInfo, SpanText};
 
+/// Spans around the cursor's offered for the fill to grow into; the engine
+/// fills as many as its store of saved states has room for.
+const NEIGHBOUR_SPANS: usize = 4;
+
 impl CompletionService {
     /// The window at `cursor` sized to what a cold prompt fills in the
     /// background at the measured speed, for a request of `trigger`, and its
@@ -75,18 +79,45 @@ impl CompletionService {
         info: &ModelInfo,
         trigger: Trigger,
     ) -> Option<SpanText> {
+        let (budget, block_chars) = self.span_sizes(info, trigger);
+        let span = span::at(rope, cursor, budget, block_chars)?;
+        Some(self.span_text(doc, span))
+    }
+
+    /// The spans of the blocks around `cursor`'s, nearest first (see
+    /// `span::around`): the engine fills them once the cursor's own span is
+    /// resident, as far as memory allows.
+    pub(super) fn spans_around(
+        &self,
+        doc: &str,
+        rope: &Rope,
+        cursor: usize,
+        info: &ModelInfo,
+    ) -> Vec<SpanText> {
+        let (budget, block_chars) = self.span_sizes(info, Trigger::Automatic);
+        span::around(rope, cursor, budget, block_chars, NEIGHBOUR_SPANS)
+            .into_iter()
+            .map(|span| self.span_text(doc, span))
+            .collect()
+    }
+
+    /// A span's window budget, and its blocks' size: from the configured
+    /// sizes alone (half the largest prefix), so the starts stay put.
+    fn span_sizes(&self, info: &ModelInfo, trigger: Trigger) -> (WindowBudget, usize) {
         let config = self.config();
         let suffix = self.suffix_tokens(&config, info, trigger);
         let budget = WindowBudget::for_input(config.input_tokens, suffix);
-        // Blocks from the configured sizes alone: half the largest prefix.
         let block_chars = WindowBudget::for_input(config.input_tokens, config.suffix_tokens)
             .prefix_tokens
             * CHARS_PER_TOKEN
             / 2;
-        let span = span::at(rope, cursor, budget, block_chars)?;
-        Some(SpanText {
+        (budget, block_chars)
+    }
+
+    fn span_text(&self, doc: &str, span: span::Span) -> SpanText {
+        SpanText {
             window: self.with_context(doc, span.window),
             document: span.document,
-        })
+        }
     }
 }

@@ -21,10 +21,15 @@ impl CompletionService {
         match self.engine() {
             Ok((engine, info)) => {
                 let placed = self.place(doc, rope, cursor, &info, Trigger::Automatic);
+                let neighbours = match resident {
+                    true => self.spans_around(doc, rope, cursor, &info),
+                    false => Vec::new(),
+                };
                 engine.prewarm(Prewarm {
                     window: self.fim_text(doc, placed),
                     span: self.span(doc, rope, cursor, &info, Trigger::Automatic),
                     resident,
+                    neighbours,
                 });
             }
             Err(_) => {

@@ -67,6 +67,46 @@ pub fn at(rope: &Rope, cursor: usize, budget: WindowBudget, block_chars: usize) 
     })
 }
 
+/// The spans of the blocks around `cursor`'s, nearest first (below, then
+/// above, then two below...), up to `count`: where the fill grows once the
+/// cursor's own span is resident. Spans sharing a start with the cursor's or
+/// with each other (the top of the file) are left out.
+pub fn around(
+    rope: &Rope,
+    cursor: usize,
+    budget: WindowBudget,
+    block_chars: usize,
+    count: usize,
+) -> Vec<Span> {
+    let cursor = cursor.min(rope.len_chars());
+    let blocks = Blocks::of(rope, block_chars);
+    let own = blocks.containing(rope.char_to_line(cursor));
+    let last = rope.len_lines().saturating_sub(1) / blocks.lines;
+    let mut starts = vec![at(rope, cursor, budget, block_chars).map(|span| span.start_line)];
+    let mut spans = Vec::new();
+    if count == 0 {
+        return spans;
+    }
+    for distance in 1..=last.max(own) {
+        let below = Some(own + distance).filter(|&block| block <= last);
+        for block in [below, own.checked_sub(distance)].into_iter().flatten() {
+            let place = rope.line_to_char(blocks.start(block));
+            let Some(span) = at(rope, place, budget, block_chars) else {
+                continue;
+            };
+            if starts.contains(&Some(span.start_line)) {
+                continue;
+            }
+            starts.push(Some(span.start_line));
+            spans.push(span);
+            if spans.len() == count {
+                return spans;
+            }
+        }
+    }
+    spans
+}
+
 /// The blocks of one document.
 struct Blocks<'r> {
     rope: &'r Rope,
@@ -175,6 +215,40 @@ mod tests {
                 "line {start} starts an item"
             );
         }
+    }
+
+    #[test]
+    fn the_spans_around_a_place_go_outward_and_each_starts_once() {
+        let rope = Rope::from_str(&functions(40, 9));
+        let cursor = rope.line_to_char(200) + 4;
+        let own = span_at_line(&rope, 200, 4).start_line;
+        let spans = around(&rope, cursor, BUDGET, BLOCK_CHARS, 4);
+        let starts: Vec<usize> = spans.iter().map(|span| span.start_line).collect();
+        assert_eq!(starts.len(), 4, "{starts:?}");
+        assert!(
+            starts[0] > own && starts[1] < own,
+            "below, then above: {starts:?}"
+        );
+        assert!(
+            starts[2] > starts[0] && starts[3] < starts[1],
+            "then further: {starts:?}"
+        );
+        let blocks = Blocks::of(&rope, BLOCK_CHARS);
+        for (start, span) in starts.iter().zip(&spans) {
+            // Each is the span a request in the block below its start gets.
+            let line = blocks.start(blocks.containing(*start) + 1) + 1;
+            let served = span_at_line(&rope, line, 4);
+            assert_eq!(served.start_line, *start);
+            assert_eq!(served.document, span.document);
+        }
+        // At the top of the file the blocks above are gone, and the second
+        // block's span starts where the first's does: one start each.
+        let top = around(&rope, 10, BUDGET, BLOCK_CHARS, 4);
+        let top_starts: Vec<usize> = top.iter().map(|span| span.start_line).collect();
+        assert!(top_starts.iter().all(|&start| start > 0), "{top_starts:?}");
+        let distinct: std::collections::BTreeSet<usize> = top_starts.iter().copied().collect();
+        assert_eq!(distinct.len(), top_starts.len());
+        assert!(around(&rope, cursor, BUDGET, BLOCK_CHARS, 0).is_empty());
     }
 
     #[test]

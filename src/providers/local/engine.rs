@@ -13,9 +13,12 @@
 //! document in `resident`, a chat's yielding to completions in `aside`.
 
 mod aside;
+mod cache;
 mod generate;
+mod idle;
 mod load;
 mod prefill;
+mod queue;
 mod recent;
 mod resident;
 mod thread_memo;
@@ -24,27 +27,28 @@ mod window;
 
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
-use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::llama_backend::LlamaBackend;
-use llama_cpp_2::llama_batch::LlamaBatch;
 use llama_cpp_2::model::{LlamaChatMessage, LlamaModel};
 use tokio::sync::{oneshot, watch};
 
 use super::lookup;
 use super::prompt::{FimPrompt, FimTokens, PromptBudget};
-use super::reuse::SuffixSpan;
 use super::{
     ChatJob, CompletionJob, EngineError, EngineOptions, EngineStatus, FimText, Generation, Job,
-    ModelInfo, Snippet, SpanText, StopReason,
+    ModelInfo, Snippet, StopReason,
 };
 use crate::cancel::CancelFlag;
+use aside::ChatTurn;
+use cache::KvCache;
+use idle::IdleFill;
 use load::{
     backend, context_params, fim_tokens, load_model, resized_input_budget, sized_input_budget,
 };
 use prefill::SyncError;
+use queue::Queue;
 use recent::RecentPrompts;
 use resident::Residency;
 use thread_memo::ThreadMemo;
@@ -114,13 +118,15 @@ pub(super) fn run(options: EngineOptions, rx: Receiver<Job>, status: watch::Send
     let mut engine = Engine {
         model: &model,
         backend,
-        ctx,
+        cache: KvCache::new(ctx),
         context_tokens,
         answer_room,
-        threads,
-        thread_candidates,
-        retune: recalled,
-        memo,
+        tuning: Tuning {
+            threads,
+            candidates: thread_candidates,
+            retune: recalled,
+            memo,
+        },
         fim,
         budget: PromptBudget {
             input: input_budget,
@@ -128,23 +134,23 @@ pub(super) fn run(options: EngineOptions, rx: Receiver<Job>, status: watch::Send
         },
         configured_input: options.budget.input,
         reuse_cache: options.reuse_cache,
-        cached: Vec::new(),
-        cached_suffix: None,
-        residency: Residency::None,
         recent: RecentPrompts::new(options.recent_prompts),
-        idle_fill: None,
-        chat_waiting: false,
-        hold_chat_from: None,
+        idle: IdleFill::default(),
+        chat: ChatTurn::default(),
         repository: None,
-        batch: LlamaBatch::new(CHUNK, 1),
-        logits_index: 0,
-        chunk_cost: Duration::from_secs_f64(CHUNK as f64 / speed),
-        token_cost: Duration::from_secs_f64(best.token_seconds),
-        draft_token_cost: Duration::from_secs_f64(1.0 / speed),
-        draft_tokens: options.draft_tokens.min(CHUNK - 1),
-        drafting: lookup::Acceptance::default(),
-        rx,
-        pending: VecDeque::new(),
+        costs: Costs {
+            chunk: Duration::from_secs_f64(CHUNK as f64 / speed),
+            token: Duration::from_secs_f64(best.token_seconds),
+            draft_token: Duration::from_secs_f64(1.0 / speed),
+        },
+        drafting: Drafting {
+            max_tokens: options.draft_tokens.min(CHUNK - 1),
+            acceptance: lookup::Acceptance::default(),
+        },
+        jobs: Queue {
+            rx,
+            pending: VecDeque::new(),
+        },
         info,
         status,
     };
@@ -203,58 +209,63 @@ enum Answered {
     PromptLate,
 }
 
+/// The inference thread's state, by concern: the model and its cache, how
+/// prompts are shaped, what decoding costs, and the jobs.
 struct Engine<'m> {
     model: &'m LlamaModel,
     backend: &'static LlamaBackend,
-    ctx: LlamaContext<'m>,
+    /// The llama.cpp context and what its KV cache holds.
+    cache: KvCache<'m>,
     context_tokens: u32,
     /// What the context keeps free for an answer.
     answer_room: usize,
-    threads: usize,
-    /// The thread counts to choose from, and whether the speed moved enough
-    /// since the choice to measure them again (see `threads`).
-    thread_candidates: Vec<usize>,
-    retune: bool,
-    /// Where the choice is remembered for the next start.
-    memo: Option<ThreadMemo>,
+    tuning: Tuning,
     fim: FimTokens,
     /// The input budget follows the measured prompt speed, up to the configured one.
     budget: PromptBudget,
     configured_input: usize,
     reuse_cache: bool,
-    /// The token at each KV cache position, in order.
-    cached: Vec<i32>,
-    /// Where the cache holds a FIM prompt's suffix section.
-    cached_suffix: Option<SuffixSpan>,
-    /// What of a resident document the cache holds.
-    residency: Residency,
     /// Caches left for another prompt, to switch back to.
     recent: RecentPrompts,
-    /// The span to fill once no job waits: where the user last asked.
-    idle_fill: Option<SpanText>,
-    /// A chat waits while completions are answered: they fill nothing more.
-    chat_waiting: bool,
-    /// When the chat in progress stops yielding its prompt (see `aside`).
-    hold_chat_from: Option<Instant>,
+    /// What to fill once no job waits, nearest the user first.
+    idle: IdleFill,
+    chat: ChatTurn,
     /// The last repository context block, its document path and its tokens.
     repository: Option<(Arc<[Snippet]>, String, Vec<i32>)>,
-    batch: LlamaBatch<'static>,
-    /// Batch index of the last decoded token, whose logits start generation.
-    logits_index: i32,
-    /// Expected time to decode a full prompt chunk, and one generated token
-    /// (moving averages over real decodes, so they follow the machine's load).
-    chunk_cost: Duration,
-    token_cost: Duration,
-    /// What each draft token adds to a generation step's decode.
-    draft_token_cost: Duration,
-    draft_tokens: usize,
-    drafting: lookup::Acceptance,
-    rx: Receiver<Job>,
-    pending: VecDeque<Job>,
+    costs: Costs,
+    drafting: Drafting,
+    jobs: Queue,
     /// What the completion service sizes its windows by; republished when the
     /// speed moves the input budget.
     info: ModelInfo,
     status: watch::Sender<EngineStatus>,
+}
+
+/// The thread count in use and the counts to choose from; whether the speed
+/// moved enough since the choice to measure them again (see `threads`), and
+/// where the choice is remembered for the next start.
+struct Tuning {
+    threads: usize,
+    candidates: Vec<usize>,
+    retune: bool,
+    memo: Option<ThreadMemo>,
+}
+
+/// What decoding costs on this machine now: moving averages over real
+/// decodes, so they follow the machine's load.
+struct Costs {
+    /// A full prompt chunk.
+    chunk: Duration,
+    /// One generated token.
+    token: Duration,
+    /// What each draft token adds to a generation step.
+    draft_token: Duration,
+}
+
+/// Lookup drafts: at most `max_tokens` a step, and how often they stand.
+struct Drafting {
+    max_tokens: usize,
+    acceptance: lookup::Acceptance,
 }
 
 impl Engine<'_> {
@@ -278,7 +289,7 @@ impl Engine<'_> {
 
     /// Decodes `prompt` into the cache until done or a newer job arrives.
     fn fill_in_background(&mut self, prompt: &FimPrompt, what: &str) -> Filled {
-        if self.chat_waiting {
+        if self.chat.waiting {
             tracing::debug!("{what} left: a chat waits");
             return Filled::Preempted;
         }
@@ -310,41 +321,25 @@ impl Engine<'_> {
     /// The next job. Threads are measured again only after a quiet spell: a
     /// probe a request has to wait for would cost that request its budget.
     fn next_job(&mut self) -> Option<Job> {
-        if let Some(job) = self.pending.pop_front() {
+        if let Some(job) = self.jobs.pending.pop_front() {
             return Some(job);
         }
-        // Idle: the span where the user last asked goes on filling.
-        while !self.job_arrived()
-            && let Some(span) = self.idle_fill.take()
-        {
-            self.fill_span(span);
-        }
-        if let Some(job) = self.pending.pop_front() {
+        // Idle: the fill goes on where the user is, then outward.
+        while !self.jobs.arrived() && self.fill_idle() {}
+        if let Some(job) = self.jobs.pending.pop_front() {
             return Some(job);
         }
-        if self.retune {
-            match self.rx.recv_timeout(RETUNE_AFTER_QUIET) {
+        if self.tuning.retune {
+            match self.jobs.rx.recv_timeout(RETUNE_AFTER_QUIET) {
                 Ok(job) => return Some(job),
                 Err(RecvTimeoutError::Timeout) => self.retune_threads(),
                 Err(RecvTimeoutError::Disconnected) => return None,
             }
         }
-        self.pending.pop_front().or_else(|| self.rx.recv().ok())
-    }
-
-    fn job_arrived(&mut self) -> bool {
-        if !self.pending.is_empty() {
-            return true;
-        }
-        match self.rx.try_recv() {
-            Ok(job) => {
-                self.pending.push_back(job);
-                true
-            }
-            Err(TryRecvError::Empty) => false,
-            // Nobody can ask anything any more: background work is pointless.
-            Err(TryRecvError::Disconnected) => true,
-        }
+        self.jobs
+            .pending
+            .pop_front()
+            .or_else(|| self.jobs.rx.recv().ok())
     }
 
     /// Whether to stop before a step expected to take `next_cost`: a step that
@@ -357,7 +352,7 @@ impl Engine<'_> {
             .is_some_and(|d| Instant::now() + next_cost >= d)
         {
             Some(Stopped::Deadline)
-        } else if interrupt.preemptible && self.job_arrived()
+        } else if interrupt.preemptible && self.jobs.arrived()
             || interrupt.yields && self.completion_waiting()
         {
             Some(Stopped::Preempted)
@@ -376,8 +371,8 @@ impl Engine<'_> {
             return;
         }
         let full_chunk = took.mul_f64(CHUNK as f64 / tokens as f64);
-        self.chunk_cost = (self.chunk_cost * 7 + full_chunk) / 8;
-        let speed = CHUNK as f64 / self.chunk_cost.as_secs_f64().max(1e-6);
+        self.costs.chunk = (self.costs.chunk * 7 + full_chunk) / 8;
+        let speed = CHUNK as f64 / self.costs.chunk.as_secs_f64().max(1e-6);
         if let Some(budget) = resized_input_budget(self.budget.input, self.configured_input, speed)
         {
             tracing::info!(
@@ -390,7 +385,7 @@ impl Engine<'_> {
             self.info.input_budget = budget;
             self.status
                 .send_replace(EngineStatus::Ready(self.info.clone()));
-            self.retune = self.thread_candidates.len() > 1;
+            self.tuning.retune = self.tuning.candidates.len() > 1;
         }
     }
 
@@ -403,7 +398,7 @@ impl Engine<'_> {
             }
         };
         tracing::debug!(prompt = prompt.tokens.len(), "local chat answering");
-        self.hold_chat_from = job
+        self.chat.hold_from = job
             .first_token_by
             .map(|by| self.hold_from(by, prompt.tokens.len()));
         // The stop rule sees the text after each token: it streams what is new.
@@ -490,7 +485,7 @@ impl Engine<'_> {
         let synced = self.sync_yielding(prompt, &foreground);
         if yields {
             // Its first piece is out next: a chat yields freely while it generates.
-            self.hold_chat_from = None;
+            self.chat.hold_from = None;
         }
         answer.prompt_ms = started.elapsed().as_secs_f64() * 1e3;
         let prefill = match &synced {
@@ -518,7 +513,6 @@ impl Engine<'_> {
                 return Answered::Replied;
             }
             Err(SyncError::Decode(reason)) => {
-                self.reset_cache();
                 let _ = reply.send(Err(EngineError::Failed(reason)));
                 return Answered::Replied;
             }

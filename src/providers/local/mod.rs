@@ -126,6 +126,10 @@ pub struct Prewarm {
     /// Make the span's document resident first (the user is idle), so a
     /// request anywhere in it decodes only what is new at its cursor.
     pub resident: bool,
+    /// With `resident`: the spans around this one, nearest first, whose
+    /// documents are filled next while memory allows, and kept among the
+    /// recent prompts (the fill grows outward from where the user is).
+    pub neighbours: Vec<SpanText>,
 }
 
 /// A piece of a file the user has been looking at, shown to the model with

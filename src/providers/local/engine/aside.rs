@@ -5,7 +5,7 @@
 //!
 //! Two limits keep the chat alive under a stream of completions. It stops
 //! yielding its prompt once what is left of it would no longer decode before
-//! its first piece is due (`hold_chat_from`): a chat past its first-token
+//! its first piece is due (`ChatTurn::hold_from`): a chat past its first-token
 //! ceiling fails, and ghost text at the rate of typing would otherwise keep
 //! it from ever starting. And while a chat waits, a completion does no
 //! background fill after its answer, and prewarms wait for the chat: fills
@@ -26,6 +26,15 @@ use super::{CHUNK, Engine, Interrupt, Job, Stopped};
 use crate::providers::local::prompt::FimPrompt;
 use crate::providers::local::{CompletionJob, EngineError, Generation, StopReason};
 
+/// A local chat and the completions it yields to.
+#[derive(Default)]
+pub(super) struct ChatTurn {
+    /// A chat waits while completions are answered: they fill nothing more.
+    pub(super) waiting: bool,
+    /// When the chat in progress stops yielding its prompt.
+    pub(super) hold_from: Option<Instant>,
+}
+
 /// What a held chat keeps in hand beyond its prompt's decode at the measured
 /// speed: the chunk in flight, a slower chunk at depth, the router's own
 /// steps.
@@ -35,41 +44,35 @@ impl Engine<'_> {
     /// Whether a completion waits (everything that has arrived is looked
     /// at), unless the chat must now hold on to keep its first-token promise.
     pub(super) fn completion_waiting(&mut self) -> bool {
-        if self
-            .hold_chat_from
-            .is_some_and(|from| Instant::now() >= from)
-        {
-            return false;
-        }
-        while let Ok(job) = self.rx.try_recv() {
-            self.pending.push_back(job);
-        }
-        self.pending
-            .iter()
-            .any(|job| matches!(job, Job::Complete(..)))
+        let holding = self
+            .chat
+            .hold_from
+            .is_some_and(|from| Instant::now() >= from);
+        !holding && self.jobs.completion_waits()
     }
 
     /// Answers the completions waiting, in their order; other jobs stay
     /// queued, and no fill follows an answer while the chat waits.
     fn answer_waiting_completions(&mut self) {
-        self.chat_waiting = true;
+        self.chat.waiting = true;
         while let Some(at) = self
+            .jobs
             .pending
             .iter()
             .position(|job| matches!(job, Job::Complete(..)))
         {
-            if let Some(Job::Complete(job, reply)) = self.pending.remove(at) {
+            if let Some(Job::Complete(job, reply)) = self.jobs.pending.remove(at) {
                 self.complete(job, reply);
             }
         }
-        self.chat_waiting = false;
+        self.chat.waiting = false;
     }
 
     /// When a chat whose first piece is due `by` must stop yielding its
     /// prompt, which the cache lacks `to_decode` tokens of: in time to decode
     /// them all, with a second to spare.
     pub(super) fn hold_from(&self, by: Instant, to_decode: usize) -> Instant {
-        let decode = self.chunk_cost.mul_f64(to_decode as f64 / CHUNK as f64);
+        let decode = self.costs.chunk.mul_f64(to_decode as f64 / CHUNK as f64);
         by.checked_sub(decode + HOLD_MARGIN)
             .unwrap_or_else(Instant::now)
     }
@@ -106,7 +109,7 @@ impl Engine<'_> {
                 Generated::Yielded => {}
             }
             let so_far = FimPrompt {
-                tokens: self.cached.clone(),
+                tokens: self.cache.tokens().to_vec(),
                 suffix_span: None,
                 document: false,
                 prefix_trimmed: 0,
@@ -122,10 +125,7 @@ impl Engine<'_> {
                     };
                     return Ok(());
                 }
-                Err(SyncError::Decode(reason)) => {
-                    self.reset_cache();
-                    return Err(EngineError::Failed(reason));
-                }
+                Err(SyncError::Decode(reason)) => return Err(EngineError::Failed(reason)),
             }
         }
     }

@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 use llama_cpp_2::sampling::LlamaSampler;
 use llama_cpp_2::token::LlamaToken;
 
-use super::{Engine, Interrupt, MAIN, NEAR_TIE, Residency, Stopped};
+use super::cache::Logits;
+use super::{Engine, Interrupt, NEAR_TIE, Residency, Stopped};
 use crate::providers::local::lookup;
 use crate::providers::local::{CompletionJob, EngineError, Generation, StopReason};
 
@@ -35,11 +36,11 @@ impl Engine<'_> {
         yields: bool,
     ) -> Result<Generated, EngineError> {
         let mut sampler = LlamaSampler::greedy();
-        let set_aside = match &self.residency {
+        let set_aside = match self.cache.residency() {
             Residency::Lent(lent) => lent.tail.len(),
             _ => 0,
         };
-        let room = (self.context_tokens as usize).saturating_sub(self.cached.len() + set_aside);
+        let room = (self.context_tokens as usize).saturating_sub(self.cache.len() + set_aside);
         let max_tokens = job.max_tokens.min(answer.tokens_generated + room);
         let interrupt = Interrupt {
             cancel: Some(&job.cancel),
@@ -52,7 +53,7 @@ impl Engine<'_> {
                 answer.stop = StopReason::MaxTokens;
                 break;
             }
-            match self.check(&interrupt, self.token_cost) {
+            match self.check(&interrupt, self.costs.token) {
                 Some(Stopped::Deadline) => {
                     answer.stop = StopReason::Deadline;
                     break;
@@ -68,32 +69,23 @@ impl Engine<'_> {
                 }
                 None => {}
             }
-            let token = sampler.sample(&self.ctx, self.logits_index);
-            let index = self.logits_index;
+            let index = self.cache.logits_index();
+            let token = sampler.sample(self.cache.ctx(), index);
             if let Some(stop) = self.emit(token, index, &mut job.stop, answer, bytes) {
                 answer.stop = stop;
                 break;
             }
-            let position = self.cached.len();
-            self.cached.push(token.0);
-            let draft = self.draft(max_tokens - answer.tokens_generated, job.deadline);
-            self.batch.clear();
-            for (offset, &t) in std::iter::once(&token.0).chain(&draft).enumerate() {
-                // Capacity is CHUNK and drafts are shorter.
-                let _ = self
-                    .batch
-                    .add(LlamaToken(t), (position + offset) as i32, &[MAIN], true);
-            }
+            let step =
+                self.step_with_draft(token.0, max_tokens - answer.tokens_generated, job.deadline);
             let decode_started = Instant::now();
-            let decoded = self.ctx.decode(&mut self.batch);
-            self.note_generation_step(draft.len(), decode_started.elapsed());
-            if let Err(e) = decoded {
-                self.reset_cache();
-                return Err(EngineError::Failed(format!("llama.cpp decode failed: {e}")));
-            }
+            let decoded = self.cache.decode(&step, Logits::All);
+            self.note_generation_step(step.len() - 1, decode_started.elapsed());
+            decoded.map_err(EngineError::Failed)?;
             let (accepted, stop) =
-                self.verify(&draft, &mut sampler, &mut job.stop, answer, bytes)?;
-            self.logits_index = accepted as i32;
+                self.verify(&step[1..], &mut sampler, &mut job.stop, answer, bytes);
+            self.cache
+                .keep_of_step(accepted)
+                .map_err(EngineError::Failed)?;
             if let Some(stop) = stop {
                 answer.stop = stop;
                 break;
@@ -102,10 +94,9 @@ impl Engine<'_> {
         Ok(Generated::Ended)
     }
 
-    /// Keeps the draft tokens greedy sampling picks from the step's logits (the
-    /// logits at batch index i predict the token after index i), adds them to
-    /// the answer and drops the rest from the cache. Returns how many stood and
-    /// why generation ends, if it does.
+    /// Adds the draft tokens greedy sampling picks from the step's logits
+    /// (the logits at batch index i predict the token after index i) to the
+    /// answer. Returns how many stood and why generation ends, if it does.
     fn verify(
         &mut self,
         draft: &[i32],
@@ -113,15 +104,14 @@ impl Engine<'_> {
         rule: &mut crate::providers::local::StopRule,
         answer: &mut Generation,
         bytes: &mut Vec<u8>,
-    ) -> Result<(usize, Option<StopReason>), EngineError> {
+    ) -> (usize, Option<StopReason>) {
         let mut stop = None;
         let mut accepted = 0;
         for &drafted in draft {
-            let predicted = sampler.sample(&self.ctx, accepted as i32);
+            let predicted = sampler.sample(self.cache.ctx(), accepted as i32);
             if predicted.0 != drafted {
                 break;
             }
-            self.cached.push(drafted);
             accepted += 1;
             stop = self.emit(predicted, accepted as i32 - 1, rule, answer, bytes);
             if stop.is_some() {
@@ -131,18 +121,9 @@ impl Engine<'_> {
         answer.tokens_drafted += draft.len();
         answer.tokens_accepted += accepted;
         if !draft.is_empty() {
-            self.drafting.note(draft.len(), accepted);
+            self.drafting.acceptance.note(draft.len(), accepted);
         }
-        if accepted < draft.len() {
-            let kept = self.cached.len() as u32;
-            if let Err(e) = self.ctx.kv_cache_seq_rm(MAIN, Some(kept), None) {
-                self.reset_cache();
-                return Err(EngineError::Failed(format!(
-                    "dropping a rejected draft from the cache: {e}"
-                )));
-            }
-        }
-        Ok((accepted, stop))
+        (accepted, stop)
     }
 
     /// Adds a token sampled from the logits at batch `index` to the answer, or
@@ -173,7 +154,7 @@ impl Engine<'_> {
 
     /// How far the chosen token's logit at batch `index` is ahead of the next best.
     fn margin(&self, index: i32, chosen: LlamaToken) -> f32 {
-        let logits = self.ctx.get_logits_ith(index);
+        let logits = self.cache.ctx().get_logits_ith(index);
         let best = logits[chosen.0 as usize];
         let runner_up = logits
             .iter()
@@ -184,33 +165,37 @@ impl Engine<'_> {
         best - runner_up
     }
 
-    /// What to verify after the last cached token: a lookup draft as long as
-    /// it pays, no longer than `left` tokens, cut to what the step can decode
-    /// before `deadline`.
-    fn draft(&mut self, left: usize, deadline: Instant) -> Vec<i32> {
+    /// A generation step: `token`, then what to verify after it, a lookup
+    /// draft as long as it pays, no longer than `left` tokens, cut to what the
+    /// step can decode before `deadline`.
+    fn step_with_draft(&mut self, token: i32, left: usize, deadline: Instant) -> Vec<i32> {
         let time_left = deadline.saturating_duration_since(Instant::now());
-        let affordable = time_left.saturating_sub(self.token_cost).as_secs_f64()
-            / self.draft_token_cost.as_secs_f64().max(1e-6);
-        let mut worth = self.drafting.worth(self.token_cost, self.draft_token_cost);
-        if worth == 0 && self.drafting.explore() {
+        let affordable = time_left.saturating_sub(self.costs.token).as_secs_f64()
+            / self.costs.draft_token.as_secs_f64().max(1e-6);
+        let acceptance = &mut self.drafting.acceptance;
+        let mut worth = acceptance.worth(self.costs.token, self.costs.draft_token);
+        if worth == 0 && acceptance.explore() {
             worth = 1;
         }
         let max = self
-            .draft_tokens
+            .drafting
+            .max_tokens
             .min(left)
             .min(affordable as usize)
             .min(worth);
-        lookup::draft(&self.cached, max).to_vec()
+        let history = [self.cache.tokens(), &[token]].concat();
+        [&[token], lookup::draft(&history, max)].concat()
     }
 
     /// Folds a generation step's time into the cost of one token and of each
     /// extra draft token in the same batch.
     fn note_generation_step(&mut self, drafted: usize, took: Duration) {
+        let costs = &mut self.costs;
         if drafted == 0 {
-            self.token_cost = (self.token_cost + took) / 2;
+            costs.token = (costs.token + took) / 2;
         } else {
-            let extra = took.saturating_sub(self.token_cost) / drafted as u32;
-            self.draft_token_cost = (self.draft_token_cost * 3 + extra) / 4;
+            let extra = took.saturating_sub(costs.token) / drafted as u32;
+            costs.draft_token = (costs.draft_token * 3 + extra) / 4;
         }
     }
 }

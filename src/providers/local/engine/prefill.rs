@@ -7,13 +7,11 @@
 
 use std::time::{Duration, Instant};
 
-use llama_cpp_2::context::kv_cache::KvCacheConversionError;
-use llama_cpp_2::token::LlamaToken;
-
+use super::cache::Logits;
 use super::load::context_params;
-use super::{CHUNK, Engine, Interrupt, MAIN, PARKED, Residency, Stopped};
+use super::{CHUNK, Engine, Interrupt, Residency, Stopped};
 use crate::providers::local::prompt::FimPrompt;
-use crate::providers::local::reuse::{self, SuffixSpan};
+use crate::providers::local::reuse;
 
 /// What bringing the cache to a prompt took.
 #[derive(Clone, Copy, Debug, Default)]
@@ -33,12 +31,12 @@ impl Engine<'_> {
     ) -> Result<Prefill, SyncError> {
         if !self.reuse_cache {
             self.fresh_context()?;
-        } else if !self.settle_lent(prompt) {
-            self.switch_recent(&prompt.tokens);
+        } else if !self.cache.settle_lent(prompt) {
+            self.switch_recent(prompt);
         }
         let plan = reuse::plan(
-            &self.cached,
-            self.cached_suffix,
+            self.cache.tokens(),
+            self.cache.suffix(),
             &prompt.tokens,
             prompt.suffix_span,
         );
@@ -46,40 +44,16 @@ impl Engine<'_> {
             to_decode: plan.tokens_to_decode(prompt.tokens.len()),
             decoded: 0,
         };
-        // A FIM prompt borrows a resident document's start, where the context
-        // has room for both and an answer. A prompt that shares none of it (a
-        // chat) borrows nothing: lent, the document would keep the chat from
-        // being saved when a completion sets it aside.
-        let room_to_lend = self.cached.len() + (prompt.tokens.len() - plan.keep) + self.answer_room
-            <= self.context_tokens as usize;
-        let borrows = plan.keep > 0 && !prompt.document;
-        if matches!(self.residency, Residency::Whole) && borrows && room_to_lend {
-            self.lend(plan.keep).map_err(SyncError::Decode)?;
+        if self.borrows_document(prompt, plan.keep) {
+            self.cache.lend(plan.keep).map_err(SyncError::Decode)?;
         }
-        let mem = |e: KvCacheConversionError| SyncError::Decode(e.to_string());
         if let Some(run) = plan.moved {
-            // llama.cpp requires each sequence's positions to stay consecutive, so the
-            // run waits in the parking sequence, moved to its new positions, while
-            // the gap before it is decoded into the main sequence.
-            let (from, end) = (run.from as u32, (run.from + run.len) as u32);
-            self.ctx
-                .copy_kv_cache_seq(MAIN, PARKED, Some(from), Some(end))
-                .map_err(mem)?;
-            self.ctx
-                .kv_cache_seq_add(PARKED, Some(from), Some(end), run.delta())
-                .map_err(mem)?;
+            self.cache.park(run).map_err(SyncError::Decode)?;
         }
-        self.ctx
-            .kv_cache_seq_rm(MAIN, Some(plan.keep as u32), None)
-            .map_err(mem)?;
-        self.cached.truncate(plan.keep);
-        self.cached_suffix = None;
-        // A FIM prompt that did not borrow the document's start overwrote it.
-        if prompt.document {
-            self.residency = Residency::Whole;
-        } else if matches!(self.residency, Residency::Whole) {
-            self.residency = Residency::None;
-        }
+        // A FIM prompt that did not borrow the document's start overwrites it.
+        self.cache
+            .rewrite_from(plan.keep, prompt.document)
+            .map_err(SyncError::Decode)?;
 
         if let Some(run) = plan.moved {
             // Fill the gap before the moved run; if stopped, drop the run so the
@@ -87,88 +61,74 @@ impl Engine<'_> {
             let gap =
                 self.decode_into_cache(&prompt.tokens[..run.to], interrupt, &mut prefill.decoded);
             if gap.is_ok() {
-                let (to, end) = (run.to as u32, (run.to + run.len) as u32);
-                self.ctx
-                    .copy_kv_cache_seq(PARKED, MAIN, Some(to), Some(end))
-                    .map_err(mem)?;
-                self.cached
-                    .extend_from_slice(&prompt.tokens[run.to..run.to + run.len]);
+                let moved = &prompt.tokens[run.to..run.to + run.len];
+                self.cache.unpark(run, moved).map_err(SyncError::Decode)?;
             }
-            self.ctx.kv_cache_seq_rm(PARKED, None, None).map_err(mem)?;
+            self.cache.drop_parked().map_err(SyncError::Decode)?;
             gap.map_err(|stopped| SyncError::Stopped(stopped, prefill))?;
         }
         let filled = self.decode_into_cache(&prompt.tokens, interrupt, &mut prefill.decoded);
-        // A partly decoded suffix is still worth moving next time.
-        self.cached_suffix = prompt
-            .suffix_span
-            .map(|span| SuffixSpan {
-                start: span.start,
-                end: span.end.min(self.cached.len()),
-            })
-            .filter(|span| span.end > span.start);
+        self.cache.set_suffix(prompt.suffix_span);
         filled.map_err(|stopped| SyncError::Stopped(stopped, prefill))?;
         Ok(prefill)
     }
 
-    /// Decodes `target[self.cached.len()..]` in chunks; the last token gets logits.
+    /// Whether `prompt`, sharing `keep` tokens with the cache, borrows a
+    /// resident document's start: a FIM prompt does, where the context has
+    /// room for the document, its own tokens and an answer. A prompt that
+    /// shares none of it (a chat) borrows nothing: lent, the document would
+    /// keep the chat from being saved when a completion sets it aside.
+    pub(super) fn borrows_document(&self, prompt: &FimPrompt, keep: usize) -> bool {
+        let room = self.cache.len() + (prompt.tokens.len() - keep) + self.answer_room
+            <= self.context_tokens as usize;
+        matches!(self.cache.residency(), Residency::Whole) && keep > 0 && !prompt.document && room
+    }
+
+    /// Decodes what the cache lacks of `target` (it holds its start) in
+    /// chunks; the last token gets logits.
     fn decode_into_cache(
         &mut self,
         target: &[i32],
         interrupt: &Interrupt,
         decoded: &mut usize,
     ) -> Result<(), Stopped> {
-        let chunk = chunk_len(self.chunk_cost, interrupt.preemptible);
-        while self.cached.len() < target.len() {
-            let start = self.cached.len();
+        let chunk = chunk_len(self.costs.chunk, interrupt.preemptible);
+        while self.cache.len() < target.len() {
+            let start = self.cache.len();
             let end = (start + chunk).min(target.len());
             if let Some(stopped) = self.check(
                 interrupt,
-                self.chunk_cost.mul_f64((end - start) as f64 / CHUNK as f64),
+                self.costs
+                    .chunk
+                    .mul_f64((end - start) as f64 / CHUNK as f64),
             ) {
                 return Err(stopped);
             }
-            self.batch.clear();
-            for (pos, &token) in (start..end).zip(&target[start..end]) {
-                let last = pos + 1 == target.len();
-                // Capacity is CHUNK and the chunk never exceeds it.
-                let _ = self.batch.add(LlamaToken(token), pos as i32, &[MAIN], last);
-            }
+            let logits = match end == target.len() {
+                true => Logits::Last,
+                false => Logits::None,
+            };
             let started = Instant::now();
-            if let Err(e) = self.ctx.decode(&mut self.batch) {
-                tracing::error!("llama.cpp decode failed: {e}; clearing the cache");
-                self.reset_cache();
+            if let Err(e) = self.cache.decode(&target[start..end], logits) {
+                tracing::error!("{e}; the cache was cleared");
                 return Err(Stopped::Cancelled);
             }
             self.note_prompt_chunk(end - start, started.elapsed());
-            self.logits_index = (end - start) as i32 - 1;
-            self.cached.extend_from_slice(&target[start..end]);
             *decoded += end - start;
         }
         Ok(())
     }
 
-    pub(super) fn reset_cache(&mut self) {
-        self.ctx.clear_kv_cache();
-        self.forget_cache();
-    }
-
-    /// The cache's contents are gone (cleared, or a new context).
-    pub(super) fn forget_cache(&mut self) {
-        self.cached.clear();
-        self.cached_suffix = None;
-        self.residency = Residency::None;
-    }
-
     /// The naive baseline: a new context for every request.
     fn fresh_context(&mut self) -> Result<(), SyncError> {
-        self.ctx = self
+        let ctx = self
             .model
             .new_context(
                 self.backend,
-                context_params(self.context_tokens, self.threads),
+                context_params(self.context_tokens, self.tuning.threads),
             )
             .map_err(|e| SyncError::Decode(format!("creating a llama.cpp context: {e}")))?;
-        self.forget_cache();
+        self.cache.replace(ctx);
         Ok(())
     }
 }

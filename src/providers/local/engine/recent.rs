@@ -8,25 +8,18 @@
 
 use std::collections::VecDeque;
 
-use llama_cpp_2::context::session::{LlamaStateSeqFlags, SeqState};
-
-use super::{CHUNK, Engine, MAIN, Residency};
-use crate::providers::local::reuse::{SuffixSpan, common_prefix};
+use super::cache::Snapshot;
+use super::{CHUNK, Engine};
+use crate::providers::local::prompt::FimPrompt;
+use crate::providers::local::reuse::common_prefix;
 
 /// At most this much memory for saved states (the test model's KV is ~12 KiB
 /// a token; a 7B model's ~10 times that).
 const MAX_BYTES: usize = 128 << 20;
 
-struct Saved {
-    tokens: Vec<i32>,
-    suffix: Option<SuffixSpan>,
-    resident: bool,
-    state: SeqState,
-}
-
 /// Most recently saved first.
 pub(super) struct RecentPrompts {
-    saved: VecDeque<Saved>,
+    saved: VecDeque<Snapshot>,
     capacity: usize,
 }
 
@@ -52,10 +45,36 @@ impl RecentPrompts {
         self.best(prompt).map(|(_, common)| common)
     }
 
-    fn push(&mut self, saved: Saved) {
+    pub(super) fn len(&self) -> usize {
+        self.saved.len()
+    }
+
+    /// Memory the saved states take.
+    pub(super) fn bytes(&self) -> usize {
+        self.saved.iter().map(Snapshot::byte_len).sum()
+    }
+
+    /// Whether a prompt of `tokens` can be filled and saved without evicting
+    /// a state held: the cache's own state is saved while it fills, and one
+    /// slot stays free for a switch. The size of a state comes from those
+    /// held (unknown while none is: a count of slots alone decides).
+    pub(super) fn has_room_for(&self, tokens: usize) -> bool {
+        let per_token = self
+            .saved
+            .iter()
+            .map(|saved| saved.byte_len() / saved.tokens.len().max(1))
+            .max()
+            .unwrap_or(0);
+        self.saved.len() + 2 <= self.capacity && self.bytes() + 2 * tokens * per_token <= MAX_BYTES
+    }
+
+    /// Saves `saved` first; a state it holds the whole of goes.
+    fn push(&mut self, saved: Snapshot) {
+        self.saved
+            .retain(|held| !saved.tokens.starts_with(&held.tokens));
         self.saved.push_front(saved);
         self.saved.truncate(self.capacity);
-        while self.saved.iter().map(|s| s.state.byte_len()).sum::<usize>() > MAX_BYTES {
+        while self.bytes() > MAX_BYTES {
             self.saved.pop_back();
         }
     }
@@ -65,75 +84,54 @@ impl Engine<'_> {
     /// Before the cache is brought to `prompt`: saves the cache when the prompt
     /// would throw most of it away, and restores a saved prompt that shares a
     /// longer start with `prompt` than the cache does. Failures only cost reuse.
-    pub(super) fn switch_recent(&mut self, prompt: &[i32]) {
+    pub(super) fn switch_recent(&mut self, prompt: &FimPrompt) {
         if self.recent.capacity == 0 {
             return;
         }
-        let current = common_prefix(&self.cached, prompt);
+        let cached = self.cache.tokens();
+        let current = common_prefix(cached, &prompt.tokens);
         // A chat set aside for completions keeps whatever it has: at the
         // rate of typing it gets a chunk or two between them, and losing
         // those each time it would never start.
-        let set_aside = self.chat_waiting && current < self.cached.len();
-        let leaving =
-            set_aside || self.cached.len() >= 2 * CHUNK && current < self.cached.len() / 2;
+        let set_aside = self.chat.waiting && current < cached.len();
+        // A resident document a FIM prompt borrows is set aside, not lost.
+        let lent = self.borrows_document(prompt, current);
+        let leaving = set_aside || !lent && cached.len() >= 2 * CHUNK && current < cached.len() / 2;
         // A restore replaces the whole cache: worth it for a chunk or more.
         let better = self
             .recent
-            .best(prompt)
+            .best(&prompt.tokens)
             .filter(|&(_, common)| common >= current + CHUNK);
-        let saved = if leaving {
-            match self.ctx.state_seq_get(MAIN, LlamaStateSeqFlags::empty()) {
-                Ok(state) => Some(Saved {
-                    tokens: self.cached.clone(),
-                    suffix: self.cached_suffix,
-                    resident: matches!(self.residency, Residency::Whole),
-                    state,
-                }),
-                Err(e) => {
-                    tracing::debug!("saving the cache for a later switch back failed: {e}");
-                    None
-                }
-            }
-        } else {
-            None
+        let saved = match leaving {
+            true => self
+                .cache
+                .snapshot()
+                .map_err(|e| {
+                    tracing::debug!("saving the cache for a later switch back failed: {e}")
+                })
+                .ok(),
+            false => None,
         };
         if let Some((index, common)) = better {
-            self.restore(index, common);
+            let snapshot = self.recent.saved.remove(index).expect("index from best");
+            let tokens = snapshot.tokens.len();
+            match self.cache.restore(snapshot) {
+                Ok(()) => tracing::debug!(tokens, common, "restored a recent prompt"),
+                Err(e) => {
+                    tracing::debug!("restoring a recent prompt failed: {e}; the cache was cleared")
+                }
+            }
         }
         if let Some(saved) = saved {
+            let (tokens, bytes) = (saved.tokens.len(), saved.byte_len());
             self.recent.push(saved);
-        }
-    }
-
-    fn restore(&mut self, index: usize, common: usize) {
-        let saved = self.recent.saved.remove(index).expect("index from best");
-        let restored = self
-            .ctx
-            .kv_cache_seq_rm(MAIN, None, None)
-            .map_err(|e| e.to_string())
-            .and_then(|_| {
-                self.ctx
-                    .state_seq_set(&saved.state, MAIN)
-                    .map_err(|e| e.to_string())
-            });
-        match restored {
-            Ok(()) => {
-                tracing::debug!(
-                    tokens = saved.tokens.len(),
-                    common,
-                    "restored a recent prompt"
-                );
-                self.cached = saved.tokens;
-                self.cached_suffix = saved.suffix;
-                self.residency = match saved.resident {
-                    true => Residency::Whole,
-                    false => Residency::None,
-                };
-            }
-            Err(e) => {
-                tracing::debug!("restoring a recent prompt failed: {e}; clearing the cache");
-                self.reset_cache();
-            }
+            tracing::debug!(
+                tokens,
+                bytes,
+                held = self.recent.len(),
+                held_bytes = self.recent.bytes(),
+                "saved the cache for a switch back"
+            );
         }
     }
 }

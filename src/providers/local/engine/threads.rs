@@ -13,13 +13,12 @@
 
 use std::time::Duration;
 
-use llama_cpp_2::context::session::LlamaStateSeqFlags;
 use llama_cpp_2::llama_backend::LlamaBackend;
 use llama_cpp_2::model::LlamaModel;
 
 use super::load::{Probe, context_params, probe};
 use super::thread_memo::ThreadMemo;
-use super::{CHUNK, Engine, MAIN};
+use super::{CHUNK, Engine};
 use crate::providers::local::EngineOptions;
 
 /// The fastest of `probes` for a completion's work.
@@ -94,23 +93,24 @@ impl Engine<'_> {
     /// the fastest.
     pub(super) fn retune_threads(&mut self) {
         let (backend, model) = (self.backend, self.model);
-        let candidates = self.thread_candidates.clone();
-        let best = match choose(backend, model, &candidates, &mut || self.job_arrived()) {
+        let candidates = self.tuning.candidates.clone();
+        let jobs = &mut self.jobs;
+        let best = match choose(backend, model, &candidates, &mut || jobs.arrived()) {
             Ok(Some(best)) => best,
             Ok(None) => return,
             Err(e) => {
                 tracing::warn!("probing threads failed: {e}");
-                self.retune = false;
+                self.tuning.retune = false;
                 return;
             }
         };
-        self.retune = false;
-        if let Some(memo) = &self.memo {
+        self.tuning.retune = false;
+        if let Some(memo) = &self.tuning.memo {
             memo.remember(&best);
         }
-        self.chunk_cost = Duration::from_secs_f64(CHUNK as f64 / best.prompt_tokens_per_s);
-        self.token_cost = Duration::from_secs_f64(best.token_seconds);
-        if best.threads != self.threads {
+        self.costs.chunk = Duration::from_secs_f64(CHUNK as f64 / best.prompt_tokens_per_s);
+        self.costs.token = Duration::from_secs_f64(best.token_seconds);
+        if best.threads != self.tuning.threads {
             self.switch_threads(best.threads);
         }
     }
@@ -118,35 +118,15 @@ impl Engine<'_> {
     /// A context with `threads` threads, holding what the cache held.
     fn switch_threads(&mut self, threads: usize) {
         let params = context_params(self.context_tokens, threads);
-        let ctx = match self.model.new_context(self.backend, params) {
-            Ok(ctx) => ctx,
-            Err(e) => {
-                tracing::warn!(
-                    "a context with {threads} threads failed: {e}; keeping {}",
-                    self.threads
-                );
-                return;
+        match self.model.new_context(self.backend, params) {
+            Ok(ctx) => {
+                self.cache.move_to(ctx);
+                self.tuning.threads = threads;
             }
-        };
-        self.take_back_lent();
-        let state = match self.cached.is_empty() {
-            true => None,
-            false => self
-                .ctx
-                .state_seq_get(MAIN, LlamaStateSeqFlags::empty())
-                .map_err(|e| tracing::debug!("copying the cache out failed: {e}"))
-                .ok(),
-        };
-        self.ctx = ctx;
-        self.threads = threads;
-        let restored = state.is_some_and(|state| {
-            self.ctx
-                .state_seq_set(&state, MAIN)
-                .map_err(|e| tracing::debug!("copying the cache in failed: {e}"))
-                .is_ok()
-        });
-        if !restored {
-            self.forget_cache();
+            Err(e) => tracing::warn!(
+                "a context with {threads} threads failed: {e}; keeping {}",
+                self.tuning.threads
+            ),
         }
     }
 }

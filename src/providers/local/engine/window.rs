@@ -30,7 +30,12 @@ impl Engine<'_> {
     /// the cache makes cheaper. A newer job makes the rest of a prewarm moot.
     pub(super) fn prewarm(&mut self, prewarm: &Prewarm) {
         match &prewarm.span {
-            Some(span) if prewarm.resident => self.fill_span(span.clone()),
+            Some(span) if prewarm.resident => {
+                self.idle.arrive(span.clone(), prewarm.neighbours.clone());
+                self.fill_span(span.clone());
+                // Outward, while no job comes (then once the engine is idle).
+                while !self.jobs.arrived() && self.fill_idle() {}
+            }
             Some(span) => {
                 let affordable = self.build_prompt(&prewarm.window);
                 let (prompt, _) = self.choose_window(affordable, span, None);
@@ -57,7 +62,7 @@ impl Engine<'_> {
             filled = self.fill_in_background(&prompt, "span window");
         }
         if filled == Filled::Preempted {
-            self.idle_fill = Some(span);
+            self.idle.resume(span);
         }
     }
 
@@ -90,11 +95,11 @@ impl Engine<'_> {
     /// Prompt tokens that decode before `deadline` and leave time for
     /// `answer_tokens` generated ones.
     fn decodable_leaving(&self, deadline: Instant, answer_tokens: u32) -> usize {
-        let answer = self.token_cost * answer_tokens;
+        let answer = self.costs.token * answer_tokens;
         let left = deadline
             .saturating_duration_since(Instant::now())
             .saturating_sub(answer);
-        (left.as_secs_f64() / self.chunk_cost.as_secs_f64().max(1e-6) * CHUNK as f64) as usize
+        (left.as_secs_f64() / self.costs.chunk.as_secs_f64().max(1e-6) * CHUNK as f64) as usize
     }
 
     pub(super) fn complete(
@@ -116,7 +121,7 @@ impl Engine<'_> {
         let late = self.answer(&asked, &mut job, reply, false) == Answered::PromptLate;
         match span {
             // The fill moves to where the user asked, once the engine is idle.
-            Some(span) if !spanned => self.idle_fill = Some(span),
+            Some(span) if !spanned => self.idle.move_to(span),
             _ if late || asked != wanted => {
                 // Keep filling so the next keystroke finds a warm cache.
                 self.fill_in_background(&wanted, "fill after a missed deadline");
@@ -145,15 +150,14 @@ impl Engine<'_> {
     /// Prompt tokens the cache lacks for `prompt`: what it holds (the
     /// resident document with its tail back, where a prompt borrows it),
     /// or a recent prompt kept in memory, whichever shares more.
-    fn cost(&self, prompt: &FimPrompt) -> usize {
+    pub(super) fn cost(&self, prompt: &FimPrompt) -> usize {
         let len = prompt.tokens.len();
         let plan = |cached: &[i32], suffix| {
             reuse::plan(cached, suffix, &prompt.tokens, prompt.suffix_span).tokens_to_decode(len)
         };
-        let mut cost = plan(&self.cached, self.cached_suffix);
-        if let Residency::Lent(lent) = &self.residency {
-            let document = [&self.cached[..lent.at], &lent.tail[..]].concat();
-            cost = cost.min(plan(&document, None));
+        let mut cost = plan(self.cache.tokens(), self.cache.suffix());
+        if let Residency::Lent(_) = self.cache.residency() {
+            cost = cost.min(plan(&self.cache.document(), None));
         }
         if let Some(common) = self.recent.longest_common(&prompt.tokens) {
             cost = cost.min(len - common.min(len.saturating_sub(1)));
@@ -205,7 +209,11 @@ impl Engine<'_> {
     }
 
     /// The resident document's prompt: `document` after `window`'s context.
-    fn document_prompt(&mut self, window: &FimText, document: &str) -> Option<FimPrompt> {
+    pub(super) fn document_prompt(
+        &mut self,
+        window: &FimText,
+        document: &str,
+    ) -> Option<FimPrompt> {
         let context = self.context_tokens(window);
         let budget = self.span_budget();
         prompt::document(&self.fim, &context, &self.tokenize(document), budget)

@@ -1,0 +1,99 @@
+//! Work for when no job waits, nearest the user first: the span where the
+//! user last asked or arrived, then the spans around it (the fill grows
+//! outward), each kept among the recent prompts, and finally the user's own
+//! span brought back into the cache. Every fill goes in background chunks,
+//! so a request waits at most for the chunk in flight; one that finds its
+//! place in a neighbouring span restores that span's state instead of
+//! decoding it (ARCHITECTURE.md invariant 20).
+
+use std::collections::VecDeque;
+
+use super::{CHUNK, Engine, Filled};
+use crate::providers::local::SpanText;
+
+#[derive(Default)]
+pub(super) struct IdleFill {
+    /// The span to fill (or bring back) first.
+    span: Option<SpanText>,
+    /// The documents of the spans around it, nearest first.
+    neighbours: VecDeque<SpanText>,
+    /// Where the user is, brought back once the neighbours are filled.
+    home: Option<SpanText>,
+    /// Work was given since the fill last ran out of it.
+    given: bool,
+}
+
+impl IdleFill {
+    /// The user is at `span` (a revealed cursor, an edit once idle): fill it,
+    /// then grow outward into `neighbours`.
+    pub(super) fn arrive(&mut self, span: SpanText, neighbours: Vec<SpanText>) {
+        *self = IdleFill {
+            span: None,
+            neighbours: neighbours.into(),
+            home: Some(span),
+            given: true,
+        };
+    }
+
+    /// The user asked at `span`, outside what the cache holds: the fill
+    /// moves there, and the spans around the old place are left.
+    pub(super) fn move_to(&mut self, span: SpanText) {
+        *self = IdleFill {
+            span: Some(span),
+            given: true,
+            ..IdleFill::default()
+        };
+    }
+
+    /// A fill of `span` was stopped by a newer job: it goes on later.
+    pub(super) fn resume(&mut self, span: SpanText) {
+        self.span = Some(span);
+        self.given = true;
+    }
+}
+
+impl Engine<'_> {
+    /// Does one piece of idle work; `false` when there is none.
+    pub(super) fn fill_idle(&mut self) -> bool {
+        if let Some(span) = self.idle.span.take() {
+            self.fill_span(span);
+            return true;
+        }
+        let Some(neighbour) = self.idle.neighbours.pop_front() else {
+            if std::mem::take(&mut self.idle.given) {
+                tracing::debug!("idle fill done");
+            }
+            return false;
+        };
+        match self.fill_neighbour(&neighbour) {
+            Filled::Preempted => self.idle.neighbours.push_front(neighbour),
+            Filled::Done | Filled::Failed => {}
+        }
+        if self.idle.neighbours.is_empty() {
+            self.idle.span = self.idle.home.take();
+        }
+        true
+    }
+
+    /// Decodes a neighbouring span's document, unless a saved state already
+    /// holds it, or the store of saved states has no room for it beside the
+    /// user's own span (then no further neighbour is filled either).
+    fn fill_neighbour(&mut self, neighbour: &SpanText) -> Filled {
+        let Some(document) = self.document_prompt(&neighbour.window, &neighbour.document) else {
+            return Filled::Done;
+        };
+        if self.cost(&document) <= CHUNK {
+            return Filled::Done;
+        }
+        if !self.recent.has_room_for(document.tokens.len()) {
+            tracing::debug!(
+                held = self.recent.len(),
+                bytes = self.recent.bytes(),
+                "no room for more neighbouring spans"
+            );
+            self.idle.neighbours.clear();
+            return Filled::Done;
+        }
+        self.fill_in_background(&document, "neighbouring span")
+    }
+}

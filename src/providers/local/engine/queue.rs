@@ -1,0 +1,43 @@
+//! The jobs not yet served: what arrived while a job ran is looked at between
+//! chunks and tokens, so background work stops for it and a chat yields to a
+//! completion.
+
+use std::collections::VecDeque;
+use std::sync::mpsc::{Receiver, TryRecvError};
+
+use super::Job;
+
+/// Jobs not yet served, in arrival order.
+pub(super) struct Queue {
+    pub(super) rx: Receiver<Job>,
+    /// Arrived while a job ran (looked at between chunks and tokens).
+    pub(super) pending: VecDeque<Job>,
+}
+
+impl Queue {
+    /// Whether a job waits: one looked at already, or one arriving now.
+    pub(super) fn arrived(&mut self) -> bool {
+        if !self.pending.is_empty() {
+            return true;
+        }
+        match self.rx.try_recv() {
+            Ok(job) => {
+                self.pending.push_back(job);
+                true
+            }
+            Err(TryRecvError::Empty) => false,
+            // Nobody can ask anything any more: background work is pointless.
+            Err(TryRecvError::Disconnected) => true,
+        }
+    }
+
+    /// Whether a completion waits: everything that has arrived is looked at.
+    pub(super) fn completion_waits(&mut self) -> bool {
+        while let Ok(job) = self.rx.try_recv() {
+            self.pending.push_back(job);
+        }
+        self.pending
+            .iter()
+            .any(|job| matches!(job, Job::Complete(..)))
+    }
+}
