@@ -136,18 +136,24 @@ impl Engine<'_> {
 /// The longest a request should wait for a background chunk already in flight.
 const BACKGROUND_CHUNK_TIME: Duration = Duration::from_millis(150);
 
+/// Fewest tokens in a background chunk: below this a decode call is mostly
+/// its fixed overhead.
+const MIN_BACKGROUND_CHUNK: usize = CHUNK / 4;
+
 /// Tokens per decode call. A job's own prompt goes in full chunks, the fastest
 /// per token. Background work goes in chunks that end within
 /// `BACKGROUND_CHUNK_TIME` at the measured speed: a request that arrives waits
-/// for the chunk in flight, and under a CPU hog a full chunk takes ~0.6 s of its
-/// 1 s. Never below half a chunk: shorter ones are mostly per-call overhead,
-/// and their time is not taken as a speed measurement.
+/// for the chunk in flight, and with one core busy (~60 tokens/s on one
+/// thread) a request's shortest cut already takes half its second, so a
+/// half chunk in flight (270 ms) made a third of cold requests miss
+/// (BENCHMARKS.md). Chunks under half a chunk are not taken as a speed
+/// measurement.
 fn chunk_len(chunk_cost: Duration, background: bool) -> usize {
     if !background {
         return CHUNK;
     }
     let affordable = BACKGROUND_CHUNK_TIME.as_secs_f64() / chunk_cost.as_secs_f64().max(1e-6);
-    ((affordable * CHUNK as f64) as usize).clamp(CHUNK / 2, CHUNK)
+    ((affordable * CHUNK as f64) as usize).clamp(MIN_BACKGROUND_CHUNK, CHUNK)
 }
 
 pub(super) enum SyncError {
@@ -178,13 +184,14 @@ mod tests {
     fn background_chunks_end_within_their_time() {
         assert_eq!(chunk_len(cost_at(220.0), true), CHUNK, "fast: full chunks");
         assert_eq!(chunk_len(cost_at(170.0), true), 25);
-        // The test machine idle (~90 tokens/s) and under a CPU hog (~55).
+        // The test machine idle (~90 tokens/s) and with one core busy (~55).
+        assert_eq!(chunk_len(cost_at(90.0), true), 13);
+        assert_eq!(chunk_len(cost_at(55.0), true), 8);
         assert_eq!(
-            chunk_len(cost_at(90.0), true),
-            CHUNK / 2,
-            "never below half"
+            chunk_len(cost_at(20.0), true),
+            MIN_BACKGROUND_CHUNK,
+            "never below the floor"
         );
-        assert_eq!(chunk_len(cost_at(55.0), true), CHUNK / 2);
         assert_eq!(
             chunk_len(cost_at(55.0), false),
             CHUNK,
