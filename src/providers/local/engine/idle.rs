@@ -19,6 +19,8 @@ pub(super) struct IdleFill {
     neighbours: VecDeque<SpanText>,
     /// Where the user is, brought back once the neighbours are filled.
     home: Option<SpanText>,
+    /// A neighbour's fill has taken the cache from the user's span.
+    away: bool,
     /// Work was given since the fill last ran out of it.
     given: bool,
 }
@@ -31,6 +33,7 @@ impl IdleFill {
             span: None,
             neighbours: neighbours.into(),
             home: Some(span),
+            away: false,
             given: true,
         };
     }
@@ -69,7 +72,7 @@ impl Engine<'_> {
             Filled::Preempted => self.idle.neighbours.push_front(neighbour),
             Filled::Done | Filled::Failed => {}
         }
-        if self.idle.neighbours.is_empty() {
+        if self.idle.neighbours.is_empty() && std::mem::take(&mut self.idle.away) {
             self.idle.span = self.idle.home.take();
         }
         true
@@ -94,6 +97,7 @@ impl Engine<'_> {
             self.idle.neighbours.clear();
             return Filled::Done;
         }
+        self.idle.away = true;
         self.fill_in_background(&document, "neighbouring span")
     }
 }
