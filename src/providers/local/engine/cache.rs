@@ -31,7 +31,7 @@ pub(super) enum Logits {
 
 /// A copy of the cache taken out of llama.cpp, to switch back to.
 pub(super) struct Snapshot {
-    pub tokens: Vec<i32>,
+    pub(super) tokens: Vec<i32>,
     suffix: Option<SuffixSpan>,
     resident: bool,
     state: SeqState,
