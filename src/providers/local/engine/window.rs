@@ -26,8 +26,9 @@ const MIN_COLD_INPUT_TOKENS: usize = 32;
 
 impl Engine<'_> {
     /// Makes the span's document resident and fills the span's window from
-    /// it when the user is idle; between keystrokes, fills whichever window
-    /// the cache makes cheaper. A newer job makes the rest of a prewarm moot.
+    /// it when the user is idle, then the spans around it (`idle`); between
+    /// keystrokes, fills whichever window the cache makes cheaper. A newer
+    /// job makes the rest of a prewarm moot.
     pub(super) fn prewarm(&mut self, prewarm: &Prewarm) {
         match &prewarm.span {
             Some(span) if prewarm.resident => {
