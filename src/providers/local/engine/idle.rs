@@ -48,6 +48,14 @@ impl IdleFill {
         };
     }
 
+    /// A request was answered from its span's window: the user is there, so
+    /// a span still waiting to be filled or brought back (another document,
+    /// or the one the user has just left) is moot. The spans around the
+    /// user's stay: the request leaves them where they were.
+    pub(super) fn served_in_span(&mut self) {
+        self.span = None;
+    }
+
     /// A fill of `span` was stopped by a newer job: it goes on later.
     pub(super) fn resume(&mut self, span: SpanText) {
         self.span = Some(span);

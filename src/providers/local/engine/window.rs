@@ -120,6 +120,10 @@ impl Engine<'_> {
         };
         let asked = self.in_time(&job.text, &wanted, job.deadline);
         let late = self.answer(&asked, &mut job, reply, false) == Answered::PromptLate;
+        if spanned {
+            // Served where the user is: a fill waiting for elsewhere is stale.
+            self.idle.served_in_span();
+        }
         match span {
             // The fill moves to where the user asked, once the engine is idle.
             Some(span) if !spanned => self.idle.move_to(span),
