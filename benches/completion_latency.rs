@@ -11,7 +11,8 @@
 //! without the recent prompts kept (`local.recent_prompts = 0`).
 //! The script also runs with speculative decoding off (`local.draft_tokens = 0`)
 //! and, unless `LATENCY_HOG=0`, again on a fresh engine while busy loops hold
-//! every core (a build beside the editor).
+//! every core (a build beside the editor). `LATENCY_LOG=FILE` writes the
+//! engine's debug log there (what each request decoded, and why).
 
 use std::process::{Command, Stdio};
 use std::sync::Arc;
@@ -384,6 +385,15 @@ fn row(name: &str, s: &Summary) -> String {
 }
 
 fn main() {
+    // `LATENCY_LOG=FILE`: the engine's debug log, to see why a request decoded what it did.
+    if let Some(path) = std::env::var_os("LATENCY_LOG") {
+        let file = std::fs::File::create(path).expect("LATENCY_LOG is writable");
+        tracing_subscriber::fmt()
+            .with_env_filter("switchyard=debug")
+            .with_ansi(false)
+            .with_writer(std::sync::Mutex::new(file))
+            .init();
+    }
     // As the server does: the bound matters under the hog below.
     switchyard::openmp::bound_spinning();
     tokio::runtime::Builder::new_multi_thread()
