@@ -425,10 +425,6 @@ async fn a_resident_document_serves_new_places_like_a_fresh_context() {
 /// block further away, not offered, is not.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn any_place_in_a_resident_span_decodes_only_its_suffix_section() {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter("switchyard=debug")
-        .with_test_writer()
-        .try_init();
     use switchyard::context::{fim, span};
     const SUFFIX: usize = 48;
     let engine = LocalEngine::spawn(EngineOptions {
@@ -525,12 +521,6 @@ async fn any_place_in_a_resident_span_decodes_only_its_suffix_section() {
     let above = places_of(around[1].start_line, 2);
     for cursor in places.into_iter().chain(below).chain(above) {
         let (decoded, at) = decoded_at(cursor).await;
-        eprintln!(
-            "DEBUG {at} start={} below={} above={}",
-            span_at(cursor).start_line,
-            around[0].start_line,
-            around[1].start_line
-        );
         // The suffix section, its markers, and the tokens the cursor splits.
         assert!(decoded <= SUFFIX + 16, "{at}");
     }
