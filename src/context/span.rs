@@ -82,28 +82,26 @@ pub fn around(
     let blocks = Blocks::of(rope, block_chars);
     let own = blocks.containing(rope.char_to_line(cursor));
     let last = rope.len_lines().saturating_sub(1) / blocks.lines;
-    let mut starts = vec![at(rope, cursor, budget, block_chars).map(|span| span.start_line)];
-    let mut spans = Vec::new();
-    if count == 0 {
-        return spans;
-    }
+    let own_start = at(rope, cursor, budget, block_chars).map(|span| span.start_line);
+    let mut spans: Vec<Span> = Vec::new();
     for distance in 1..=last.max(own) {
         let below = Some(own + distance).filter(|&block| block <= last);
         for block in [below, own.checked_sub(distance)].into_iter().flatten() {
+            if spans.len() == count {
+                return spans;
+            }
             let place = rope.line_to_char(blocks.start(block));
             let Some(span) = at(rope, place, budget, block_chars) else {
                 continue;
             };
-            if starts.contains(&Some(span.start_line)) {
-                continue;
-            }
-            starts.push(Some(span.start_line));
-            spans.push(span);
-            if spans.len() == count {
-                return spans;
+            let seen = own_start == Some(span.start_line)
+                || spans.iter().any(|s| s.start_line == span.start_line);
+            if !seen {
+                spans.push(span);
             }
         }
     }
+    spans.truncate(count);
     spans
 }
 

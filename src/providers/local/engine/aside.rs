@@ -55,15 +55,8 @@ impl Engine<'_> {
     /// queued, and no fill follows an answer while the chat waits.
     fn answer_waiting_completions(&mut self) {
         self.chat.waiting = true;
-        while let Some(at) = self
-            .jobs
-            .pending
-            .iter()
-            .position(|job| matches!(job, Job::Complete(..)))
-        {
-            if let Some(Job::Complete(job, reply)) = self.jobs.pending.remove(at) {
-                self.complete(job, reply);
-            }
+        while let Some(Job::Complete(job, reply)) = self.jobs.take_completion() {
+            self.complete(job, reply);
         }
         self.chat.waiting = false;
     }

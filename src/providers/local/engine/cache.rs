@@ -309,7 +309,8 @@ impl<'m> KvCache<'m> {
             &prompt.tokens,
             prompt.suffix_span,
         );
-        let back = reuse::plan(&self.document(), None, &prompt.tokens, prompt.suffix_span);
+        let document = [&self.tokens[..lent.at], &lent.tail[..]].concat();
+        let back = reuse::plan(&document, None, &prompt.tokens, prompt.suffix_span);
         let stays = !prompt.document
             && now.keep >= lent.at
             && now.tokens_to_decode(len) <= back.tokens_to_decode(len);
@@ -319,11 +320,12 @@ impl<'m> KvCache<'m> {
         stays
     }
 
-    /// The resident document with a lent tail back; else what the cache holds.
-    pub(super) fn document(&self) -> Vec<i32> {
+    /// The resident document as it is with its lent tail back, where a
+    /// FIM prompt borrows its start.
+    pub(super) fn lent_document(&self) -> Option<Vec<i32>> {
         match &self.residency {
-            Residency::Lent(lent) => [&self.tokens[..lent.at], &lent.tail[..]].concat(),
-            _ => self.tokens.clone(),
+            Residency::Lent(lent) => Some([&self.tokens[..lent.at], &lent.tail[..]].concat()),
+            _ => None,
         }
     }
 

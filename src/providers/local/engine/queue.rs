@@ -40,4 +40,14 @@ impl Queue {
             .iter()
             .any(|job| matches!(job, Job::Complete(..)))
     }
+
+    /// The first completion that has arrived, taken out; other jobs stay
+    /// in their order.
+    pub(super) fn take_completion(&mut self) -> Option<Job> {
+        let at = self
+            .pending
+            .iter()
+            .position(|job| matches!(job, Job::Complete(..)))?;
+        self.pending.remove(at)
+    }
 }

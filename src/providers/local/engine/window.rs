@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use tokio::sync::oneshot;
 
-use super::{Answered, CHUNK, Engine, Filled, Residency};
+use super::{Answered, CHUNK, Engine, Filled};
 use crate::providers::local::prompt::{self, FimPrompt, PromptBudget};
 use crate::providers::local::reuse;
 use crate::providers::local::{CompletionJob, EngineError, FimText, Generation, Prewarm, SpanText};
@@ -161,8 +161,8 @@ impl Engine<'_> {
             reuse::plan(cached, suffix, &prompt.tokens, prompt.suffix_span).tokens_to_decode(len)
         };
         let mut cost = plan(self.cache.tokens(), self.cache.suffix());
-        if let Residency::Lent(_) = self.cache.residency() {
-            cost = cost.min(plan(&self.cache.document(), None));
+        if let Some(document) = self.cache.lent_document() {
+            cost = cost.min(plan(&document, None));
         }
         if let Some(common) = self.recent.longest_common(&prompt.tokens) {
             cost = cost.min(len - common.min(len.saturating_sub(1)));
