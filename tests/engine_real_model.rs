@@ -86,6 +86,38 @@ async fn typing_re_decodes_only_what_changed() {
     assert!(!warm.text.is_empty());
 }
 
+/// At a cold place the window is cut to what decodes before the deadline.
+/// The next keystroke, as short of time, keeps the start of the window the
+/// cache holds, so it decodes what was typed, not a new cut: before, every
+/// keystroke of a typing session paid a whole cut (BENCHMARKS.md). Both jobs
+/// are sent at once, as keystrokes queue behind an answer; the first
+/// generates one token, so the second starts with about as much time left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn typing_on_at_a_cold_place_decodes_only_what_was_typed() {
+    let engine = LocalEngine::spawn(options());
+    engine.wait_ready().await.unwrap();
+    let marker = "let total = ";
+    let whole_prefix = support::SAMPLE_RUST.find(marker).unwrap() + marker.len();
+    let mut first = job(sample_text_with("", whole_prefix), Duration::from_secs(1));
+    first.max_tokens = 1;
+    let second = job(
+        sample_text_with("self", whole_prefix),
+        Duration::from_secs(2),
+    );
+    let (first, second) = tokio::join!(engine.complete(first), engine.complete(second));
+    let (first, second) = (first.unwrap(), second.unwrap());
+    // A second window twice as long is a new cut by design (it had the time).
+    if second.prompt_tokens < 2 * first.prompt_tokens {
+        assert!(
+            second.tokens_decoded <= switchyard::providers::local::reuse::FRESH_SUFFIX_TOKENS + 8,
+            "the second keystroke decoded {} of {} prompt tokens after a window of {}",
+            second.tokens_decoded,
+            second.prompt_tokens,
+            first.prompt_tokens
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missed_prompt_deadline_answers_empty_and_the_cache_keeps_filling() {
     let engine = LocalEngine::spawn(options());

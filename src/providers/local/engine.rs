@@ -293,6 +293,10 @@ impl Engine<'_> {
             tracing::debug!("{what} left: a chat waits");
             return Filled::Preempted;
         }
+        if self.jobs.arrived() {
+            // Before the cache changes: it holds what the last job left.
+            return Filled::Preempted;
+        }
         let background = Interrupt {
             cancel: None,
             deadline: None,

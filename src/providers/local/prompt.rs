@@ -5,7 +5,7 @@
 //! or token text). Codestral-style vocabularies (`[PREFIX]`/`[SUFFIX]`) are trained
 //! suffix-first; the rest prefix-suffix-middle.
 
-use super::reuse::SuffixSpan;
+use super::reuse::{SuffixSpan, common_prefix};
 
 /// The FIM special tokens of a model and the order its training used.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -87,14 +87,83 @@ pub fn assemble(
     suffix: &[i32],
     budget: PromptBudget,
 ) -> FimPrompt {
-    let specials = 3 + usize::from(fim.bos.is_some());
-    let room = budget.input.saturating_sub(specials);
+    let room = budget.input.saturating_sub(specials(fim));
     let suffix_len = suffix.len().min(suffix_room(room, budget.suffix));
     let prefix_len = prefix.len().min(room - suffix_len);
-    let prefix_kept = &prefix[prefix.len() - prefix_len..];
-    let suffix_kept = &suffix[..suffix_len];
+    layout(
+        fim,
+        context,
+        prefix,
+        suffix,
+        prefix.len() - prefix_len,
+        suffix_len,
+    )
+}
 
-    let mut tokens = Vec::with_capacity(specials + context.len() + prefix_len + suffix_len);
+/// The prompt whose window keeps `prefix` from `start` (where a window the
+/// cache holds starts), with as much suffix as `assemble` gives that much
+/// prefix; `None` where that window is over the budget's input.
+pub fn assemble_from(
+    fim: &FimTokens,
+    context: &[i32],
+    prefix: &[i32],
+    suffix: &[i32],
+    start: usize,
+    budget: PromptBudget,
+) -> Option<FimPrompt> {
+    let prefix_len = prefix.len().checked_sub(start)?;
+    // The suffix is at most a quarter of the room: a third of the prefix.
+    let suffix_len = suffix.len().min(budget.suffix).min(prefix_len / 3);
+    (specials(fim) + prefix_len + suffix_len <= budget.input)
+        .then(|| layout(fim, context, prefix, suffix, start, suffix_len))
+}
+
+/// Where `held`, the prefix section of a window the cache holds, starts in
+/// `prefix`: the start sharing the longest run with it, at least its first
+/// tokens (a few tokens alike are chance).
+pub fn start_of(held: &[i32], prefix: &[i32]) -> Option<usize> {
+    let needed = held.len().min(MIN_HELD_RUN);
+    (0..prefix.len())
+        .map(|start| (start, common_prefix(&prefix[start..], held)))
+        .filter(|&(_, run)| run >= needed && run > 0)
+        .max_by_key(|&(start, run)| (run, std::cmp::Reverse(start)))
+        .map(|(start, _)| start)
+}
+
+/// A window the cache holds is found again by this many tokens of its prefix.
+const MIN_HELD_RUN: usize = 8;
+
+/// The prefix section of a prefix-suffix-middle prompt: the tokens between
+/// the prefix marker and the suffix section.
+pub fn prefix_section<'t>(
+    fim: &FimTokens,
+    tokens: &'t [i32],
+    suffix_span: Option<SuffixSpan>,
+) -> Option<&'t [i32]> {
+    let before_suffix = tokens.get(..suffix_span?.start)?;
+    let marker = before_suffix.iter().position(|&t| t == fim.prefix)?;
+    Some(&before_suffix[marker + 1..])
+}
+
+/// Special tokens a FIM prompt adds to its text.
+fn specials(fim: &FimTokens) -> usize {
+    3 + usize::from(fim.bos.is_some())
+}
+
+/// The prompt in the model's order: `prefix` from `prefix_start`, the first
+/// `suffix_len` tokens of `suffix`.
+fn layout(
+    fim: &FimTokens,
+    context: &[i32],
+    prefix: &[i32],
+    suffix: &[i32],
+    prefix_start: usize,
+    suffix_len: usize,
+) -> FimPrompt {
+    let prefix_kept = &prefix[prefix_start..];
+    let suffix_kept = &suffix[..suffix_len];
+    let mut tokens =
+        Vec::with_capacity(specials(fim) + context.len() + prefix_kept.len() + suffix_len);
     tokens.extend(fim.bos);
     tokens.extend_from_slice(context);
     let suffix_span = match fim.order {
@@ -121,7 +190,7 @@ pub fn assemble(
         tokens,
         suffix_span,
         document: false,
-        prefix_trimmed: prefix.len() - prefix_len,
+        prefix_trimmed: prefix_start,
         suffix_trimmed: suffix.len() - suffix_len,
     }
 }
@@ -255,6 +324,42 @@ mod tests {
         );
         assert_eq!(p.tokens.len(), 10);
         assert_eq!(p.tokens[0], 7);
+    }
+
+    #[test]
+    fn a_window_held_in_the_cache_is_found_again_after_typing() {
+        let budget = PromptBudget {
+            input: 40,
+            suffix: 8,
+            repository: 0,
+        };
+        let cut = PromptBudget {
+            input: 30,
+            ..budget
+        };
+        let prefix: Vec<i32> = (0..50).collect();
+        let suffix: Vec<i32> = (50..80).collect();
+        let held = assemble(&QWEN, &[7], &prefix, &suffix, cut);
+        let section = prefix_section(&QWEN, &held.tokens, held.suffix_span).unwrap();
+        assert_eq!(section, &prefix[held.prefix_trimmed..]);
+        // Two tokens typed: the window is found where it started, and keeps
+        // everything the cache holds before its suffix section.
+        let typed: Vec<i32> = (0..50).chain([90, 91]).collect();
+        let start = start_of(section, &typed).unwrap();
+        assert_eq!(start, held.prefix_trimmed);
+        let again = assemble_from(&QWEN, &[7], &typed, &suffix, start, budget).unwrap();
+        let before_suffix = held.suffix_span.unwrap().start;
+        assert_eq!(again.tokens[..before_suffix], held.tokens[..before_suffix]);
+        assert_eq!(&again.tokens[before_suffix..before_suffix + 2], &[90, 91]);
+        // Typed past the budget: no such window.
+        let long: Vec<i32> = (0..60).collect();
+        assert_eq!(
+            assemble_from(&QWEN, &[7], &long, &suffix, start, budget),
+            None
+        );
+        // Text that does not hold the window.
+        let other: Vec<i32> = (100..150).collect();
+        assert_eq!(start_of(section, &other), None);
     }
 
     #[test]

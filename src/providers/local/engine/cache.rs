@@ -295,10 +295,10 @@ impl<'m> KvCache<'m> {
         e.to_string()
     }
 
-    /// Before the cache is brought to `prompt`: takes a lent tail back, unless
-    /// the FIM prompt in the cache serves `prompt` with no more decoding and
-    /// keeps the document's start. Returns whether the tail stays lent.
-    pub(super) fn settle_lent(&mut self, prompt: &FimPrompt) -> bool {
+    /// Whether a lent tail stays lent for `prompt`: the FIM prompt in the
+    /// cache keeps the document's start and serves `prompt` with less
+    /// decoding than the document would (the user typing at the same place).
+    pub(super) fn lent_stays(&self, prompt: &FimPrompt) -> bool {
         let Residency::Lent(lent) = &self.residency else {
             return false;
         };
@@ -311,13 +311,18 @@ impl<'m> KvCache<'m> {
         );
         let document = [&self.tokens[..lent.at], &lent.tail[..]].concat();
         let back = reuse::plan(&document, None, &prompt.tokens, prompt.suffix_span);
-        let stays = !prompt.document
+        !prompt.document
             && now.keep >= lent.at
-            && now.tokens_to_decode(len) <= back.tokens_to_decode(len);
-        if !stays {
-            self.take_back_lent();
+            && now.tokens_to_decode(len) < back.tokens_to_decode(len)
+    }
+
+    /// Tokens the main sequence holds beyond a lent document's start: a
+    /// borrowing FIM prompt's own, where one is lent.
+    pub(super) fn own_tokens(&self) -> usize {
+        match &self.residency {
+            Residency::Lent(lent) => self.tokens.len() - lent.at,
+            _ => 0,
         }
-        stays
     }
 
     /// The resident document as it is with its lent tail back, where a
@@ -343,10 +348,15 @@ impl<'m> KvCache<'m> {
         Ok(())
     }
 
-    /// Puts the lent tail back after the document's start.
+    /// Puts the lent tail back after the document's start, where one is lent.
     pub(super) fn take_back_lent(&mut self) {
-        let Residency::Lent(lent) = std::mem::take(&mut self.residency) else {
-            return;
+        let lent = match std::mem::take(&mut self.residency) {
+            Residency::Lent(lent) => lent,
+            // Not lent: the residency stays what it was.
+            other => {
+                self.residency = other;
+                return;
+            }
         };
         let at = lent.at as u32;
         let returned = self

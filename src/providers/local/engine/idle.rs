@@ -7,6 +7,7 @@
 //! decoding it (ARCHITECTURE.md invariant 20).
 
 use std::collections::VecDeque;
+use std::time::Duration;
 
 use super::{CHUNK, Engine, Filled};
 use crate::providers::local::SpanText;
@@ -23,7 +24,16 @@ pub(super) struct IdleFill {
     away: bool,
     /// Work was given since the fill last ran out of it.
     given: bool,
+    /// A request moved the fill: it waits for the user to pause.
+    after_pause: bool,
 }
+
+/// How long the user is quiet before a fill a request moved goes on. Between
+/// keystrokes it would get a chunk or two in and take from the cache the
+/// window the next keystroke reuses, so that every keystroke paid a cold cut
+/// (BENCHMARKS.md); the language server too keeps a document resident after
+/// an edit only after a second of quiet.
+const PAUSE_BEFORE_MOVED_FILL: Duration = Duration::from_secs(1);
 
 impl IdleFill {
     /// The user is at `span` (a revealed cursor, an edit once idle): fill it,
@@ -35,6 +45,7 @@ impl IdleFill {
             home: Some(span),
             away: false,
             given: true,
+            after_pause: false,
         };
     }
 
@@ -44,6 +55,7 @@ impl IdleFill {
         *self = IdleFill {
             span: Some(span),
             given: true,
+            after_pause: true,
             ..IdleFill::default()
         };
     }
@@ -56,6 +68,12 @@ impl IdleFill {
         self.span = None;
     }
 
+    /// Whether a request moved the fill and the user has not paused since:
+    /// they are typing at a place the cache held no window for.
+    pub(super) fn awaits_pause(&self) -> bool {
+        self.after_pause && self.span.is_some()
+    }
+
     /// A fill of `span` was stopped by a newer job: it goes on later.
     pub(super) fn resume(&mut self, span: SpanText) {
         self.span = Some(span);
@@ -66,6 +84,13 @@ impl IdleFill {
 impl Engine<'_> {
     /// Does one piece of idle work; `false` when there is none.
     pub(super) fn fill_idle(&mut self) -> bool {
+        if self.idle.awaits_pause() {
+            if !self.jobs.quiet_for(PAUSE_BEFORE_MOVED_FILL) {
+                // Typing goes on: the next request decides where the fill goes.
+                return false;
+            }
+            self.idle.after_pause = false;
+        }
         if let Some(span) = self.idle.span.take() {
             self.fill_span(span);
             return true;

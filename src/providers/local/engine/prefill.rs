@@ -31,7 +31,7 @@ impl Engine<'_> {
     ) -> Result<Prefill, SyncError> {
         if !self.reuse_cache {
             self.fresh_context()?;
-        } else if !self.cache.settle_lent(prompt) {
+        } else if !self.cache.lent_stays(prompt) {
             self.switch_recent(prompt);
         }
         let plan = reuse::plan(

@@ -3,7 +3,8 @@
 //! completion.
 
 use std::collections::VecDeque;
-use std::sync::mpsc::{Receiver, TryRecvError};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
+use std::time::Duration;
 
 use super::Job;
 
@@ -28,6 +29,21 @@ impl Queue {
             Err(TryRecvError::Empty) => false,
             // Nobody can ask anything any more: background work is pointless.
             Err(TryRecvError::Disconnected) => true,
+        }
+    }
+
+    /// Whether no job comes for `quiet` (one that does is kept).
+    pub(super) fn quiet_for(&mut self, quiet: Duration) -> bool {
+        if !self.pending.is_empty() {
+            return false;
+        }
+        match self.rx.recv_timeout(quiet) {
+            Ok(job) => {
+                self.pending.push_back(job);
+                false
+            }
+            Err(RecvTimeoutError::Timeout) => true,
+            Err(RecvTimeoutError::Disconnected) => false,
         }
     }
 

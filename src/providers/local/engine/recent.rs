@@ -81,57 +81,78 @@ impl RecentPrompts {
 }
 
 impl Engine<'_> {
-    /// Before the cache is brought to `prompt`: saves the cache when the prompt
-    /// would throw most of it away, and restores a saved prompt that shares a
-    /// longer start with `prompt` than the cache does. Failures only cost reuse.
+    /// Before the cache is brought to `prompt`: a lent tail comes back; the
+    /// cache is saved where `prompt` would throw most of it away, and a
+    /// saved prompt sharing a longer start with `prompt` than the cache does
+    /// is restored. A FIM prompt that borrowed the document is saved before
+    /// the tail comes back only where it holds more of its own than a
+    /// suffix section: else the document brings it back cheaply, and its
+    /// copy would take a slot (and win a restore) from the document's.
+    /// Failures only cost reuse.
     pub(super) fn switch_recent(&mut self, prompt: &FimPrompt) {
+        if self.recent.capacity > 0 && self.cache.own_tokens() > self.budget.suffix + 2 * CHUNK {
+            self.save_leaving(prompt);
+        }
+        self.cache.take_back_lent();
         if self.recent.capacity == 0 {
             return;
         }
+        self.save_leaving(prompt);
+        self.restore_better(prompt);
+    }
+
+    /// Saves the cache where `prompt` would throw most of it away.
+    fn save_leaving(&mut self, prompt: &FimPrompt) {
         let cached = self.cache.tokens();
         let current = common_prefix(cached, &prompt.tokens);
         // A chat set aside for completions keeps whatever it has: at the
         // rate of typing it gets a chunk or two between them, and losing
         // those each time it would never start.
         let set_aside = self.chat.waiting && current < cached.len();
-        // A resident document a FIM prompt borrows is set aside, not lost.
-        let lent = self.borrows_document(prompt, current);
+        // A resident document a FIM prompt borrows is set aside, not lost,
+        // unless a saved prompt is restored over it.
+        let lent = self.borrows_document(prompt, current) && self.better(prompt).is_none();
         let leaving = set_aside || !lent && cached.len() >= 2 * CHUNK && current < cached.len() / 2;
-        // A restore replaces the whole cache: worth it for a chunk or more.
-        let better = self
-            .recent
-            .best(&prompt.tokens)
-            .filter(|&(_, common)| common >= current + CHUNK);
-        let saved = match leaving {
-            true => self
-                .cache
-                .snapshot()
-                .map_err(|e| {
-                    tracing::debug!("saving the cache for a later switch back failed: {e}")
-                })
-                .ok(),
-            false => None,
-        };
-        if let Some((index, common)) = better {
-            let snapshot = self.recent.saved.remove(index).expect("index from best");
-            let tokens = snapshot.tokens.len();
-            match self.cache.restore(snapshot) {
-                Ok(()) => tracing::debug!(tokens, common, "restored a recent prompt"),
-                Err(e) => {
-                    tracing::debug!("restoring a recent prompt failed: {e}; the cache was cleared")
-                }
-            }
+        if !leaving {
+            return;
         }
-        if let Some(saved) = saved {
-            let (tokens, bytes) = (saved.tokens.len(), saved.byte_len());
-            self.recent.push(saved);
-            tracing::debug!(
-                tokens,
-                bytes,
-                held = self.recent.len(),
-                held_bytes = self.recent.bytes(),
-                "saved the cache for a switch back"
-            );
+        match self.cache.snapshot() {
+            Ok(saved) => {
+                let (tokens, bytes) = (saved.tokens.len(), saved.byte_len());
+                self.recent.push(saved);
+                tracing::debug!(
+                    tokens,
+                    bytes,
+                    held = self.recent.len(),
+                    held_bytes = self.recent.bytes(),
+                    "saved the cache for a switch back"
+                );
+            }
+            Err(e) => tracing::debug!("saving the cache for a later switch back failed: {e}"),
+        }
+    }
+
+    /// The saved prompt sharing a chunk more of `prompt`'s start than the
+    /// cache does (a restore replaces the whole cache), and how much.
+    fn better(&self, prompt: &FimPrompt) -> Option<(usize, usize)> {
+        let current = common_prefix(self.cache.tokens(), &prompt.tokens);
+        self.recent
+            .best(&prompt.tokens)
+            .filter(|&(_, common)| common >= current + CHUNK)
+    }
+
+    /// Restores the saved prompt `better` finds.
+    fn restore_better(&mut self, prompt: &FimPrompt) {
+        let Some((index, common)) = self.better(prompt) else {
+            return;
+        };
+        let snapshot = self.recent.saved.remove(index).expect("index from best");
+        let tokens = snapshot.tokens.len();
+        match self.cache.restore(snapshot) {
+            Ok(()) => tracing::debug!(tokens, common, "restored a recent prompt"),
+            Err(e) => {
+                tracing::debug!("restoring a recent prompt failed: {e}; the cache was cleared")
+            }
         }
     }
 }

@@ -39,8 +39,14 @@ impl Engine<'_> {
             }
             Some(span) => {
                 let affordable = self.build_prompt(&prewarm.window);
-                let (prompt, _) = self.choose_window(affordable, span, None);
-                self.fill_in_background(&prompt, "prewarm");
+                let (wanted, _) = self.choose_window(affordable, span, None);
+                // Typing at a cold place: the next keystroke reuses the
+                // window the cache holds; the cold one waits for a pause.
+                let held = match self.idle.awaits_pause() {
+                    true => self.window_held(&prewarm.window),
+                    false => None,
+                };
+                self.fill_in_background(&held.unwrap_or(wanted), "prewarm");
             }
             None => {
                 let prompt = self.build_prompt(&prewarm.window);
@@ -120,14 +126,16 @@ impl Engine<'_> {
         };
         let asked = self.in_time(&job.text, &wanted, job.deadline);
         let late = self.answer(&asked, &mut job, reply, false) == Answered::PromptLate;
-        if spanned {
+        let cut = asked != wanted;
+        if spanned && !cut {
             // Served where the user is: a fill waiting for elsewhere is stale.
             self.idle.served_in_span();
         }
         match span {
-            // The fill moves to where the user asked, once the engine is idle.
-            Some(span) if !spanned => self.idle.move_to(span),
-            _ if late || asked != wanted => {
+            // Answered from another window: the fill moves to where the user
+            // asked, once they pause (see `idle`).
+            Some(span) if !spanned || cut => self.idle.move_to(span),
+            _ if late || cut => {
                 // Keep filling so the next keystroke finds a warm cache.
                 self.fill_in_background(&wanted, "fill after a missed deadline");
             }
@@ -137,19 +145,43 @@ impl Engine<'_> {
 
     /// `wanted`, unless the cache lacks more of it than decodes before
     /// `deadline`: the place is cold, and the affordable window `text` is cut
-    /// from its prefix's start to what does decode, leaving a line of answer
-    /// or, at the shortest cut, the start of one. Where not even that decodes
-    /// in time, `wanted` it stays: answered empty, its fill goes on.
+    /// to what does decode, leaving a line of answer or, at the shortest
+    /// cut, the start of one. The cut starts where the window the cache
+    /// holds starts, where that leaves the start of a line and is at least
+    /// half as long: typing on at a cold place then decodes only what was
+    /// typed. Where not even the
+    /// shortest cut decodes in time, `wanted` it stays: answered empty, its
+    /// fill goes on.
     fn in_time(&mut self, text: &FimText, wanted: &FimPrompt, deadline: Instant) -> FimPrompt {
         let decodable = self.decodable_before(deadline);
         if self.cost(wanted) <= decodable {
             return wanted.clone();
         }
-        let cut = self.build_prompt_within(text, decodable);
-        match self.cost(&cut) <= self.decodable_leaving(deadline, ANSWER_TOKENS_AT_LEAST) {
+        let fresh = self.build_prompt_within(text, decodable);
+        let at_least = self.decodable_leaving(deadline, ANSWER_TOKENS_AT_LEAST);
+        let cut = match self.window_held(text) {
+            Some(held)
+                if 2 * held.tokens.len() >= fresh.tokens.len() && self.cost(&held) <= at_least =>
+            {
+                held
+            }
+            _ => fresh,
+        };
+        match self.cost(&cut) <= at_least {
             true => cut,
             false => wanted.clone(),
         }
+    }
+
+    /// `text`'s prompt with its window starting where the FIM prompt in the
+    /// cache starts its prefix, within the input budget.
+    fn window_held(&mut self, text: &FimText) -> Option<FimPrompt> {
+        let held = prompt::prefix_section(&self.fim, self.cache.tokens(), self.cache.suffix())?;
+        let prefix = self.tokenize(&text.prefix);
+        let start = prompt::start_of(held, &prefix)?;
+        let context = self.context_tokens(text);
+        let suffix = self.tokenize(&text.suffix);
+        prompt::assemble_from(&self.fim, &context, &prefix, &suffix, start, self.budget)
     }
 
     /// Prompt tokens the cache lacks for `prompt`: what it holds (the
