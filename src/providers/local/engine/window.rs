@@ -167,7 +167,16 @@ impl Engine<'_> {
             }
             _ => fresh,
         };
-        match self.cost(&cut) <= at_least {
+        let (cut_cost, left) = (self.cost(&cut), deadline.saturating_duration_since(Instant::now()));
+        tracing::debug!(
+            wanted = self.cost(wanted),
+            cut = cut_cost,
+            cut_window = cut.tokens.len(),
+            decodable_at_least = at_least,
+            left_ms = left.as_millis() as u64,
+            "cold window"
+        );
+        match cut_cost <= at_least {
             true => cut,
             false => wanted.clone(),
         }
