@@ -38,15 +38,20 @@ impl Engine<'_> {
                 while !self.jobs.arrived() && self.fill_idle() {}
             }
             Some(span) => {
-                let affordable = self.build_prompt(&prewarm.window);
-                let (wanted, _) = self.choose_window(affordable, span, None);
                 // Typing at a cold place: the next keystroke reuses the
                 // window the cache holds; the cold one waits for a pause.
                 let held = match self.idle.awaits_pause() {
                     true => self.window_held(&prewarm.window),
                     false => None,
                 };
-                self.fill_in_background(&held.unwrap_or(wanted), "prewarm");
+                let prompt = match held {
+                    Some(held) => held,
+                    None => {
+                        let affordable = self.build_prompt(&prewarm.window);
+                        self.choose_window(affordable, span, None).0
+                    }
+                };
+                self.fill_in_background(&prompt, "prewarm");
             }
             None => {
                 let prompt = self.build_prompt(&prewarm.window);
@@ -147,33 +152,32 @@ impl Engine<'_> {
     /// `deadline`: the place is cold, and the affordable window `text` is cut
     /// to what does decode, leaving a line of answer or, at the shortest
     /// cut, the start of one. The cut starts where the window the cache
-    /// holds starts, where that leaves the start of a line and is at least
-    /// half as long: typing on at a cold place then decodes only what was
-    /// typed. Where not even the
-    /// shortest cut decodes in time, `wanted` it stays: answered empty, its
-    /// fill goes on.
+    /// holds starts, where that is at least half as long and leaves the
+    /// start of a line: typing on at a cold place then decodes only what was
+    /// typed. Where not even the shortest cut decodes in time, `wanted` it
+    /// stays: answered empty, its fill goes on.
     fn in_time(&mut self, text: &FimText, wanted: &FimPrompt, deadline: Instant) -> FimPrompt {
         let decodable = self.decodable_before(deadline);
-        if self.cost(wanted) <= decodable {
+        let wanted_cost = self.cost(wanted);
+        if wanted_cost <= decodable {
             return wanted.clone();
         }
         let fresh = self.build_prompt_within(text, decodable);
         let at_least = self.decodable_leaving(deadline, ANSWER_TOKENS_AT_LEAST);
-        let cut = match self.window_held(text) {
-            Some(held)
-                if 2 * held.tokens.len() >= fresh.tokens.len() && self.cost(&held) <= at_least =>
-            {
-                held
-            }
-            _ => fresh,
-        };
-        let (cut_cost, left) = (self.cost(&cut), deadline.saturating_duration_since(Instant::now()));
+        let held = self
+            .window_held(text)
+            .filter(|held| 2 * held.tokens.len() >= fresh.tokens.len())
+            .map(|held| (self.cost(&held), held))
+            .filter(|&(cost, _)| cost <= at_least);
+        let (cut_cost, cut) = held.unwrap_or_else(|| (self.cost(&fresh), fresh));
         tracing::debug!(
-            wanted = self.cost(wanted),
+            wanted = wanted_cost,
             cut = cut_cost,
             cut_window = cut.tokens.len(),
             decodable_at_least = at_least,
-            left_ms = left.as_millis() as u64,
+            left_ms = deadline
+                .saturating_duration_since(Instant::now())
+                .as_millis() as u64,
             "cold window"
         );
         match cut_cost <= at_least {
