@@ -55,6 +55,17 @@ async fn the_scoring_accepts_each_canonical_solution_and_rejects_a_wrong_one() {
     }
 }
 
+#[test]
+fn similarity_ranks_a_nearly_right_line_between_the_line_and_a_wrong_one() {
+    let line = "        let total = items.iter().sum();";
+    assert_eq!(infilling::similarity(line.trim(), line), 1.0);
+    assert_eq!(infilling::similarity("", line), 0.0);
+    let nearly = infilling::similarity("let total = items.iter().count();", line);
+    let wrong = infilling::similarity("return None", line);
+    assert!(0.7 < nearly && nearly < 1.0, "{nearly}");
+    assert!(wrong < 0.3, "{wrong}");
+}
+
 /// The harnesses' server with the same prompts on every machine (the
 /// smallest input budget the engine sizes to, one inference thread) and the
 /// longest budget there is: the smoke tests check that the harnesses run and

@@ -359,6 +359,7 @@ pub async fn attempt(
     Attempt {
         task_id: task.id.clone(),
         exact: task.exact(&completion),
+        similarity: infilling::similarity(&completion, &task.expected),
         passed: false,
         completion,
         latency,

@@ -63,9 +63,27 @@ impl Task {
     /// The same text as the canonical solution, ignoring surrounding whitespace
     /// (the model may or may not type the indentation the line needs).
     pub fn exact(&self, completion: &str) -> bool {
-        let normal = |s: &str| s.lines().map(str::trim).collect::<Vec<_>>().join("\n");
-        normal(completion.trim()) == normal(self.canonical_solution.trim())
+        normal(completion) == normal(&self.canonical_solution)
     }
+}
+
+/// How much of `expected` the completion has right, from 0 to 1: the share
+/// of characters the two have in common (2 x matched / both lengths), each
+/// line trimmed as exact match trims it. It tells a line that is almost
+/// right from one that is wrong, where exact match cannot.
+pub fn similarity(completion: &str, expected: &str) -> f64 {
+    let (ours, theirs) = (normal(completion), normal(expected));
+    if ours.is_empty() {
+        return 0.0;
+    }
+    f64::from(similar::TextDiff::from_chars(&ours, &theirs).ratio())
+}
+
+/// Each line trimmed: the model may or may not type the indentation a line
+/// needs.
+fn normal(text: &str) -> String {
+    let lines: Vec<&str> = text.trim().lines().map(str::trim).collect();
+    lines.join("\n")
 }
 
 /// Reads every task of a `.jsonl` or gzip-compressed `.jsonl.gz` file.
@@ -125,6 +143,8 @@ pub struct Attempt {
     /// Why nothing was shown, from the server's log.
     pub empty_reason: Option<String>,
     pub exact: bool,
+    /// `similarity` of the completion to the canonical solution.
+    pub similarity: f64,
     pub passed: bool,
     pub work: Work,
 }
@@ -238,6 +258,7 @@ pub async fn attempt(
     Attempt {
         task_id: task.task_id.clone(),
         exact: task.exact(&completion),
+        similarity: similarity(&completion, &task.canonical_solution),
         completion,
         latency,
         empty_reason,
@@ -323,6 +344,8 @@ pub async fn passes(task: &Task, completion: &str) -> bool {
 pub struct Score {
     pub tasks: usize,
     pub exact: f64,
+    /// The mean `Attempt::similarity`, empty answers counting 0.
+    pub similarity: f64,
     pub pass_at_1: f64,
     pub empty: f64,
     /// (reason, count), most frequent first.
@@ -355,6 +378,7 @@ pub fn score(attempts: &[Attempt]) -> Score {
     Score {
         tasks: attempts.len(),
         exact: share(&|a| a.exact),
+        similarity: attempts.iter().map(|a| a.similarity).sum::<f64>() / n,
         pass_at_1: share(&|a| a.passed),
         empty: share(&|a| a.completion.is_empty()),
         empty_reasons: reasons,
