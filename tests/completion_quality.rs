@@ -56,7 +56,7 @@ async fn the_scoring_accepts_each_canonical_solution_and_rejects_a_wrong_one() {
 }
 
 #[test]
-fn similarity_ranks_a_nearly_right_line_between_the_line_and_a_wrong_one() {
+fn similarity_ranks_a_nearly_right_line_between_the_line_and_a_wrong_one_and_reads_as_many_lines() {
     let line = "        let total = items.iter().sum();";
     assert_eq!(infilling::similarity(line.trim(), line), 1.0);
     assert_eq!(infilling::similarity("", line), 0.0);
@@ -64,6 +64,8 @@ fn similarity_ranks_a_nearly_right_line_between_the_line_and_a_wrong_one() {
     let wrong = infilling::similarity("return None", line);
     assert!(0.7 < nearly && nearly < 1.0, "{nearly}");
     assert!(wrong < 0.3, "{wrong}");
+    let going_on = format!("{}\n        total / 2", line.trim());
+    assert_eq!(infilling::similarity(&going_on, line), 1.0);
 }
 
 /// The harnesses' server with the same prompts on every machine (the

@@ -70,13 +70,23 @@ impl Task {
 /// How much of `expected` the completion has right, from 0 to 1: the share
 /// of characters the two have in common (2 x matched / both lengths), each
 /// line trimmed as exact match trims it. It tells a line that is almost
-/// right from one that is wrong, where exact match cannot.
+/// right from one that is wrong, where exact match cannot. Only as many of
+/// the completion's lines count as `expected` has: lines a longer answer
+/// goes on with are the user's to take or not, as with exact match of a
+/// masked line.
 pub fn similarity(completion: &str, expected: &str) -> f64 {
-    let (ours, theirs) = (normal(completion), normal(expected));
+    let theirs = normal(expected);
+    let lines = theirs.lines().count().max(1);
+    let ours: Vec<&str> = completion
+        .lines()
+        .map(str::trim)
+        .filter(|line| !line.is_empty())
+        .take(lines)
+        .collect();
     if ours.is_empty() {
         return 0.0;
     }
-    f64::from(similar::TextDiff::from_chars(&ours, &theirs).ratio())
+    f64::from(similar::TextDiff::from_chars(&ours.join("\n"), &theirs).ratio())
 }
 
 /// Each line trimmed: the model may or may not type the indentation a line

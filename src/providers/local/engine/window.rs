@@ -151,7 +151,7 @@ impl Engine<'_> {
     /// `wanted`, unless the cache lacks more of it than decodes before
     /// `deadline`: the place is cold, and the affordable window `text` is cut
     /// to what does decode, leaving a line of answer or, at the shortest
-    /// cut, the start of one. The cut starts where the window the cache
+    /// cut, the start of one, where the cut costs less than `wanted`. The cut starts where the window the cache
     /// holds starts, where that is at least half as long and leaves the
     /// start of a line: typing on at a cold place then decodes only what was
     /// typed. Where not even the shortest cut decodes in time, `wanted` it
@@ -180,7 +180,7 @@ impl Engine<'_> {
                 .as_millis() as u64,
             "cold window"
         );
-        match cut_cost <= at_least {
+        match takes_cut(wanted_cost, cut_cost, at_least) {
             true => cut,
             false => wanted.clone(),
         }
@@ -267,5 +267,32 @@ impl Engine<'_> {
         let context = self.context_tokens(window);
         let budget = self.span_budget();
         prompt::document(&self.fim, &context, &self.tokenize(document), budget)
+    }
+}
+
+/// Whether a request takes the `cut` window over the one it wanted: only
+/// where the cut costs less to decode and still leaves time for the start
+/// of a line. On a busy machine not even a resident window may leave time
+/// for a whole line; a cut that decodes more than it then leaves less, so
+/// what the cache holds decides.
+fn takes_cut(wanted_cost: usize, cut_cost: usize, decodable_at_least: usize) -> bool {
+    cut_cost < wanted_cost && cut_cost <= decodable_at_least
+}
+
+#[cfg(test)]
+mod tests {
+    use super::takes_cut;
+
+    #[test]
+    fn a_window_the_cache_holds_is_kept_over_a_cut_that_decodes_more() {
+        // The span's window lacks one token; the shortest cut lacks 31.
+        assert!(!takes_cut(1, 31, 46));
+        assert!(!takes_cut(31, 31, 46));
+    }
+
+    #[test]
+    fn a_cold_window_is_cut_to_what_leaves_the_start_of_a_line() {
+        assert!(takes_cut(210, 31, 46));
+        assert!(!takes_cut(210, 47, 46), "the cut leaves no time to answer");
     }
 }
