@@ -151,11 +151,12 @@ impl Engine<'_> {
     /// `wanted`, unless the cache lacks more of it than decodes before
     /// `deadline`: the place is cold, and the affordable window `text` is cut
     /// to what does decode, leaving a line of answer or, at the shortest
-    /// cut, the start of one, where the cut costs less than `wanted`. The cut starts where the window the cache
-    /// holds starts, where that is at least half as long and leaves the
-    /// start of a line: typing on at a cold place then decodes only what was
-    /// typed. Where not even the shortest cut decodes in time, `wanted` it
-    /// stays: answered empty, its fill goes on.
+    /// cut, the start of one, where the cut costs less than `wanted`. The
+    /// cut starts where the window the cache holds starts, where that is at
+    /// least half as long and leaves the start of a line: typing on at a
+    /// cold place then decodes only what was typed. Where not even the
+    /// shortest cut decodes in time, `wanted` it stays: answered empty, its
+    /// fill goes on.
     fn in_time(&mut self, text: &FimText, wanted: &FimPrompt, deadline: Instant) -> FimPrompt {
         let decodable = self.decodable_before(deadline);
         let wanted_cost = self.cost(wanted);
@@ -170,7 +171,9 @@ impl Engine<'_> {
             .map(|held| (self.cost(&held), held))
             .filter(|&(cost, _)| cost <= at_least);
         let (cut_cost, cut) = held.unwrap_or_else(|| (self.cost(&fresh), fresh));
+        let taken = takes_cut(wanted_cost, cut_cost, at_least);
         tracing::debug!(
+            taken,
             wanted = wanted_cost,
             cut = cut_cost,
             cut_window = cut.tokens.len(),
@@ -180,7 +183,7 @@ impl Engine<'_> {
                 .as_millis() as u64,
             "cold window"
         );
-        match takes_cut(wanted_cost, cut_cost, at_least) {
+        match taken {
             true => cut,
             false => wanted.clone(),
         }
