@@ -1170,6 +1170,7 @@ fn config_layers_of_any_shape_resolve_and_every_error_names_a_key_of_its_layer()
             file_error: None,
             initialization_options: init.clone(),
             workspace: workspace.clone(),
+            local_only: None,
         };
         let (config, errors) = layers.resolve();
         // What resolves is always a configuration that itself resolves cleanly.

@@ -10,11 +10,12 @@ use ropey::Rope;
 use serde_json::json;
 
 use switchyard::cancel::CancelFlag;
-use switchyard::completion::{CompletionRequest, CompletionService, Origin};
+use switchyard::completion::{CompletionRequest, CompletionService, Origin, Outcome, Suggestion};
+use switchyard::config::Config;
 use switchyard::local_setup;
 use switchyard::models::TerminalProgress;
-use switchyard::providers::local::LocalEngine;
 use switchyard::providers::local::chat::EngineSlot;
+use switchyard::providers::local::{Generation, LocalEngine, ModelInfo};
 
 /// `path:line:col`, 1-based, columns in characters.
 fn parse_location(location: &str) -> Result<(PathBuf, usize, usize), String> {
@@ -78,7 +79,6 @@ async fn complete(
         .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     let rope = Rope::from_str(&text);
     let cursor = cursor_in(&rope, &path, line, col)?;
-
     // The editor's path: the core's configuration, remote entries of
     // `autocomplete.chain` through its router, its path rules for the file.
     let core = Arc::new(super::open_core(config_file, EngineSlot::default()));
@@ -89,26 +89,19 @@ async fn complete(
     let kept_local = std::path::absolute(&path)
         .ok()
         .and_then(|path| core.kept_local(&path));
-    let model = local_setup::resolve(&config).map_err(|e| e.to_string())?;
-    let model_path = local_setup::ensure_present(&model, true, &TerminalProgress)
-        .await
-        .map_err(|e| e.to_string())?;
-    let engine = LocalEngine::spawn(local_setup::engine_options(&model, &model_path, &config));
-    let info = engine.wait_ready().await.map_err(|e| e.to_string())?;
+    let (engine, info) = local_engine(&config).await?;
     let service = CompletionService::following(core.follow_config());
     service.set_engine(Some(Arc::new(engine.clone())));
     service.set_remote(Some(core.clone()));
     let doc = format!("file://{}", path.display());
 
-    let warm_started = Instant::now();
     let warm_ms = match cold {
         true => None,
         false => {
-            service
-                .warm(&doc, &rope, cursor)
-                .await
-                .map_err(|e| e.to_string())?;
-            Some(warm_started.elapsed().as_secs_f64() * 1e3)
+            let started = Instant::now();
+            let warmed = service.warm(&doc, &rope, cursor).await;
+            warmed.map_err(|e| e.to_string())?;
+            Some(started.elapsed().as_secs_f64() * 1e3)
         }
     };
     let budget = Duration::from_millis(config.autocomplete.budget_ms);
@@ -118,61 +111,100 @@ async fn complete(
         cursor,
         deadline: tokio::time::Instant::now() + budget,
         cancel: CancelFlag::default(),
-        kept_local: kept_local.is_some(),
+        kept_local,
         trigger: Default::default(),
         language: None,
     };
     let outcome = service.complete(request).await;
-    let latency_ms = outcome.elapsed.as_secs_f64() * 1e3;
-    let generation = match &outcome.result {
-        Ok(s) => match &s.origin {
-            Origin::Model(g) => Some(g.clone()),
-            Origin::TypeThrough | Origin::Remote { .. } => None,
-        },
-        Err(_) => None,
+    let report = Report {
+        budget,
+        warm_ms,
+        info: &info,
     };
-    // Who answered: a remote entry of the chain, or the local model.
-    let answered_by = match outcome.result.as_ref().map(|s| &s.origin) {
-        Ok(Origin::Remote { provider, model }) => format!("{provider}/{model}"),
-        _ => info.name.clone(),
-    };
-    if json {
-        let value = json!({
+    match json {
+        true => println!("{}", report.json(&outcome)),
+        false => report.print(&outcome),
+    }
+    engine.shutdown();
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The local model, pulled if it is missing, loaded and ready.
+async fn local_engine(config: &Config) -> Result<(LocalEngine, ModelInfo), String> {
+    let model = local_setup::resolve(config).map_err(|e| e.to_string())?;
+    let model_path = local_setup::ensure_present(&model, true, &TerminalProgress)
+        .await
+        .map_err(|e| e.to_string())?;
+    let engine = LocalEngine::spawn(local_setup::engine_options(&model, &model_path, config));
+    let info = engine.wait_ready().await.map_err(|e| e.to_string())?;
+    Ok((engine, info))
+}
+
+/// What is said about a completion beside its outcome.
+struct Report<'a> {
+    budget: Duration,
+    warm_ms: Option<f64>,
+    info: &'a ModelInfo,
+}
+
+impl Report<'_> {
+    /// Who answered: a remote entry of the chain, or the local model.
+    fn answered_by(&self, outcome: &Outcome) -> String {
+        match outcome.result.as_ref().map(|s| &s.origin) {
+            Ok(Origin::Remote { provider, model }) => format!("{provider}/{model}"),
+            _ => self.info.name.clone(),
+        }
+    }
+
+    fn json(&self, outcome: &Outcome) -> serde_json::Value {
+        let generation = generation(outcome);
+        json!({
             "text": outcome.result.as_ref().ok().map(|s| s.text.clone()),
             "reason": outcome.result.as_ref().err().map(|e| e.to_string()),
-            "model": answered_by,
-            "latency_ms": latency_ms,
-            "budget_ms": budget.as_millis() as u64,
-            "warm_up_ms": warm_ms,
-            "model_load_ms": info.load_ms,
-            "prompt_tokens": generation.as_ref().map(|g| g.prompt_tokens),
-            "tokens_decoded": generation.as_ref().map(|g| g.tokens_decoded),
-            "tokens_generated": generation.as_ref().map(|g| g.tokens_generated),
-        });
-        println!("{value}");
-    } else {
+            "model": self.answered_by(outcome),
+            "latency_ms": outcome.elapsed.as_secs_f64() * 1e3,
+            "budget_ms": self.budget.as_millis() as u64,
+            "warm_up_ms": self.warm_ms,
+            "model_load_ms": self.info.load_ms,
+            "prompt_tokens": generation.map(|g| g.prompt_tokens),
+            "tokens_decoded": generation.map(|g| g.tokens_decoded),
+            "tokens_generated": generation.map(|g| g.tokens_generated),
+        })
+    }
+
+    fn print(&self, outcome: &Outcome) {
         match &outcome.result {
             Ok(suggestion) => println!("{}", suggestion.text),
             Err(reason) => println!("(no suggestion: {reason})"),
         }
-        let detail = generation.map_or(String::new(), |g| {
+        let detail = generation(outcome).map_or(String::new(), |g| {
             format!(
                 ", prompt {} tokens of which {} decoded, {} generated",
                 g.prompt_tokens, g.tokens_decoded, g.tokens_generated
             )
         });
-        let warm = warm_ms.map_or("no warm-up (--cold)".to_owned(), |ms| {
+        let warm = self.warm_ms.map_or("no warm-up (--cold)".to_owned(), |ms| {
             format!("cache warm-up {ms:.0} ms before the request")
         });
         println!(
-            "--- model {} | latency {latency_ms:.0} ms (budget {} ms){detail} | {warm} | model load {} ms",
-            answered_by,
-            budget.as_millis(),
-            info.load_ms
+            "--- model {} | latency {:.0} ms (budget {} ms){detail} | {warm} | model load {} ms",
+            self.answered_by(outcome),
+            outcome.elapsed.as_secs_f64() * 1e3,
+            self.budget.as_millis(),
+            self.info.load_ms
         );
     }
-    engine.shutdown();
-    Ok(ExitCode::SUCCESS)
+}
+
+/// The local model's generation, where it answered.
+fn generation(outcome: &Outcome) -> Option<&Generation> {
+    match &outcome.result {
+        Ok(Suggestion {
+            origin: Origin::Model(generation),
+            ..
+        }) => Some(generation),
+        _ => None,
+    }
 }
 
 #[cfg(test)]

@@ -114,7 +114,8 @@ impl Row {
 
 async fn probe_remote(config: &Config, args: &ProbeArgs) -> Result<bool, Unprobeable> {
     let ceiling = ceiling(config, args);
-    let plan = targets::select(config, args.provider.as_deref())
+    let router = switchyard::router::Router::standalone(config);
+    let plan = targets::select(&router, args.provider.as_deref())
         .map_err(|e| Unprobeable(e.to_string()))?;
     if plan.probe.is_empty() {
         let skipped = plan

@@ -8,6 +8,7 @@ use switchyard::config;
 use switchyard::core::runbook::Runbook;
 use switchyard::gateway::wire::StatusResponse;
 use switchyard::providers::local::chat::EngineSlot;
+use switchyard::resilience::breaker::{BreakerView, Phase};
 use switchyard::resilience::park::ParkingLot;
 use switchyard::router::status::ParkedStatus;
 
@@ -44,6 +45,60 @@ fn human(runbook: &Runbook) -> String {
         (None, true) => out += "local-only mode is on: only the local model serves\n",
         (None, false) => {}
     }
+    out += &routes(runbook);
+    let status = &runbook.status;
+    out += &section(
+        "breakers",
+        "none recorded",
+        status.breakers.iter().map(breaker),
+    );
+    out += &section(
+        "quota",
+        "nothing governed yet (limits are learned from the first response)",
+        status.quota.iter().map(|q| {
+            format!(
+                "{:<48} {:<14} {:>10.0} of {} available",
+                q.key, q.meter, q.available, q.limit
+            )
+        }),
+    );
+    out += &section(
+        "last probes (switchyard probe)",
+        "none recorded",
+        runbook.last_probes.iter().map(|p| {
+            let result = match (&p.error, p.ok) {
+                (Some(error), _) => error.clone(),
+                (None, true) => format!("ok in {} ms", p.total_ms),
+                (None, false) => "wrong answer".into(),
+            };
+            format!("{:<48} {result}", p.entry())
+        }),
+    );
+    out += &section(
+        "canaries",
+        "none sent",
+        status.canaries.iter().rev().take(5).map(|c| {
+            let result = c
+                .error
+                .clone()
+                .unwrap_or_else(|| format!("ok in {} ms", c.latency_ms));
+            format!("{}/{} ({}): {result}", c.provider, c.model, c.reason)
+        }),
+    );
+    out += &section(
+        "parked",
+        "none",
+        status
+            .parked
+            .iter()
+            .map(|p| format!("{} {}: {}", p.id, p.kind.as_str(), p.note)),
+    );
+    out
+}
+
+/// Each task's tier, what serves it now and next, and what was skipped.
+fn routes(runbook: &Runbook) -> String {
+    let mut out = String::new();
     for task in &runbook.routes {
         out += &format!(
             "{:<9} {} tier: now {}, next {}\n",
@@ -58,63 +113,34 @@ fn human(runbook: &Runbook) -> String {
             out += &format!("          skipped {skipped}\n");
         }
     }
-    out += "breakers:\n";
-    if runbook.status.breakers.is_empty() {
-        out += "  none recorded\n";
-    }
-    for b in &runbook.status.breakers {
-        out += &format!(
-            "  {:<48} {:<9} trips {}, recoveries {}",
-            b.key, b.phase, b.trips, b.recoveries
-        );
-        if b.phase != switchyard::resilience::breaker::Phase::Closed {
-            out += &format!(
-                ", open {:.0} s more: {}",
-                b.open_for_ms as f64 / 1000.0,
-                b.reason
-            );
-        }
-        out += "\n";
-    }
-    out += "quota:\n";
-    if runbook.status.quota.is_empty() {
-        out += "  nothing governed yet (limits are learned from the first response)\n";
-    }
-    for q in &runbook.status.quota {
-        out += &format!(
-            "  {:<48} {:<14} {:>10.0} of {} available\n",
-            q.key, q.meter, q.available, q.limit
+    out
+}
+
+fn breaker(b: &BreakerView) -> String {
+    let mut line = format!(
+        "{:<48} {:<9} trips {}, recoveries {}",
+        b.key, b.phase, b.trips, b.recoveries
+    );
+    if b.phase != Phase::Closed {
+        line += &format!(
+            ", open {:.0} s more: {}",
+            b.open_for_ms as f64 / 1000.0,
+            b.reason
         );
     }
-    out += "last probes (switchyard probe):\n";
-    if runbook.last_probes.is_empty() {
-        out += "  none recorded\n";
+    line
+}
+
+/// `title:` and its lines indented, or `empty` where it has none.
+fn section(title: &str, empty: &str, lines: impl Iterator<Item = String>) -> String {
+    let mut out = format!("{title}:\n");
+    let mut any = false;
+    for line in lines {
+        any = true;
+        out += &format!("  {line}\n");
     }
-    for p in &runbook.last_probes {
-        let result = match (&p.error, p.ok) {
-            (Some(error), _) => error.clone(),
-            (None, true) => format!("ok in {} ms", p.total_ms),
-            (None, false) => "wrong answer".into(),
-        };
-        out += &format!("  {:<48} {result}\n", p.entry());
-    }
-    out += "canaries:\n";
-    if runbook.status.canaries.is_empty() {
-        out += "  none sent\n";
-    }
-    for c in runbook.status.canaries.iter().rev().take(5) {
-        let result = c
-            .error
-            .clone()
-            .unwrap_or_else(|| format!("ok in {} ms", c.latency_ms));
-        out += &format!("  {}/{} ({}): {result}\n", c.provider, c.model, c.reason);
-    }
-    out += "parked:\n";
-    if runbook.status.parked.is_empty() {
-        out += "  none\n";
-    }
-    for p in &runbook.status.parked {
-        out += &format!("  {} {}: {}\n", p.id, p.kind.as_str(), p.note);
+    if !any {
+        out += &format!("  {empty}\n");
     }
     out
 }

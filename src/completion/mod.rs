@@ -88,8 +88,9 @@ pub struct CompletionRequest {
     pub cursor: usize,
     pub deadline: Instant,
     pub cancel: CancelFlag,
-    /// A path rule keeps the document on the machine: no remote entry sees it.
-    pub kept_local: bool,
+    /// The path rule that keeps the document on the machine, if one does: no
+    /// remote entry sees it (the router's plan judges).
+    pub kept_local: Option<String>,
     pub trigger: Trigger,
     /// The document's language id, for `autocomplete.languages` (`None`:
     /// no language rule applies).
@@ -158,14 +159,24 @@ pub struct Outcome {
 /// Remote fill-in-the-middle for the entries `autocomplete.chain` puts before
 /// `local`. The routing core implements it; completion knows only this.
 pub trait RemoteFim: Send + Sync {
-    /// A raw answer and the entry that gave it, if one answered by `deadline`.
+    /// A raw answer and the entry that gave it, if one the plan cleared for
+    /// `ask` (its path rule included) answered by its deadline.
     fn complete<'a>(
         &'a self,
-        text: &'a FimText,
-        doc: &'a str,
-        deadline: Instant,
+        ask: RemoteAsk<'a>,
         cancel: &'a CancellationToken,
     ) -> BoxFuture<'a, Option<(String, ModelRef)>>;
+}
+
+/// What a remote completion asks for.
+#[derive(Clone, Copy, Debug)]
+pub struct RemoteAsk<'a> {
+    /// The text around the cursor.
+    pub text: &'a FimText,
+    pub doc: &'a str,
+    /// The path rule that keeps the document on the machine, if one does.
+    pub kept_local: Option<&'a str>,
+    pub deadline: Instant,
 }
 
 pub struct CompletionService {
@@ -352,16 +363,14 @@ impl CompletionService {
         }
     }
 
-    /// A suggestion from a remote entry ahead of `local` in the chain, if one answers
-    /// within its share of the budget.
-    async fn remote(
-        &self,
-        request: &CompletionRequest,
-        config: &AutocompleteConfig,
-        situation: &Situation,
-        spot: Spot<'_>,
-    ) -> Option<Suggestion> {
-        if request.kept_local || config.chain.first().is_none_or(ChainEntry::is_local) {
+    /// A suggestion from a remote entry ahead of `local` in the chain, if one
+    /// answers within its share of the budget. Whether the document may leave
+    /// is the plan's to judge: the request's path rule goes with it.
+    async fn remote(&self, asked: Asked<'_>) -> Option<Suggestion> {
+        let Asked {
+            request, config, ..
+        } = asked;
+        if config.chain.first().is_none_or(ChainEntry::is_local) {
             return None;
         }
         let remote = self.remote.read().expect("remote lock").clone()?;
@@ -371,11 +380,17 @@ impl CompletionService {
         let deadline = request.deadline - left.mul_f64(LOCAL_SHARE);
         let cancel = CancellationToken::new();
         let _cancel_when_done = cancel.clone().drop_guard();
-        let (raw, entry) = remote
-            .complete(&text, &request.doc, deadline, &cancel)
-            .await?;
-        let text = situation.finish(&crate::context::chat::code_block(&raw), false)?;
-        self.type_through.remember(&request.doc, spot, &text);
+        let asking = RemoteAsk {
+            text: &text,
+            doc: &request.doc,
+            kept_local: request.kept_local.as_deref(),
+            deadline,
+        };
+        let (raw, entry) = remote.complete(asking, &cancel).await?;
+        let text = asked
+            .situation
+            .finish(&crate::context::chat::code_block(&raw), false)?;
+        self.type_through.remember(&request.doc, asked.spot, &text);
         Some(Suggestion {
             text,
             origin: Origin::Remote {
@@ -421,7 +436,13 @@ impl CompletionService {
                 None,
             );
         }
-        if let Some(suggestion) = self.remote(request, &config, &situation, spot).await {
+        let asked = Asked {
+            request,
+            config: &config,
+            situation: &situation,
+            spot,
+        };
+        if let Some(suggestion) = self.remote(asked).await {
             return (Ok(suggestion), None);
         }
         let (engine, info) = match self.engine() {
@@ -429,16 +450,25 @@ impl CompletionService {
             Err(e) => return (Err(e), None),
         };
         let model = Some(info.name.clone());
-        let placed = self.place(&request.doc, rope, cursor, &info, request.trigger);
-        let text = self.fim_text(&request.doc, placed);
-        let span = self.span(&request.doc, rope, cursor, &info, request.trigger);
-        if let Some(previous) = self
-            .inflight
-            .insert(request.doc.clone(), request.cancel.clone())
-        {
-            previous.cancel();
-        }
-        let rule = situation.clone();
+        (self.local(asked, engine, &info).await, model)
+    }
+
+    /// A suggestion from the local model, by the request's deadline.
+    async fn local(
+        &self,
+        asked: Asked<'_>,
+        engine: Arc<dyn FimEngine>,
+        info: &ModelInfo,
+    ) -> Result<Suggestion, NoSuggestion> {
+        let Asked {
+            request, config, ..
+        } = asked;
+        let (rope, doc) = (&request.rope, &request.doc);
+        let cursor = request.cursor.min(rope.len_chars());
+        let placed = self.place(doc, rope, cursor, info, request.trigger);
+        let text = self.fim_text(doc, placed);
+        let span = self.span(doc, rope, cursor, info, request.trigger);
+        let rule = asked.situation.clone();
         let job = CompletionJob {
             text: text.clone(),
             span: span.clone(),
@@ -451,58 +481,82 @@ impl CompletionService {
                 .into_std(),
             cancel: request.cancel.clone(),
         };
-        let answer = tokio::time::timeout_at(request.deadline, engine.complete(job)).await;
-        self.inflight
-            .remove_if(&request.doc, |_, flag| flag.is_same(&request.cancel));
-        let generation = match answer {
-            Err(_elapsed) => {
-                request.cancel.cancel();
-                return (Err(NoSuggestion::DeadlineMissed), model);
-            }
-            Ok(Err(EngineError::Loading)) => {
-                return (
-                    Err(NoSuggestion::NotReady(
-                        "the local model is still loading".into(),
-                    )),
-                    model,
-                );
-            }
-            Ok(Err(e)) => return (Err(NoSuggestion::EngineFailed(e.to_string())), model),
-            Ok(Ok(generation)) => generation,
-        };
+        let generation = self.generated(request, engine.as_ref(), job).await?;
         let truncated = match generation.stop {
-            StopReason::Cancelled => return (Err(NoSuggestion::Cancelled), model),
-            StopReason::PromptDeadline => return (Err(NoSuggestion::PromptStillFilling), model),
+            StopReason::Cancelled => return Err(NoSuggestion::Cancelled),
+            StopReason::PromptDeadline => return Err(NoSuggestion::PromptStillFilling),
             StopReason::Deadline | StopReason::MaxTokens => true,
             StopReason::EndOfText | StopReason::Rule => false,
         };
-        let Some(suggestion) = situation.finish(&generation.text, truncated) else {
+        let Some(suggestion) = asked.situation.finish(&generation.text, truncated) else {
             tracing::debug!(raw = ?generation.text, stop = ?generation.stop, "nothing useful in the generation");
-            return (Err(NoSuggestion::Empty), model);
+            return Err(NoSuggestion::Empty);
         };
-        self.type_through.remember(&request.doc, spot, &suggestion);
+        self.type_through.remember(doc, asked.spot, &suggestion);
         if config.precompute_next {
-            let accepted = |text: FimText| FimText {
-                prefix: format!("{}{suggestion}", text.prefix),
-                ..text
-            };
-            engine.prewarm(Prewarm {
-                window: accepted(text),
-                span: span.map(|span| SpanText {
-                    window: accepted(span.window),
-                    ..span
-                }),
-                resident: false,
-                neighbours: Vec::new(),
-            });
+            engine.prewarm(accepted(text, span, &suggestion));
         }
-        (
-            Ok(Suggestion {
-                text: suggestion,
-                origin: Origin::Model(generation),
-            }),
-            model,
-        )
+        Ok(Suggestion {
+            text: suggestion,
+            origin: Origin::Model(generation),
+        })
+    }
+
+    /// The engine's generation for `job`, the only one in flight for its
+    /// document (a newer request cancels an older one).
+    async fn generated(
+        &self,
+        request: &CompletionRequest,
+        engine: &dyn FimEngine,
+        job: CompletionJob,
+    ) -> Result<Generation, NoSuggestion> {
+        if let Some(previous) = self
+            .inflight
+            .insert(request.doc.clone(), request.cancel.clone())
+        {
+            previous.cancel();
+        }
+        let answer = tokio::time::timeout_at(request.deadline, engine.complete(job)).await;
+        self.inflight
+            .remove_if(&request.doc, |_, flag| flag.is_same(&request.cancel));
+        match answer {
+            Err(_elapsed) => {
+                request.cancel.cancel();
+                Err(NoSuggestion::DeadlineMissed)
+            }
+            Ok(Err(EngineError::Loading)) => Err(NoSuggestion::NotReady(
+                "the local model is still loading".into(),
+            )),
+            Ok(Err(e)) => Err(NoSuggestion::EngineFailed(e.to_string())),
+            Ok(Ok(generation)) => Ok(generation),
+        }
+    }
+}
+
+/// What a request asks, read once: its situation at the cursor and the
+/// configuration in force.
+#[derive(Clone, Copy)]
+struct Asked<'a> {
+    request: &'a CompletionRequest,
+    config: &'a AutocompleteConfig,
+    situation: &'a Situation,
+    spot: Spot<'a>,
+}
+
+/// The prewarm of the window as it will be once `suggestion` is accepted.
+fn accepted(text: FimText, span: Option<SpanText>, suggestion: &str) -> Prewarm {
+    let accepted = |text: FimText| FimText {
+        prefix: format!("{}{suggestion}", text.prefix),
+        ..text
+    };
+    Prewarm {
+        window: accepted(text),
+        span: span.map(|span| SpanText {
+            window: accepted(span.window),
+            ..span
+        }),
+        resident: false,
+        neighbours: Vec::new(),
     }
 }
 

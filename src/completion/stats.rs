@@ -140,6 +140,25 @@ pub struct Totals {
     pub p95_ms: Option<u64>,
 }
 
+impl Totals {
+    /// Counts one suggestion shown, by how it was settled (`None`: not yet).
+    fn count_shown(&mut self, settled: Option<(&str, usize)>) {
+        self.shown += 1;
+        match settled {
+            Some(("accepted", chars)) => {
+                self.accepted += 1;
+                self.accepted_chars += chars;
+            }
+            Some(("partial", chars)) => {
+                self.partial += 1;
+                self.accepted_chars += chars;
+            }
+            Some(_) => self.ignored += 1,
+            None => self.unsettled += 1,
+        }
+    }
+}
+
 /// Sums `records` by editor, language and model.
 pub fn totals(records: &[StatsRecord]) -> Vec<Totals> {
     let settled: BTreeMap<u64, (&str, usize)> = records
@@ -171,20 +190,8 @@ pub fn totals(records: &[StatsRecord]) -> Vec<Totals> {
                 group.late += usize::from(reason != "nothing");
             }
             (_, Some(id)) => {
-                group.shown += 1;
                 latencies.push(asked.latency_ms);
-                match settled.get(&id) {
-                    Some(("accepted", chars)) => {
-                        group.accepted += 1;
-                        group.accepted_chars += chars;
-                    }
-                    Some(("partial", chars)) => {
-                        group.partial += 1;
-                        group.accepted_chars += chars;
-                    }
-                    Some(_) => group.ignored += 1,
-                    None => group.unsettled += 1,
-                }
+                group.count_shown(settled.get(&id).copied());
             }
             _ => {}
         }

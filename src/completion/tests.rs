@@ -43,7 +43,7 @@ fn request(doc: &str, text: &str, deadline: Instant) -> CompletionRequest {
         cursor,
         deadline,
         cancel: CancelFlag::default(),
-        kept_local: false,
+        kept_local: None,
         trigger: Default::default(),
         language: None,
     }
@@ -121,7 +121,7 @@ async fn mid_word_is_skipped_without_asking_the_engine() {
         cursor: 7,
         deadline: Instant::now() + Duration::from_secs(1),
         cancel: CancelFlag::default(),
-        kept_local: false,
+        kept_local: None,
         trigger: Default::default(),
         language: None,
     };
@@ -310,11 +310,10 @@ struct SilentRemote {
 impl RemoteFim for SilentRemote {
     fn complete<'a>(
         &'a self,
-        _: &'a FimText,
-        _: &'a str,
-        deadline: Instant,
+        ask: RemoteAsk<'a>,
         _: &'a CancellationToken,
     ) -> BoxFuture<'a, Option<(String, ModelRef)>> {
+        let deadline = ask.deadline;
         self.deadlines.lock().unwrap().push(deadline);
         Box::pin(async move {
             tokio::time::sleep_until(deadline).await;

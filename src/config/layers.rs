@@ -6,7 +6,7 @@ use serde_json::Value;
 
 use super::{Config, ResilienceConfig};
 
-use crate::entry::ModelRef;
+use crate::entry::{LOCAL, ModelRef};
 use crate::task::{TaskProfile, Tier};
 
 /// Where a configuration value came from, for error messages.
@@ -101,6 +101,9 @@ pub struct ConfigLayers {
     pub file_error: Option<ConfigError>,
     pub initialization_options: Option<Value>,
     pub workspace: Option<Value>,
+    /// The user's last local-only toggle (`switchyard.toggleLocalOnly`),
+    /// laid over every layer; a hand edit of the file's `local_only` ends it.
+    pub local_only: Option<bool>,
 }
 
 /// The config file's default location: `$SWITCHYARD_CONFIG`, else `config.toml` in the
@@ -200,30 +203,12 @@ pub(super) fn merge(base: &mut Value, overlay: &Value) {
 
 impl Config {
     pub(super) fn validate(&self) -> Result<(), (String, String)> {
-        let providers = self.all_providers();
-        let chains = [Tier::Large, Tier::Medium, Tier::Small]
-            .into_iter()
-            .map(|tier| (format!("tiers.{tier}"), self.tiers.get(tier)))
-            .chain([(
-                "autocomplete.chain".to_owned(),
-                self.autocomplete.chain.as_slice(),
-            )]);
-        for (chain, entries) in chains {
-            for (i, entry) in entries.iter().enumerate() {
-                let key = format!("{chain}[{i}]");
-                let Some(ModelRef { provider, .. }) = entry.remote() else {
-                    continue;
-                };
-                if !providers.contains_key(provider) {
-                    return Err((
-                        key,
-                        format!(
-                            "`{entry}` names no configured provider (known: {})",
-                            providers.keys().cloned().collect::<Vec<_>>().join(", ")
-                        ),
-                    ));
-                }
-            }
+        self.validate_chains()?;
+        if self.providers.contains_key(LOCAL) {
+            return Err((
+                format!("providers.{LOCAL}"),
+                format!("`{LOCAL}` is the local model's name; give the provider another"),
+            ));
         }
         for (name, provider) in &self.providers {
             if !(provider.base_url.starts_with("http://")
@@ -241,33 +226,61 @@ impl Config {
         ] {
             check_profile(kind, profile)?;
         }
+        self.validate_autocomplete()?;
+        self.resilience.validate()
+    }
+
+    /// Every remote entry of every chain names a configured provider.
+    fn validate_chains(&self) -> Result<(), (String, String)> {
+        let providers = self.all_providers();
+        let chains = [Tier::Large, Tier::Medium, Tier::Small]
+            .into_iter()
+            .map(|tier| (format!("tiers.{tier}"), self.tiers.get(tier)))
+            .chain([(
+                "autocomplete.chain".to_owned(),
+                self.autocomplete.chain.as_slice(),
+            )]);
+        for (chain, entries) in chains {
+            for (i, entry) in entries.iter().enumerate() {
+                let Some(ModelRef { provider, .. }) = entry.remote() else {
+                    continue;
+                };
+                if !providers.contains_key(provider) {
+                    return Err((
+                        format!("{chain}[{i}]"),
+                        format!(
+                            "`{entry}` names no configured provider (known: {})",
+                            providers.keys().cloned().collect::<Vec<_>>().join(", ")
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn validate_autocomplete(&self) -> Result<(), (String, String)> {
         let a = &self.autocomplete;
-        check("autocomplete.budget_ms", a.budget_ms as usize, 50, 10_000)?;
-        let invoked = a.invoked_budget_ms as usize;
-        check("autocomplete.invoked_budget_ms", invoked, 50, 60_000)?;
-        check("autocomplete.input_tokens", a.input_tokens, 64, 32_768)?;
-        check("autocomplete.output_tokens", a.output_tokens, 1, 4_096)?;
-        check(
-            "autocomplete.suffix_tokens",
-            a.suffix_tokens,
-            0,
-            a.input_tokens / 2,
-        )?;
-        check(
-            "autocomplete.repository_tokens",
-            a.repository_tokens,
-            0,
-            16_384,
-        )?;
-        check(
-            "autocomplete.prewarm_debounce_ms",
-            a.prewarm_debounce_ms as usize,
-            0,
-            10_000,
-        )?;
-        check("local.threads", self.local.threads, 0, 256)?;
-        check("local.draft_tokens", self.local.draft_tokens, 0, 16)?;
-        check("local.recent_prompts", self.local.recent_prompts, 0, 16)?;
+        let tokens = [
+            ("input_tokens", a.input_tokens, 64, 32_768),
+            ("output_tokens", a.output_tokens, 1, 4_096),
+            ("suffix_tokens", a.suffix_tokens, 0, a.input_tokens / 2),
+            ("repository_tokens", a.repository_tokens, 0, 16_384),
+        ];
+        check_all("autocomplete", &tokens)?;
+        let times = [
+            ("budget_ms", a.budget_ms, 50, 10_000),
+            ("invoked_budget_ms", a.invoked_budget_ms, 50, 60_000),
+            ("prewarm_debounce_ms", a.prewarm_debounce_ms, 0, 10_000),
+        ];
+        check_all("autocomplete", &times.map(as_usize))?;
+        let local = &self.local;
+        let engine = [
+            ("threads", local.threads, 0, 256),
+            ("draft_tokens", local.draft_tokens, 0, 16),
+            ("recent_prompts", local.recent_prompts, 0, 16),
+        ];
+        check_all("local", &engine)?;
         if let Some(window) = &a.local_first {
             window
                 .start_minute()
@@ -279,7 +292,7 @@ impl Config {
                 24 * 60,
             )?;
         }
-        self.resilience.validate()
+        Ok(())
     }
 }
 
@@ -296,62 +309,45 @@ impl ResilienceConfig {
                 format!("`{state}` is not `file`, `file:///dir`, `redis://host:port` or `memory`"),
             ));
         }
-        let share = |key: &str, value: f64| {
-            if value > 0.0 && value <= 1.0 {
-                Ok(())
-            } else {
-                Err((
+        for (key, value) in [
+            ("resilience.governor.share", self.governor.share),
+            ("resilience.breaker.error_rate", self.breaker.error_rate),
+        ] {
+            if !(value > 0.0 && value <= 1.0) {
+                return Err((
                     key.to_owned(),
                     format!("must be above 0 and at most 1, got {value}"),
-                ))
+                ));
             }
-        };
-        share("resilience.governor.share", self.governor.share)?;
-        share("resilience.breaker.error_rate", self.breaker.error_rate)?;
-        check(
-            "resilience.breaker.failures",
-            self.breaker.failures as usize,
-            1,
-            1_000,
-        )?;
-        check(
-            "resilience.breaker.window_ms",
-            self.breaker.window_ms as usize,
-            1_000,
-            3_600_000,
-        )?;
-        check(
-            "resilience.breaker.cooldown_ms",
-            self.breaker.cooldown_ms as usize,
-            100,
-            86_400_000,
-        )?;
-        check(
-            "resilience.resume_interval_ms",
-            self.resume_interval_ms as usize,
-            50,
-            3_600_000,
-        )?;
-        let canary = self.canary_interval_ms as usize;
-        check("resilience.canary_interval_ms", canary, 50, 3_600_000)?;
-        let primary = self.primary_canary_ms as usize;
-        check("resilience.primary_canary_ms", primary, 0, 86_400_000)?;
-        let b = &self.backoff;
-        check("resilience.backoff.cap_ms", b.cap_ms as usize, 1, 3_600_000)?;
-        for (key, base) in [
-            ("rate_limit_ms", b.rate_limit_ms),
-            ("overloaded_ms", b.overloaded_ms),
-            ("transient_ms", b.transient_ms),
-        ] {
-            check(
-                &format!("resilience.backoff.{key}"),
-                base as usize,
-                1,
-                b.cap_ms as usize,
-            )?;
         }
-        Ok(())
+        let (breaker, b) = (&self.breaker, &self.backoff);
+        let ranges = [
+            ("breaker.failures", u64::from(breaker.failures), 1, 1_000),
+            ("breaker.window_ms", breaker.window_ms, 1_000, 3_600_000),
+            ("breaker.cooldown_ms", breaker.cooldown_ms, 100, 86_400_000),
+            ("resume_interval_ms", self.resume_interval_ms, 50, 3_600_000),
+            ("canary_interval_ms", self.canary_interval_ms, 50, 3_600_000),
+            ("primary_canary_ms", self.primary_canary_ms, 0, 86_400_000),
+            ("backoff.cap_ms", b.cap_ms, 1, 3_600_000),
+            ("backoff.rate_limit_ms", b.rate_limit_ms, 1, b.cap_ms),
+            ("backoff.overloaded_ms", b.overloaded_ms, 1, b.cap_ms),
+            ("backoff.transient_ms", b.transient_ms, 1, b.cap_ms),
+        ];
+        check_all("resilience", &ranges.map(as_usize))
     }
+}
+
+/// A range of [`check_all`] read as `usize`.
+fn as_usize((key, value, least, most): (&str, u64, u64, u64)) -> (&str, usize, usize, usize) {
+    (key, value as usize, least as usize, most as usize)
+}
+
+/// Checks each `(key, value, least, most)` of the section `prefix`.
+fn check_all(prefix: &str, ranges: &[(&str, usize, usize, usize)]) -> Result<(), (String, String)> {
+    for &(key, value, least, most) in ranges {
+        check(&format!("{prefix}.{key}"), value, least, most)?;
+    }
+    Ok(())
 }
 
 fn check_profile(kind: &str, p: &TaskProfile) -> Result<(), (String, String)> {

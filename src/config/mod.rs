@@ -3,6 +3,7 @@
 //! `workspace/configuration`. Each layer is validated on its own so an error names
 //! the layer (file, key, reason); a rejected layer leaves the last good config in force.
 
+pub mod follow;
 mod layers;
 pub mod local_first;
 mod resolve;

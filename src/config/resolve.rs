@@ -74,6 +74,9 @@ impl ConfigLayers {
                 }
             }
         }
+        if let Some(on) = self.local_only {
+            config.local_only = on;
+        }
         let closed: Vec<String> = problems
             .iter()
             .filter(|p| p.decides_what_leaves())

@@ -10,7 +10,6 @@ pub mod runbook;
 
 use crate::privacy::audit::AuditLog;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use tokio::sync::watch;
@@ -38,17 +37,26 @@ pub struct Core {
     local: EngineSlot,
     /// Where `set_local_only` persists the mode, and `reload_file` reads.
     config_path: Option<PathBuf>,
-    /// The layers as received, and what their last resolution could not apply.
-    layers: Mutex<(ConfigLayers, Vec<ConfigError>)>,
+    /// The layers and what is built from them, changed under this one lock:
+    /// resolving, putting the result in force and rebuilding the router.
+    held: Mutex<Held>,
     /// The configuration in force; consumers borrow it or follow it.
     config: watch::Sender<Arc<Config>>,
-    lasting: RwLock<(ResilienceConfig, Lasting)>,
     router: RwLock<Arc<Router>>,
     /// The workspace roots (their `.switchyardignore` files add path rules),
     /// and the rules that keep documents local, rebuilt when either or the
     /// privacy settings change.
     roots: RwLock<Vec<PathBuf>>,
     path_rules: RwLock<Arc<LocalOnlyRules>>,
+}
+
+/// What the core's lock holds.
+struct Held {
+    /// The layers as received.
+    layers: ConfigLayers,
+    /// What their last resolution could not apply.
+    problems: Vec<ConfigError>,
+    lasting: Lasting,
 }
 
 /// What a change of configuration changed, for the front end to act on.
@@ -93,7 +101,6 @@ impl Core {
     pub fn open(layers: ConfigLayers, local: EngineSlot, config_path: Option<PathBuf>) -> Core {
         let (config, problems) = layers.resolve();
         let mut lasting = Lasting::new(open_resilience(&config.resilience));
-        lasting.local_only = Arc::new(AtomicBool::new(config.local_only));
         lasting.audit = Arc::new(AuditLog::open());
         crate::privacy::redact::prepare();
         configure_beacons(&lasting, &config.resilience);
@@ -102,8 +109,11 @@ impl Core {
         Core {
             local,
             config_path,
-            layers: Mutex::new((layers, problems)),
-            lasting: RwLock::new((config.resilience.clone(), lasting)),
+            held: Mutex::new(Held {
+                layers,
+                problems,
+                lasting,
+            }),
             config: watch::channel(Arc::new(config)).0,
             router: RwLock::new(router),
             roots: RwLock::default(),
@@ -144,6 +154,11 @@ impl Core {
             .clone()
     }
 
+    /// Where the local engine is, for the router's local entry.
+    pub fn engine_slot(&self) -> EngineSlot {
+        self.local.clone()
+    }
+
     /// The router in force.
     pub fn router(&self) -> Arc<Router> {
         self.router.read().expect("router lock").clone()
@@ -161,27 +176,40 @@ impl Core {
 
     /// What the last resolution could not apply.
     pub fn problems(&self) -> Vec<ConfigError> {
-        self.layers.lock().expect("layers lock").1.clone()
+        self.held.lock().expect("core lock").problems.clone()
     }
 
-    /// Changes the layers and puts the resolved configuration in force: the
-    /// router is rebuilt when anything it reads changed (the shared state
-    /// reopened only when `[resilience]` did). Says what else changed.
+    /// Changes the layers and puts the resolved configuration in force, all
+    /// under one lock so two changes never cross: the router is rebuilt over
+    /// what the routers learned (the shared state reopened only when where it
+    /// lives changed). Says what else changed.
     pub fn reconfigure(&self, change: impl FnOnce(&mut ConfigLayers)) -> Reconfigured {
-        let (config, problems) = {
-            let mut layers = self.layers.lock().expect("layers lock");
-            change(&mut layers.0);
-            let (config, problems) = layers.0.resolve();
-            layers.1 = problems.clone();
-            (Arc::new(config), problems)
-        };
-        let previous = self.config.send_replace(config.clone());
-        if routing(&previous) != routing(&config) {
-            self.rebuild_router(&config);
+        let mut held = self.held.lock().expect("core lock");
+        change(&mut held.layers);
+        let (config, problems) = held.layers.resolve();
+        held.problems = problems.clone();
+        let config = Arc::new(config);
+        let previous = self.config.borrow().clone();
+        if previous.resilience != config.resilience {
+            held.lasting.resilience = reopened(
+                &held.lasting.resilience,
+                &previous.resilience,
+                &config.resilience,
+            );
+            configure_beacons(&held.lasting, &config.resilience);
         }
+        let router = Arc::new(Router::new(
+            &config,
+            self.local.clone(),
+            held.lasting.clone(),
+        ));
+        *self.router.write().expect("router lock") = router.clone();
+        self.config.send_replace(config.clone());
         if previous.privacy != config.privacy {
             self.refresh_path_rules();
         }
+        drop(held);
+        router.publish();
         Reconfigured {
             engine: engine(&previous) != engine(&config),
             config,
@@ -200,7 +228,7 @@ impl Core {
         let path = self.config_path.as_ref()?;
         let read = crate::config::read_file(path);
         let unchanged = {
-            let layers = &self.layers.lock().expect("layers lock").0;
+            let layers = &self.held.lock().expect("core lock").layers;
             match &read {
                 Ok(file) => layers.file_error.is_none() && &layers.file == file,
                 Err(error) => layers.file_error.as_ref() == Some(error),
@@ -211,6 +239,10 @@ impl Core {
         }
         Some(self.reconfigure(|layers| match read {
             Ok(file) => {
+                // A hand edit of the file's `local_only` ends the toggle.
+                if file_local_only(&file) != file_local_only(&layers.file) {
+                    layers.local_only = None;
+                }
                 layers.file = file;
                 layers.file_error = None;
             }
@@ -218,54 +250,22 @@ impl Core {
         }))
     }
 
-    fn rebuild_router(&self, config: &Config) {
-        let lasting = {
-            let mut current = self.lasting.write().expect("lasting lock");
-            if current.0 != config.resilience {
-                current.1.resilience = open_resilience(&config.resilience);
-                current.0 = config.resilience.clone();
-            }
-            current.1.clone()
-        };
-        lasting
-            .local_only
-            .store(config.local_only, Ordering::Release);
-        configure_beacons(&lasting, &config.resilience);
-        let router = Arc::new(Router::new(config, self.local.clone(), lasting));
-        *self.router.write().expect("router lock") = router.clone();
-        router.publish();
-    }
-
     pub fn local_only(&self) -> bool {
         self.router().local_only()
     }
 
-    /// Turns local-only mode on or off for every router, tells the status,
-    /// keeps it in the configuration (a later resolution keeps it too) and
-    /// persists it to the config file (if there is one). Turning it off is
-    /// refused, changing nothing, while the configuration has failed closed.
+    /// Turns local-only mode on or off: a layer of the configuration over
+    /// every other (so the router in force, the status and every later
+    /// resolution have it), persisted to the config file if there is one.
+    /// Turning it off is refused, changing nothing, while the configuration
+    /// has failed closed.
     pub fn set_local_only(&self, on: bool) -> Result<(), LocalOnlyError> {
         if let (false, Some(reason)) = (on, &self.config().fail_closed) {
             return Err(LocalOnlyError::FailedClosed(format!(
                 "local-only mode stays on until the configuration can be read: {reason}"
             )));
         }
-        self.router().set_local_only(on);
-        {
-            let mut layers = self.layers.lock().expect("layers lock");
-            let file = &mut layers.0.file;
-            match (file, &self.config_path) {
-                (Some((_, serde_json::Value::Object(file))), _) => {
-                    file.insert("local_only".into(), on.into());
-                }
-                (file @ None, Some(path)) => {
-                    *file = Some((path.clone(), serde_json::json!({"local_only": on})));
-                }
-                _ => {}
-            }
-        }
-        self.config
-            .send_modify(|config| Arc::make_mut(config).local_only = on);
+        self.reconfigure(|layers| layers.local_only = Some(on));
         match &self.config_path {
             Some(path) => crate::config::persist_local_only(path, on).map_err(|e| {
                 LocalOnlyError::NotSaved(format!(
@@ -284,17 +284,27 @@ impl Core {
 
     /// The parked-task list status shows; the front end that parks keeps it.
     pub fn parked(&self) -> Arc<Mutex<Vec<ParkedStatus>>> {
-        self.lasting.read().expect("lasting lock").1.parked.clone()
+        self.held.lock().expect("core lock").lasting.parked.clone()
     }
 }
 
-/// What the router reads: everything but the local model's own settings and
-/// how the editor hears of status.
-fn routing(config: &Config) -> Config {
-    Config {
-        local: Default::default(),
-        status_notifications: false,
-        ..config.clone()
+/// The `local_only` a config file layer sets, if it does.
+fn file_local_only(file: &Option<(PathBuf, serde_json::Value)>) -> Option<bool> {
+    file.as_ref()?.1.get("local_only")?.as_bool()
+}
+
+/// The resilience for `next`: the same backend where it lives in the same
+/// place (so the breakers and quota it holds, in memory too, stay), a new
+/// one where that changed.
+fn reopened(
+    current: &Arc<Resilience>,
+    previous: &ResilienceConfig,
+    next: &ResilienceConfig,
+) -> Arc<Resilience> {
+    if previous.state == next.state && previous.when_unavailable == next.when_unavailable {
+        Arc::new(Resilience::new(current.state.clone(), next))
+    } else {
+        open_resilience(next)
     }
 }
 
@@ -314,14 +324,18 @@ fn engine(config: &Config) -> (crate::config::LocalConfig, usize, usize, usize, 
 impl crate::completion::RemoteFim for Core {
     fn complete<'a>(
         &'a self,
-        text: &'a crate::providers::local::FimText,
-        doc: &'a str,
-        deadline: tokio::time::Instant,
+        ask: crate::completion::RemoteAsk<'a>,
         cancel: &'a tokio_util::sync::CancellationToken,
     ) -> futures::future::BoxFuture<'a, Option<(String, crate::entry::ModelRef)>> {
         Box::pin(async move {
+            let crate::completion::RemoteAsk {
+                text,
+                doc,
+                kept_local,
+                deadline,
+            } = ask;
             self.router()
-                .autocomplete_remote(text, doc, deadline, cancel)
+                .autocomplete_remote(text, doc, kept_local, deadline, cancel)
                 .await
         })
     }

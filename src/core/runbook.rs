@@ -41,11 +41,11 @@ pub async fn runbook(router: &Router) -> Runbook {
             let name = |c: &Candidate| format!("{} ({})", c.entry, c.tier);
             TaskRunbook {
                 kind,
-                tier: plan.first_tier,
-                now: plan.now().map(name),
-                next: plan.next().map(name),
+                tier: plan.first_tier(),
+                now: plan.now().map(|c| name(&c)),
+                next: plan.next().map(|c| name(&c)),
                 skipped: plan
-                    .candidates
+                    .candidates()
                     .iter()
                     .filter_map(|c| Some(format!("{}: {}", name(c), c.skip.as_ref()?)))
                     .collect(),

@@ -26,30 +26,30 @@
 
 mod dashboard;
 pub mod openai;
+mod stream;
 pub mod wire;
 
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Json;
-use axum::body::{Body, Bytes};
+use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde_json::{Value, json};
-use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use crate::config::Config;
 use crate::context::chat::PromptParts;
 use crate::core::Core;
-use crate::entry::ModelRef;
+use crate::entry::{ChainEntry, ModelRef};
 use crate::providers::Secret;
 use crate::router::canary;
 use crate::router::history::History;
-use crate::router::{Answer, Origin, Pin, Progress, RouteError, Router, TaskRequest};
+use crate::router::{Answer, Origin, Pin, RouteError, Router, TaskRequest};
 use crate::task::{TaskKind, Tier};
 
 /// The header a caller names its task kind with (`explain`, the default, or `refactor`).
@@ -66,7 +66,9 @@ pub struct GatewayOptions {
 
 struct Gateway {
     core: Arc<Core>,
-    token: Option<Secret>,
+    /// Listening beyond loopback: a request needs the token, and without
+    /// one configured (an edit took it away) every request is refused.
+    beyond_loopback: bool,
     history: Arc<History>,
 }
 
@@ -77,24 +79,28 @@ impl Gateway {
     }
 }
 
-/// Runs the gateway over `core` until the process is interrupted.
-pub async fn run(core: Arc<Core>, options: GatewayOptions) -> Result<(), String> {
-    let config = core.config();
-    let token = config
+/// The bearer token `config` names, if its variable holds one.
+fn token(config: &Config) -> Option<Secret> {
+    config
         .gateway
         .token_env
         .as_ref()
         .and_then(|var| std::env::var(var).ok())
         .filter(|t| !t.is_empty())
-        .map(Secret::new);
-    if !options.listen.ip().is_loopback() {
+        .map(Secret::new)
+}
+
+/// Runs the gateway over `core` until the process is interrupted.
+pub async fn run(core: Arc<Core>, options: GatewayOptions) -> Result<(), String> {
+    let beyond_loopback = !options.listen.ip().is_loopback();
+    if beyond_loopback {
         if !options.allow_remote {
             return Err(format!(
                 "{} is not a loopback address: pass --allow-remote to listen there",
                 options.listen
             ));
         }
-        if token.is_none() {
+        if token(&core.config()).is_none() {
             return Err(
                 "listening beyond loopback needs a bearer token: set gateway.token_env in the config and that variable"
                     .into(),
@@ -108,22 +114,17 @@ pub async fn run(core: Arc<Core>, options: GatewayOptions) -> Result<(), String>
     tracing::info!("gateway listening on http://{address}");
     // The first line on stdout says where it listens (`--listen 127.0.0.1:0` picks a port).
     println!("switchyard gateway listening on http://{address}");
-    let resilience_config = &config.resilience;
-    let tick = Duration::from_millis(resilience_config.canary_interval_ms);
-    let history = Arc::new(History::new(tick));
-    let primary_every = (resilience_config.primary_canary_ms > 0)
-        .then(|| Duration::from_millis(resilience_config.primary_canary_ms));
+    let history = Arc::new(History::default());
     let (upkept, recorder) = (core.clone(), history.clone());
     tokio::spawn(canary::upkeep(
         move || upkept.router(),
-        tick,
-        primary_every,
+        Some(core.follow_config()),
         move |router| recorder.record(router),
     ));
     tokio::spawn(follow_file(core.clone()));
     let app = app(Arc::new(Gateway {
         core,
-        token,
+        beyond_loopback,
         history,
     }));
     axum::serve(listener, app)
@@ -147,7 +148,9 @@ async fn follow_file(core: Arc<Core>) {
             .ok()
             .map(|m| (m.modified().ok(), m.len()))
     };
-    let mut seen = stamp(&path);
+    // Nothing seen yet: the first pass reads the file once, so an edit made
+    // between the core's first read and this loop is not missed.
+    let mut seen = None;
     loop {
         tokio::time::sleep(RELOAD_EVERY).await;
         let now = stamp(&path);
@@ -155,12 +158,17 @@ async fn follow_file(core: Arc<Core>) {
             continue;
         }
         seen = now;
-        let core = core.clone();
-        let reloaded = tokio::task::spawn_blocking(move || core.reload_file()).await;
+        let reloading = core.clone();
+        let reloaded = tokio::task::spawn_blocking(move || reloading.reload_file()).await;
         if let Ok(Some(changed)) = reloaded {
             tracing::info!("gateway: the config file changed; applied");
             for problem in &changed.problems {
                 tracing::warn!("{problem}");
+            }
+            if changed.engine {
+                tracing::info!("gateway: the local model's settings changed; loading it again");
+                let config = changed.config.clone();
+                tokio::spawn(crate::local_setup::load_into(config, core.engine_slot()));
             }
         }
     }
@@ -181,9 +189,10 @@ fn error(status: StatusCode, kind: &str, code: Option<&str>, message: &str) -> R
     (status, Json(openai::error_body(kind, code, message))).into_response()
 }
 
+/// Whether the caller may use the gateway, by the token configured now.
 fn authorised(gateway: &Gateway, headers: &HeaderMap) -> bool {
-    let Some(token) = &gateway.token else {
-        return true;
+    let Some(token) = token(&gateway.core.config()) else {
+        return !gateway.beyond_loopback;
     };
     headers
         .get(header::AUTHORIZATION)
@@ -206,9 +215,11 @@ async fn models(State(gateway): State<Arc<Gateway>>, headers: HeaderMap) -> Resp
     ]
     .map(String::from)
     .into();
+    // Only what a request can pin: the local engine is no `provider/model`.
     ids.extend(
         crate::router::plan::chain_entries(config)
             .iter()
+            .filter_map(ChainEntry::remote)
             .map(ToString::to_string),
     );
     let data: Vec<Value> = ids
@@ -233,7 +244,7 @@ async fn history(State(gateway): State<Arc<Gateway>>, headers: HeaderMap) -> Res
     if !authorised(&gateway, &headers) {
         return unauthorised();
     }
-    let tick_ms = gateway.history.tick().as_millis() as u64;
+    let tick_ms = gateway.core.config().resilience.canary_interval_ms;
     Json(wire::HistoryResponse::new(
         tick_ms,
         &gateway.history.points(),
@@ -273,27 +284,7 @@ fn task(router: &Router, headers: &HeaderMap, body: Value) -> Result<TaskRequest
             )));
         }
     };
-    let pin = match request.model.as_str() {
-        "switchyard" | "switchyard/auto" => None,
-        "switchyard/large" => Some(Pin::Tier(Tier::Large)),
-        "switchyard/medium" => Some(Pin::Tier(Tier::Medium)),
-        "switchyard/small" => Some(Pin::Tier(Tier::Small)),
-        model => match ModelRef::parse(model) {
-            Some(entry) if router.provider_config(&entry.provider).is_some() => {
-                Some(Pin::Entry(entry))
-            }
-            _ => {
-                return Err(error(
-                    StatusCode::NOT_FOUND,
-                    "invalid_request_error",
-                    Some("model_not_found"),
-                    &format!(
-                        "model `{model}` is neither a switchyard tier (switchyard/large, /medium, /small) nor provider/model of a configured provider"
-                    ),
-                ));
-            }
-        },
-    };
+    let pin = pin(router, &request.model)?;
     // The audit names the caller by what it says it is.
     let caller = headers
         .get(header::USER_AGENT)
@@ -312,6 +303,30 @@ fn task(router: &Router, headers: &HeaderMap, body: Value) -> Result<TaskRequest
         ..TaskRequest::new(kind, system, PromptParts::default())
     };
     Ok(task)
+}
+
+/// The tier or entry the caller's `model` names, or the 404 refusing it.
+#[allow(clippy::result_large_err)] // the refusal is the handler's own response
+fn pin(router: &Router, model: &str) -> Result<Option<Pin>, Response> {
+    match model {
+        "switchyard" | "switchyard/auto" => Ok(None),
+        "switchyard/large" => Ok(Some(Pin::Tier(Tier::Large))),
+        "switchyard/medium" => Ok(Some(Pin::Tier(Tier::Medium))),
+        "switchyard/small" => Ok(Some(Pin::Tier(Tier::Small))),
+        model => match ModelRef::parse(model) {
+            Some(entry) if router.provider_config(&entry.provider).is_some() => {
+                Ok(Some(Pin::Entry(entry)))
+            }
+            _ => Err(error(
+                StatusCode::NOT_FOUND,
+                "invalid_request_error",
+                Some("model_not_found"),
+                &format!(
+                    "model `{model}` is neither a switchyard tier (switchyard/large, /medium, /small) nor provider/model of a configured provider"
+                ),
+            )),
+        },
+    }
 }
 
 fn route_error(e: &RouteError) -> Response {
@@ -406,123 +421,5 @@ async fn chat_completions(
             Err(e) => route_error(&e),
         };
     }
-    stream_completion(router, task, id).await
-}
-
-/// What the routed task reports while it runs.
-enum Event {
-    Trying(String),
-    Delta(String),
-    Done(Result<Answer, RouteError>),
-}
-
-/// Cancels the routed task when the caller's stream is dropped.
-struct CancelOnDrop(CancellationToken);
-
-impl Drop for CancelOnDrop {
-    fn drop(&mut self) {
-        self.0.cancel();
-    }
-}
-
-fn sse(value: &Value) -> Bytes {
-    Bytes::from(format!("data: {value}\n\n"))
-}
-
-async fn stream_completion(router: Arc<Router>, task: TaskRequest, id: String) -> Response {
-    let (events, mut rx) = mpsc::unbounded_channel();
-    let cancel = CancellationToken::new();
-    // A caller who hangs up at any point, before the first text too, cancels
-    // the routed task: its guards give back probe leases and quota at once.
-    let guard = CancelOnDrop(cancel.clone());
-    let run_cancel = cancel.clone();
-    tokio::spawn(async move {
-        let progress = events.clone();
-        let result = router
-            .run(task, run_cancel, &move |event| {
-                let event = match event {
-                    Progress::Trying { entry, .. } => Event::Trying(entry.to_string()),
-                    Progress::Delta(text) => Event::Delta(text),
-                    Progress::Received { .. } => return,
-                };
-                let _ = progress.send(event);
-            })
-            .await;
-        let _ = events.send(Event::Done(result));
-    });
-    // Nothing reaches the caller before the first text: until then a failure
-    // fails over unseen, and total failure is a plain HTTP error.
-    let mut model = String::new();
-    let first = loop {
-        match rx.recv().await {
-            Some(Event::Trying(entry)) => model = entry,
-            Some(Event::Delta(text)) => break text,
-            Some(Event::Done(Ok(answer))) => break answer.text,
-            Some(Event::Done(Err(e))) => return route_error(&e),
-            None => return route_error(&RouteError::Cancelled),
-        }
-    };
-    let created = now_secs();
-    let (out, body) = mpsc::unbounded_channel::<Bytes>();
-    tokio::spawn(async move {
-        let send = |value: Value| out.send(sse(&value)).is_ok();
-        let role = json!({"role": "assistant", "content": ""});
-        if !send(openai::chunk(&id, created, &model, role, None))
-            || !send(openai::chunk(
-                &id,
-                created,
-                &model,
-                json!({"content": first}),
-                None,
-            ))
-        {
-            return;
-        }
-        while let Some(event) = rx.recv().await {
-            let delivered = match event {
-                Event::Trying(entry) => {
-                    model = entry;
-                    true
-                }
-                Event::Delta(text) => send(openai::chunk(
-                    &id,
-                    created,
-                    &model,
-                    json!({"content": text}),
-                    None,
-                )),
-                Event::Done(Ok(answer)) => {
-                    let model = model_of(&answer);
-                    send(openai::chunk(&id, created, &model, json!({}), Some("stop")));
-                    send(openai::usage_chunk(&id, created, &model, answer.usage));
-                    let _ = out.send(Bytes::from_static(b"data: [DONE]\n\n"));
-                    return;
-                }
-                Event::Done(Err(e)) => {
-                    // `e` lists every entry tried and what stopped each (a cut,
-                    // a stall after N s, a malformed stream, an open circuit).
-                    let message = format!("the answer is incomplete: {e}");
-                    send(openai::error_body(
-                        "server_error",
-                        Some("stream_failed"),
-                        &message,
-                    ));
-                    return;
-                }
-            };
-            if !delivered {
-                return;
-            }
-        }
-    });
-    let stream = futures::stream::unfold((body, guard), |(mut body, guard)| async move {
-        body.recv()
-            .await
-            .map(|bytes| (Ok::<_, Infallible>(bytes), (body, guard)))
-    });
-    Response::builder()
-        .header(header::CONTENT_TYPE, "text/event-stream")
-        .header(header::CACHE_CONTROL, "no-cache")
-        .body(Body::from_stream(stream))
-        .expect("static headers are valid")
+    stream::stream_completion(router, task, id).await
 }

@@ -8,9 +8,11 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Value, json};
+use tokio::sync::mpsc::UnboundedReceiver;
 use tokio_util::sync::CancellationToken;
 use tower_lsp_server::jsonrpc::{Error, Result};
 use tower_lsp_server::ls_types::*;
+use tower_lsp_server::{Cancellable, OngoingProgress, Unbounded};
 
 use super::backend::Backend;
 use super::edits;
@@ -152,33 +154,36 @@ impl Backend {
                 self.tracking.accepted(id);
                 Ok(None)
             }
-            EXPLAIN | REFACTOR => {
-                let uri: Uri = args
-                    .first()
-                    .cloned()
-                    .and_then(|v| serde_json::from_value(v).ok())
-                    .ok_or_else(|| invalid("first argument: the document URI"))?;
-                let range: Range = args
-                    .get(1)
-                    .cloned()
-                    .and_then(|v| serde_json::from_value(v).ok())
-                    .ok_or_else(|| invalid("second argument: the range"))?;
-                if params.command == EXPLAIN {
-                    self.explain(uri, range).await
-                } else {
-                    let instruction = args
-                        .get(2)
-                        .and_then(Value::as_str)
-                        .filter(|s| !s.trim().is_empty())
-                        .ok_or_else(|| invalid("third argument: the refactor instruction"))?;
-                    self.refactor(uri, range, instruction.to_owned()).await
-                }
-            }
+            EXPLAIN | REFACTOR => self.code_action(&params.command, &args).await,
             other => Err(invalid(format!(
                 "unknown command `{other}`; switchyard knows {}",
                 COMMANDS.join(", ")
             ))),
         }
+    }
+
+    /// `switchyard.explain` or `switchyard.refactor` with its arguments:
+    /// the document, the range and (a refactor) the instruction.
+    async fn code_action(&self, command: &str, args: &[Value]) -> Result<Option<Value>> {
+        let uri: Uri = args
+            .first()
+            .cloned()
+            .and_then(|v| serde_json::from_value(v).ok())
+            .ok_or_else(|| invalid("first argument: the document URI"))?;
+        let range: Range = args
+            .get(1)
+            .cloned()
+            .and_then(|v| serde_json::from_value(v).ok())
+            .ok_or_else(|| invalid("second argument: the range"))?;
+        if command == EXPLAIN {
+            return self.explain(uri, range).await;
+        }
+        let instruction = args
+            .get(2)
+            .and_then(Value::as_str)
+            .filter(|s| !s.trim().is_empty())
+            .ok_or_else(|| invalid("third argument: the refactor instruction"))?;
+        self.refactor(uri, range, instruction.to_owned()).await
     }
 
     /// Snoozes completions for `minutes` (0 resumes them), for every editor
@@ -257,6 +262,49 @@ impl Backend {
         Ok((parts, start, end, doc.version))
     }
 
+    /// Shows the progress of a routed task as it comes. It begins with the
+    /// first provider tried, so its title names it; its cancel button cancels.
+    async fn report(
+        &self,
+        kind: TaskKind,
+        token: &NumberOrString,
+        cancel: &CancellationToken,
+        mut rx: UnboundedReceiver<Progress>,
+    ) -> Option<OngoingProgress<Unbounded, Cancellable>> {
+        let mut progress = None;
+        while let Some(event) = rx.recv().await {
+            let message = match &event {
+                Progress::Trying { entry, tier } => format!("trying {entry} ({tier} tier)"),
+                Progress::Received { chars } => format!("received {chars} characters"),
+                // Counted by `Received`; the editor gets the text at the end.
+                Progress::Delta(_) => continue,
+            };
+            if let (None, Progress::Trying { entry, .. }) = (&progress, &event)
+                && self.supports_progress()
+                && self
+                    .client
+                    .create_work_done_progress(token.clone())
+                    .await
+                    .is_ok()
+            {
+                self.progress_cancels.insert(token.clone(), cancel.clone());
+                let title = format!("switchyard: {} with {entry}", kind.as_str());
+                progress = Some(
+                    self.client
+                        .progress(token.clone(), title)
+                        .with_cancel_button()
+                        .begin()
+                        .await,
+                );
+                continue;
+            }
+            if let Some(progress) = &progress {
+                progress.report_with_message(message, None).await;
+            }
+        }
+        progress
+    }
+
     /// Runs a task with cancellable `$/progress` that names the provider being tried.
     async fn routed(
         &self,
@@ -266,42 +314,8 @@ impl Backend {
     ) -> std::result::Result<crate::router::Answer, RouteError> {
         let cancel = CancellationToken::new();
         let token = NumberOrString::String(format!("switchyard/{}/{}", kind.as_str(), nanos()));
-        let (events, mut rx) = tokio::sync::mpsc::unbounded_channel();
-        // The progress begins with the first provider tried, so its title names it.
-        let report = async {
-            let mut progress = None;
-            while let Some(event) = rx.recv().await {
-                let message = match &event {
-                    Progress::Trying { entry, tier } => format!("trying {entry} ({tier} tier)"),
-                    Progress::Received { chars } => format!("received {chars} characters"),
-                    // Counted by `Received`; the editor gets the text at the end.
-                    Progress::Delta(_) => continue,
-                };
-                if let (None, Progress::Trying { entry, .. }) = (&progress, &event)
-                    && self.supports_progress()
-                    && self
-                        .client
-                        .create_work_done_progress(token.clone())
-                        .await
-                        .is_ok()
-                {
-                    self.progress_cancels.insert(token.clone(), cancel.clone());
-                    let title = format!("switchyard: {} with {entry}", kind.as_str());
-                    progress = Some(
-                        self.client
-                            .progress(token.clone(), title)
-                            .with_cancel_button()
-                            .begin()
-                            .await,
-                    );
-                    continue;
-                }
-                if let Some(progress) = &progress {
-                    progress.report_with_message(message, None).await;
-                }
-            }
-            progress
-        };
+        let (events, rx) = tokio::sync::mpsc::unbounded_channel();
+        let report = self.report(kind, &token, &cancel, rx);
         let router = self.router();
         let request = TaskRequest {
             origin: Origin {
@@ -390,14 +404,6 @@ impl Backend {
         {
             Ok(answer) => answer,
             Err(e) => {
-                let (Some(parking), RouteError::NothingHealthy { partial, .. }) =
-                    (&self.parking, &e)
-                else {
-                    return Err(request_failed(e));
-                };
-                if !parkable(TaskKind::Refactor, &e) {
-                    return Err(request_failed(e));
-                }
                 let request = ParkRequest {
                     system: REFACTOR_SYSTEM.into(),
                     parts,
@@ -405,25 +411,60 @@ impl Backend {
                     version,
                     start,
                     end,
-                    partial: partial.clone(),
+                    partial: String::new(),
                     note: e.to_string(),
                 };
-                return match parking.park(request).await {
-                    Ok(parked) => Ok(Some(wire::result(RefactorResult::Parked(parked)))),
-                    Err(io) => {
-                        tracing::error!("could not park the refactor: {io}");
-                        Err(request_failed(e))
-                    }
-                };
+                return self.park_or_fail(e, request).await;
             }
         };
         let mut rewritten = code_block(&answer.text);
         if original.ends_with('\n') && !rewritten.ends_with('\n') {
             rewritten.push('\n');
         }
+        let (applied, edits) = self
+            .apply_rewrite(&uri, version, (start, end), &rewritten)
+            .await?;
+        Ok(Some(wire::result(RefactorResult::Done(RefactorDone {
+            applied,
+            edits,
+            provider: answer.route.provider,
+            model: answer.route.model,
+            tier: answer.route.tier.into(),
+        }))))
+    }
+
+    /// Parks a refactor no model could serve yet, where parking is on and
+    /// what stopped it is temporary; else its failure.
+    async fn park_or_fail(&self, e: RouteError, mut request: ParkRequest) -> Result<Option<Value>> {
+        let (Some(parking), RouteError::NothingHealthy { partial, .. }) = (&self.parking, &e)
+        else {
+            return Err(request_failed(e));
+        };
+        if !parkable(TaskKind::Refactor, &e) {
+            return Err(request_failed(e));
+        }
+        request.partial = partial.clone();
+        match parking.park(request).await {
+            Ok(parked) => Ok(Some(wire::result(RefactorResult::Parked(parked)))),
+            Err(io) => {
+                tracing::error!("could not park the refactor: {io}");
+                Err(request_failed(e))
+            }
+        }
+    }
+
+    /// Asks the editor to replace `start..end` of `version` of the document
+    /// with `rewritten`: whether it did, and in how many edits.
+    async fn apply_rewrite(
+        &self,
+        uri: &Uri,
+        version: i32,
+        (start, end): (usize, usize),
+        rewritten: &str,
+    ) -> Result<(bool, usize)> {
         let doc = self
             .documents
-            .get(&uri)
+            .get(uri)
             .map_err(|e| invalid(e.to_string()))?;
         if doc.version != version {
             return Err(Error {
@@ -432,14 +473,15 @@ impl Backend {
                 data: None,
             });
         }
-        let text_edits = edits::minimal_edits(&doc.rope, start, end, &rewritten, self.encoding());
+        let text_edits = edits::minimal_edits(&doc.rope, start, end, rewritten, self.encoding());
+        let count = text_edits.len();
         let edit = WorkspaceEdit {
             document_changes: Some(DocumentChanges::Edits(vec![TextDocumentEdit {
                 text_document: OptionalVersionedTextDocumentIdentifier {
                     uri: uri.clone(),
                     version: Some(version),
                 },
-                edits: text_edits.iter().cloned().map(OneOf::Left).collect(),
+                edits: text_edits.into_iter().map(OneOf::Left).collect(),
             }])),
             ..Default::default()
         };
@@ -449,13 +491,7 @@ impl Backend {
             .await
             .map(|r| r.applied)
             .unwrap_or(false);
-        Ok(Some(wire::result(RefactorResult::Done(RefactorDone {
-            applied,
-            edits: text_edits.len(),
-            provider: answer.route.provider,
-            model: answer.route.model,
-            tier: answer.route.tier.into(),
-        }))))
+        Ok((applied, count))
     }
 }
 

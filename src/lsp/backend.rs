@@ -129,9 +129,9 @@ impl Backend {
     pub(super) fn watch_status(&self) {
         let (client, mut rx) = (self.client.clone(), self.core.subscribe());
         let mut completion = self.completion.subscribe_status();
-        let notify = self.config().status_notifications;
         let shows_progress = self.supports_progress();
         let core = self.core.clone();
+        let mut config = core.follow_config();
         tokio::spawn(async move {
             let mut before = rx.borrow_and_update().clone();
             // Loading is what a reader assumes at start; anything else is told.
@@ -139,7 +139,8 @@ impl Backend {
             loop {
                 let now = rx.borrow_and_update().clone();
                 let completion_now = completion.borrow_and_update().clone();
-                if notify {
+                // As configured now: turning notifications on applies at once.
+                if config.borrow_and_update().status_notifications {
                     let rule = core.workspace_rule();
                     let params = StatusParams::for_workspace(&now, rule, &completion_now);
                     client.send_notification::<StatusNotification>(params).await;
@@ -166,6 +167,7 @@ impl Backend {
                 let changed = tokio::select! {
                     changed = rx.changed() => changed.is_ok(),
                     changed = completion.changed() => changed.is_ok(),
+                    changed = config.changed() => changed.is_ok(),
                 };
                 if !changed {
                     return;

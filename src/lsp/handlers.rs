@@ -13,7 +13,7 @@ use super::backend::Backend;
 use super::position;
 use super::progress;
 use crate::cancel::CancelFlag;
-use crate::completion::{CompletionRequest, Origin, Suggestion, Trigger, tracking};
+use crate::completion::{CompletionRequest, Origin, Outcome, Suggestion, Trigger, tracking};
 
 /// Completion item labels show at most this much of the suggestion's first line.
 const LABEL_CHARS: usize = 60;
@@ -62,12 +62,29 @@ impl Backend {
             cursor,
             deadline: tokio::time::Instant::now() + self.completion.budget(trigger),
             cancel,
-            kept_local: self.kept_local(uri).is_some(),
+            kept_local: self.kept_local(uri),
             trigger,
             language: Some(doc.language_id),
         };
-        // The progress starts beside the completion, and the answer never
-        // waits for the client to take it.
+        let outcome = self.completed(request, trigger).await;
+        log_outcome(&outcome);
+        let asked = tracking::Request {
+            doc: uri.as_str(),
+            cursor,
+            line_before: &line_before,
+            language: &language,
+            invoked: trigger == Trigger::Invoked,
+        };
+        let id = self.tracking.answered(&asked, &outcome);
+        Ok(outcome
+            .result
+            .ok()
+            .map(|suggestion| (suggestion, snapshot, cursor, id)))
+    }
+
+    /// The outcome of `request`. The progress starts beside the completion,
+    /// and the answer never waits for the client to take it.
+    async fn completed(&self, request: CompletionRequest, trigger: Trigger) -> Outcome {
         let complete = self.completion.complete(request);
         let begin = self.completing(trigger);
         tokio::pin!(complete, begin);
@@ -88,37 +105,7 @@ impl Backend {
             };
             progress.finish_with_message(message).await;
         }
-        let elapsed_ms = outcome.elapsed.as_secs_f64() * 1e3;
-        match &outcome.result {
-            Ok(Suggestion {
-                origin: Origin::Model(g),
-                text,
-            }) => tracing::debug!(
-                elapsed_ms, prompt = g.prompt_tokens, decoded = g.tokens_decoded, generated = g.tokens_generated,
-                stop = ?g.stop, chars = text.len(), "completion"
-            ),
-            Ok(Suggestion {
-                origin: Origin::TypeThrough,
-                ..
-            }) => tracing::debug!(elapsed_ms, "completion from type-through"),
-            Ok(Suggestion {
-                origin: Origin::Remote { provider, model },
-                ..
-            }) => tracing::debug!(elapsed_ms, "completion from {provider}/{model}"),
-            Err(reason) => tracing::debug!(elapsed_ms, "no completion: {reason}"),
-        }
-        let asked = tracking::Request {
-            doc: uri.as_str(),
-            cursor,
-            line_before: &line_before,
-            language: &language,
-            invoked: trigger == Trigger::Invoked,
-        };
-        let id = self.tracking.answered(&asked, &outcome);
-        Ok(outcome
-            .result
-            .ok()
-            .map(|suggestion| (suggestion, snapshot, cursor, id)))
+        outcome
     }
 
     /// The progress a request the user asked for shows while it runs (the
@@ -176,15 +163,8 @@ impl Backend {
             })));
         };
         // The edit starts at the word being typed so the client's filter matches it.
-        let line_start = rope.line_to_char(rope.char_to_line(cursor));
-        let before: Vec<char> = rope.slice(line_start..cursor).chars().collect();
-        let word_len = before
-            .iter()
-            .rev()
-            .take_while(|c| c.is_alphanumeric() || **c == '_')
-            .count();
-        let word: String = before[before.len() - word_len..].iter().collect();
-        let start = position::from_char(&rope, cursor - word_len, self.encoding());
+        let word = word_before(&rope, cursor);
+        let start = position::from_char(&rope, cursor - word.chars().count(), self.encoding());
         let new_text = format!("{word}{}", suggestion.text);
         let first_line = new_text
             .lines()
@@ -221,5 +201,40 @@ impl Backend {
             is_incomplete: true,
             items: vec![item],
         })))
+    }
+}
+
+/// The word being typed before `cursor`.
+fn word_before(rope: &Rope, cursor: usize) -> String {
+    let line_start = rope.line_to_char(rope.char_to_line(cursor));
+    let before: Vec<char> = rope.slice(line_start..cursor).chars().collect();
+    let word_len = before
+        .iter()
+        .rev()
+        .take_while(|c| c.is_alphanumeric() || **c == '_')
+        .count();
+    before[before.len() - word_len..].iter().collect()
+}
+
+/// What the log says about a completion's outcome.
+fn log_outcome(outcome: &Outcome) {
+    let elapsed_ms = outcome.elapsed.as_secs_f64() * 1e3;
+    match &outcome.result {
+        Ok(Suggestion {
+            origin: Origin::Model(g),
+            text,
+        }) => tracing::debug!(
+            elapsed_ms, prompt = g.prompt_tokens, decoded = g.tokens_decoded, generated = g.tokens_generated,
+            stop = ?g.stop, chars = text.len(), "completion"
+        ),
+        Ok(Suggestion {
+            origin: Origin::TypeThrough,
+            ..
+        }) => tracing::debug!(elapsed_ms, "completion from type-through"),
+        Ok(Suggestion {
+            origin: Origin::Remote { provider, model },
+            ..
+        }) => tracing::debug!(elapsed_ms, "completion from {provider}/{model}"),
+        Err(reason) => tracing::debug!(elapsed_ms, "no completion: {reason}"),
     }
 }

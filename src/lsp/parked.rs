@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
+use ropey::Rope;
 use tokio_util::sync::CancellationToken;
 use tower_lsp_server::Client;
 use tower_lsp_server::ls_types::*;
@@ -21,6 +22,7 @@ use super::position::PositionEncoding;
 use super::progress::{self, Progress};
 use super::wire::RefactorParked;
 use crate::clock::now_ms;
+use crate::config::follow::sleep_or_change;
 use crate::context::chat::code_block;
 use crate::core::Core;
 use crate::resilience::park::{Checkpoint, DocumentVersion, ParkingLot, new_id};
@@ -161,10 +163,15 @@ impl Parking {
         self.router().publish();
     }
 
-    /// Resumes parked work every `every`, and refreshes the shared status.
-    pub(super) async fn run(self: Arc<Self>, every: Duration) {
+    /// Resumes parked work every resume interval (as configured now; an edit
+    /// applies at once), and refreshes the shared status.
+    pub(super) async fn run(self: Arc<Self>) {
+        let mut changes = Some(self.core.follow_config());
         loop {
-            tokio::time::sleep(every).await;
+            let every = self.core.config().resilience.resume_interval_ms;
+            if !sleep_or_change(Duration::from_millis(every), &mut changes).await {
+                continue;
+            }
             self.router().refresh_shared().await;
             self.relist();
             for checkpoint in self.lot.owned_by(&self.owner()) {
@@ -202,59 +209,10 @@ impl Parking {
         };
         let answer = match target.ready.clone() {
             Some(answer) => answer,
-            None => {
-                let request = TaskRequest {
-                    continuation: checkpoint.partial.clone(),
-                    local_only_rule: target
-                        .uri
-                        .to_file_path()
-                        .and_then(|path| self.core.kept_local(&path)),
-                    origin: Origin {
-                        front_end: "lsp",
-                        subject: target.uri.as_str().to_owned(),
-                    },
-                    ..TaskRequest::new(
-                        checkpoint.kind,
-                        checkpoint.system.clone(),
-                        checkpoint.parts.clone(),
-                    )
-                };
-                match self
-                    .router()
-                    .run(request, CancellationToken::new(), &|_| {})
-                    .await
-                {
-                    Ok(answer) => {
-                        tracing::info!(
-                            "resumed parked refactor {} on {}/{}",
-                            checkpoint.id,
-                            answer.route.provider,
-                            answer.route.model
-                        );
-                        answer.text
-                    }
-                    Err(RouteError::NothingHealthy {
-                        retry_later: true,
-                        partial,
-                        ..
-                    }) => {
-                        if partial.len() > checkpoint.partial.len() {
-                            checkpoint.partial = partial;
-                        }
-                        checkpoint.attempts += 1;
-                        self.keep(&checkpoint).await;
-                        return "still parked: no model can serve it yet".into();
-                    }
-                    Err(e) => {
-                        self.lot.finish(&checkpoint.id).await;
-                        let message = format!("the parked refactor failed: {e}");
-                        self.client
-                            .show_message(MessageType::ERROR, format!("switchyard: {message}"))
-                            .await;
-                        return message;
-                    }
-                }
-            }
+            None => match self.rerun(&mut checkpoint, &target).await {
+                Ok(answer) => answer,
+                Err(said) => return said,
+            },
         };
         target.ready = Some(answer.clone());
         checkpoint.target = serde_json::to_value(&target).expect("target serialises");
@@ -267,6 +225,62 @@ impl Parking {
                 checkpoint.note = note.clone();
                 self.keep(&checkpoint).await;
                 note
+            }
+        }
+    }
+
+    /// Routes a parked task again, under the path rules in force now: its
+    /// answer, or how it went where there is none (still parked, or failed).
+    async fn rerun(&self, checkpoint: &mut Checkpoint, target: &Target) -> Result<String, String> {
+        let request = TaskRequest {
+            continuation: checkpoint.partial.clone(),
+            local_only_rule: target
+                .uri
+                .to_file_path()
+                .and_then(|path| self.core.kept_local(&path)),
+            origin: Origin {
+                front_end: "lsp",
+                subject: target.uri.as_str().to_owned(),
+            },
+            ..TaskRequest::new(
+                checkpoint.kind,
+                checkpoint.system.clone(),
+                checkpoint.parts.clone(),
+            )
+        };
+        let routed = self
+            .router()
+            .run(request, CancellationToken::new(), &|_| {})
+            .await;
+        match routed {
+            Ok(answer) => {
+                tracing::info!(
+                    "resumed parked refactor {} on {}/{}",
+                    checkpoint.id,
+                    answer.route.provider,
+                    answer.route.model
+                );
+                Ok(answer.text)
+            }
+            Err(RouteError::NothingHealthy {
+                retry_later: true,
+                partial,
+                ..
+            }) => {
+                if partial.len() > checkpoint.partial.len() {
+                    checkpoint.partial = partial;
+                }
+                checkpoint.attempts += 1;
+                self.keep(checkpoint).await;
+                Err("still parked: no model can serve it yet".into())
+            }
+            Err(e) => {
+                self.lot.finish(&checkpoint.id).await;
+                let message = format!("the parked refactor failed: {e}");
+                self.client
+                    .show_message(MessageType::ERROR, format!("switchyard: {message}"))
+                    .await;
+                Err(message)
             }
         }
     }
@@ -301,17 +315,9 @@ impl Parking {
                 }
             }
             // Find the code the refactor was made for in the changed document.
-            let text = doc.rope.to_string();
-            let selection = &checkpoint.parts.selection;
-            match (
-                text.find(selection.as_str()),
-                text.rfind(selection.as_str()),
-            ) {
-                (Some(first), Some(last)) if first == last && !selection.is_empty() => {
-                    let start = doc.rope.byte_to_char(first);
-                    (start, start + selection.chars().count())
-                }
-                _ => {
+            match found_once(&doc.rope, &checkpoint.parts.selection) {
+                Some(range) => range,
+                None => {
                     self.client
                         .show_message(
                             MessageType::WARNING,
@@ -387,4 +393,16 @@ enum Applied {
     Done,
     /// Stays parked, with a new note.
     Later(String),
+}
+
+/// The char range of `selection` in `rope`, where it occurs exactly once.
+fn found_once(rope: &Rope, selection: &str) -> Option<(usize, usize)> {
+    let text = rope.to_string();
+    match (text.find(selection), text.rfind(selection)) {
+        (Some(first), Some(last)) if first == last && !selection.is_empty() => {
+            let start = rope.byte_to_char(first);
+            Some((start, start + selection.chars().count()))
+        }
+        _ => None,
+    }
 }

@@ -3,7 +3,6 @@
 use super::backend::{Backend, Pause, negotiate_encoding, workspace_owner};
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
 
 use serde_json::Value;
 use tower_lsp_server::jsonrpc::Result;
@@ -113,18 +112,14 @@ impl LanguageServer for Backend {
             self.report_config_errors(&self.core.problems()).await;
         }
         self.start_engine(&self.config());
-        let resilience = self.config().resilience.clone();
         if let Some(parking) = &self.parking {
-            let every = Duration::from_millis(resilience.resume_interval_ms);
-            tokio::spawn(parking.clone().run(every));
+            tokio::spawn(parking.clone().run());
         }
         let core = self.core.clone();
-        let primary_every = (resilience.primary_canary_ms > 0)
-            .then(|| Duration::from_millis(resilience.primary_canary_ms));
+        let changes = Some(core.follow_config());
         tokio::spawn(crate::router::canary::upkeep(
             move || core.router(),
-            Duration::from_millis(resilience.canary_interval_ms),
-            primary_every,
+            changes,
             |_| {},
         ));
         // Last: a client slow to answer this holds up nothing else.

@@ -172,30 +172,13 @@ async fn download_once(
     if have > 0 {
         request = request.header(RANGE, format!("bytes={have}-"));
     }
-    let http_error = |error| FetchError::http(url, error);
-    let response = request.send().await.map_err(http_error)?;
-    let start = match response.status() {
-        StatusCode::OK => 0,
-        StatusCode::PARTIAL_CONTENT if have > 0 && content_range_start(&response) == Some(have) => {
-            have
-        }
-        StatusCode::RANGE_NOT_SATISFIABLE
-            if have > 0 && content_range_total(&response) == Some(have) =>
-        {
-            return Ok(true);
-        }
-        StatusCode::PARTIAL_CONTENT | StatusCode::RANGE_NOT_SATISFIABLE if have > 0 => {
-            remove_if_exists(partial).await?;
-            return Err(FetchError::ResumeRefused {
-                url: url.to_owned(),
-            });
-        }
-        status => {
-            return Err(FetchError::Status {
-                url: url.to_owned(),
-                status,
-            });
-        }
+    let response = request
+        .send()
+        .await
+        .map_err(|error| FetchError::http(url, error))?;
+    let start = match resumed_at(&response, have, url, partial).await? {
+        Resumed::At(start) => start,
+        Resumed::Whole => return Ok(true),
     };
     let total =
         content_range_total(&response).or(response.content_length().map(|length| start + length));
@@ -210,7 +193,59 @@ async fn download_once(
             actual: total,
         });
     }
+    progress.begin(&format!("downloading {label}"), total.or(expected_size));
+    progress.advance(start);
+    let written = write_body(response, url, partial, start, progress).await;
+    progress.end();
+    written.map(|()| start > 0)
+}
 
+/// Where an answer to a request for the bytes after `have` starts.
+enum Resumed {
+    At(u64),
+    /// The server says the file has no bytes after `have`: it is whole.
+    Whole,
+}
+
+/// Reads the status of an answer to a (ranged) request. A refused resume
+/// removes the partial file, so the next attempt starts from the top.
+async fn resumed_at(
+    response: &Response,
+    have: u64,
+    url: &str,
+    partial: &Path,
+) -> Result<Resumed, FetchError> {
+    match response.status() {
+        StatusCode::OK => Ok(Resumed::At(0)),
+        StatusCode::PARTIAL_CONTENT if have > 0 && content_range_start(response) == Some(have) => {
+            Ok(Resumed::At(have))
+        }
+        StatusCode::RANGE_NOT_SATISFIABLE
+            if have > 0 && content_range_total(response) == Some(have) =>
+        {
+            Ok(Resumed::Whole)
+        }
+        StatusCode::PARTIAL_CONTENT | StatusCode::RANGE_NOT_SATISFIABLE if have > 0 => {
+            remove_if_exists(partial).await?;
+            Err(FetchError::ResumeRefused {
+                url: url.to_owned(),
+            })
+        }
+        status => Err(FetchError::Status {
+            url: url.to_owned(),
+            status,
+        }),
+    }
+}
+
+/// Writes the body of `response` to `partial` from `start` on.
+async fn write_body(
+    response: Response,
+    url: &str,
+    partial: &Path,
+    start: u64,
+    progress: &dyn PullProgress,
+) -> Result<(), FetchError> {
     let mut options = fs::OpenOptions::new();
     if start > 0 {
         options.append(true);
@@ -222,13 +257,10 @@ async fn download_once(
         .await
         .map_err(FetchError::io("open", partial))?;
     let mut writer = BufWriter::with_capacity(HASH_BUFFER_BYTES, file);
-
-    progress.begin(&format!("downloading {label}"), total.or(expected_size));
-    progress.advance(start);
     let mut body = response.bytes_stream();
     let streamed = async {
         while let Some(chunk) = body.next().await {
-            let chunk = chunk.map_err(http_error)?;
+            let chunk = chunk.map_err(|error| FetchError::http(url, error))?;
             writer
                 .write_all(&chunk)
                 .await
@@ -245,8 +277,7 @@ async fn download_once(
     }
     .await
     .map_err(FetchError::io("write", partial));
-    progress.end();
-    streamed.and(flushed).map(|()| start > 0)
+    streamed.and(flushed)
 }
 
 /// `Content-Range: bytes START-END/TOTAL` or `bytes */TOTAL`.

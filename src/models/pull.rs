@@ -95,8 +95,17 @@ async fn pull_file(
             }
         }
     }
+    Err(not_pulled(entry, target, failures))
+}
+
+/// The error of a pull whose every source tried failed.
+fn not_pulled(
+    entry: &ModelEntry,
+    target: PathBuf,
+    mut failures: Vec<(String, FetchError)>,
+) -> PullError {
     let model = entry.name.clone();
-    Err(if failures.len() == 1 {
+    if failures.len() == 1 {
         let (from, cause) = failures.remove(0);
         PullError::Source {
             model,
@@ -110,7 +119,7 @@ async fn pull_file(
             target,
             attempts: failures,
         }
-    })
+    }
 }
 
 async fn fetch(

@@ -60,29 +60,11 @@ pub(crate) async fn find_wheel(
         index.trim_end_matches('/'),
         normalize(&part.package)
     );
+    let page = project_page(client, &page_url).await?;
     let index_error = |detail: String| FetchError::Index {
         url: page_url.clone(),
         detail,
     };
-    let response = client
-        .get(&page_url)
-        .header(ACCEPT, SIMPLE_JSON)
-        .send()
-        .await
-        .map_err(|error| FetchError::http(&page_url, error))?;
-    if !response.status().is_success() {
-        return Err(FetchError::Status {
-            url: page_url,
-            status: response.status(),
-        });
-    }
-    let body = response
-        .bytes()
-        .await
-        .map_err(|error| FetchError::http(&page_url, error))?;
-    let page: ProjectPage = serde_json::from_slice(&body)
-        .map_err(|error| index_error(format!("{error} (does the index serve {SIMPLE_JSON}?)")))?;
-
     let Some(file) = page
         .files
         .iter()
@@ -121,6 +103,30 @@ pub(crate) async fn find_wheel(
             .get("sha256")
             .map(|digest| digest.to_ascii_lowercase()),
         size: file.size,
+    })
+}
+
+/// The PEP 691 JSON page of one project.
+async fn project_page(client: &Client, page_url: &str) -> Result<ProjectPage, FetchError> {
+    let response = client
+        .get(page_url)
+        .header(ACCEPT, SIMPLE_JSON)
+        .send()
+        .await
+        .map_err(|error| FetchError::http(page_url, error))?;
+    if !response.status().is_success() {
+        return Err(FetchError::Status {
+            url: page_url.to_owned(),
+            status: response.status(),
+        });
+    }
+    let body = response
+        .bytes()
+        .await
+        .map_err(|error| FetchError::http(page_url, error))?;
+    serde_json::from_slice(&body).map_err(|error| FetchError::Index {
+        url: page_url.to_owned(),
+        detail: format!("{error} (does the index serve {SIMPLE_JSON}?)"),
     })
 }
 

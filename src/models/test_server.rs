@@ -90,12 +90,35 @@ impl TestServer {
 }
 
 async fn respond(mut stream: TcpStream, state: Arc<Mutex<State>>) {
+    let Some(request) = read_request(&mut stream).await else {
+        return;
+    };
+    let route = {
+        let mut state = state.lock().unwrap();
+        state.requests.push(request.clone());
+        state.routes.get(&request.path).cloned()
+    };
+    let (status, content_type, extra, body): (&str, &str, String, &[u8]) = match &route {
+        None => ("404 Not Found", "text/plain", String::new(), b"not found"),
+        Some(route) => answer(route, &request),
+    };
+    let response_head = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n{extra}Connection: close\r\n\r\n",
+        body.len()
+    );
+    let _ = stream.write_all(response_head.as_bytes()).await;
+    let _ = stream.write_all(body).await;
+    let _ = stream.shutdown().await;
+}
+
+/// The request line and headers, read up to the blank line.
+async fn read_request(stream: &mut TcpStream) -> Option<Request> {
     let mut head = Vec::new();
     let mut byte = [0; 1];
     while !head.ends_with(b"\r\n\r\n") {
         match stream.read(&mut byte).await {
             Ok(1) => head.push(byte[0]),
-            _ => return,
+            _ => return None,
         }
     }
     let head = String::from_utf8_lossy(&head);
@@ -111,50 +134,37 @@ async fn respond(mut stream: TcpStream, state: Arc<Mutex<State>>) {
             headers.insert(name.trim().to_ascii_lowercase(), value.trim().to_owned());
         }
     }
-    let request = Request {
-        path: path.clone(),
+    Some(Request {
+        path,
         range: headers.remove("range"),
         accept: headers.remove("accept"),
-    };
-    let route = {
-        let mut state = state.lock().unwrap();
-        state.requests.push(request.clone());
-        state.routes.get(&path).cloned()
-    };
+    })
+}
 
-    let (status, content_type, extra, body): (&str, &str, String, &[u8]) = match &route {
-        None => ("404 Not Found", "text/plain", String::new(), b"not found"),
-        Some(route) => {
-            let length = route.body.len();
-            let start = request
-                .range
-                .as_deref()
-                .filter(|_| route.honor_range)
-                .and_then(|range| range.strip_prefix("bytes="))
-                .and_then(|range| range.strip_suffix('-'))
-                .and_then(|start| start.parse::<usize>().ok());
-            match start {
-                None => ("200 OK", route.content_type, String::new(), &route.body[..]),
-                Some(start) if start >= length => (
-                    "416 Range Not Satisfiable",
-                    "text/plain",
-                    format!("Content-Range: bytes */{length}\r\n"),
-                    b"",
-                ),
-                Some(start) => (
-                    "206 Partial Content",
-                    route.content_type,
-                    format!("Content-Range: bytes {start}-{}/{length}\r\n", length - 1),
-                    &route.body[start..],
-                ),
-            }
-        }
-    };
-    let response_head = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n{extra}Connection: close\r\n\r\n",
-        body.len()
-    );
-    let _ = stream.write_all(response_head.as_bytes()).await;
-    let _ = stream.write_all(body).await;
-    let _ = stream.shutdown().await;
+/// Status, content type, extra headers and body for `request` of `route`,
+/// honouring a `Range` from a byte where the route does.
+fn answer<'r>(route: &'r Route, request: &Request) -> (&'static str, &'r str, String, &'r [u8]) {
+    let length = route.body.len();
+    let start = request
+        .range
+        .as_deref()
+        .filter(|_| route.honor_range)
+        .and_then(|range| range.strip_prefix("bytes="))
+        .and_then(|range| range.strip_suffix('-'))
+        .and_then(|start| start.parse::<usize>().ok());
+    match start {
+        None => ("200 OK", route.content_type, String::new(), &route.body[..]),
+        Some(start) if start >= length => (
+            "416 Range Not Satisfiable",
+            "text/plain",
+            format!("Content-Range: bytes */{length}\r\n"),
+            b"",
+        ),
+        Some(start) => (
+            "206 Partial Content",
+            route.content_type,
+            format!("Content-Range: bytes {start}-{}/{length}\r\n", length - 1),
+            &route.body[start..],
+        ),
+    }
 }

@@ -4,8 +4,9 @@
 
 use std::sync::Arc;
 
-use crate::config::Config;
 use crate::providers::Provider;
+use crate::router::Router;
+use crate::router::plan::Skip;
 
 /// One chain entry to probe.
 pub struct Target {
@@ -45,24 +46,14 @@ pub enum TargetError {
     NotInChains(String),
     #[error("no remote `provider/model` entries in the tier chains (`[tiers]`): nothing to probe")]
     NothingConfigured,
+    #[error("local-only mode is on: nothing leaves the machine, probes included")]
+    LocalOnly,
 }
 
-/// The distinct remote entries of the tier chains, large to small, in chain
-/// order (the router's plan lists them the same way).
-fn chain_entries(config: &Config) -> Vec<(String, String)> {
-    crate::router::plan::chain_entries(config)
-        .into_iter()
-        .filter_map(|entry| {
-            entry
-                .remote()
-                .map(|m| (m.provider.clone(), m.model.clone()))
-        })
-        .collect()
-}
-
-/// The entries to probe, limited to `only` (a provider name) when given.
-pub fn select(config: &Config, only: Option<&str>) -> Result<Targets, TargetError> {
-    let providers = config.all_providers();
+/// The entries to probe, limited to `only` (a provider name) when given: those
+/// the router's probe plan clears (ARCHITECTURE.md invariant 7).
+pub fn select(router: &Router, only: Option<&str>) -> Result<Targets, TargetError> {
+    let providers = router.config().all_providers();
     if let Some(name) = only
         && !providers.contains_key(name)
     {
@@ -71,40 +62,44 @@ pub fn select(config: &Config, only: Option<&str>) -> Result<Targets, TargetErro
             known: providers.keys().cloned().collect::<Vec<_>>().join(", "),
         });
     }
-    let entries: Vec<_> = chain_entries(config)
-        .into_iter()
-        .filter(|(provider, _)| only.is_none_or(|name| name == provider))
-        .collect();
-    if entries.is_empty() {
+    let plan = router.probe_plan(only);
+    if plan.candidates().is_empty() {
         return Err(match only {
             Some(name) => TargetError::NotInChains(name.to_owned()),
             None => TargetError::NothingConfigured,
         });
     }
-    let mut targets = Targets {
-        probe: Vec::new(),
-        skipped: Vec::new(),
-    };
-    for (name, model) in entries {
-        let Some(settings) = providers.get(&name) else {
-            continue;
-        };
-        match settings.build(&name) {
-            Ok(provider) => targets.probe.push(Target { provider, model }),
-            Err(key_env) => targets.skipped.push(Skipped {
-                provider: name,
-                model,
-                key_env,
-            }),
-        }
+    if plan.refused_by_local_only() {
+        return Err(TargetError::LocalOnly);
     }
-    Ok(targets)
+    let probe = plan
+        .order()
+        .filter_map(|cleared| {
+            Some(Target {
+                provider: router.provider(cleared)?,
+                model: cleared.entry.model.clone(),
+            })
+        })
+        .collect();
+    let skipped = plan
+        .candidates()
+        .iter()
+        .filter_map(|c| match &c.skip {
+            Some(Skip::NoKey(var)) => Some(Skipped {
+                provider: c.entry.provider.clone(),
+                model: c.entry.model.clone(),
+                key_env: var.clone(),
+            }),
+            _ => None,
+        })
+        .collect();
+    Ok(Targets { probe, skipped })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{ProviderConfig, TierChains};
+    use crate::config::{Config, ProviderConfig, TierChains};
 
     fn config(large: &[&str], medium: &[&str]) -> Config {
         let list = |entries: &[&str]| {
@@ -123,39 +118,50 @@ mod tests {
         }
     }
 
+    fn entries(targets: &Targets) -> Vec<String> {
+        let probed = targets.probe.iter().map(|t| t.model.clone());
+        probed
+            .chain(targets.skipped.iter().map(|s| s.model.clone()))
+            .collect()
+    }
+
     #[test]
     fn entries_are_distinct_remote_and_in_chain_order() {
         let config = config(
             &["anthropic/big", "openai/gpt"],
             &["anthropic/big", "openrouter/x/y"],
         );
+        let targets = select(&Router::standalone(&config), None).unwrap();
+        assert_eq!(entries(&targets), ["big", "gpt", "x/y"]);
+    }
+
+    #[test]
+    fn local_only_mode_probes_nothing() {
+        let mut config = config(&["anthropic/big"], &[]);
+        config.local_only = true;
         assert_eq!(
-            chain_entries(&config),
-            vec![
-                ("anthropic".to_owned(), "big".to_owned()),
-                ("openai".to_owned(), "gpt".to_owned()),
-                ("openrouter".to_owned(), "x/y".to_owned()),
-            ]
+            select(&Router::standalone(&config), None).err(),
+            Some(TargetError::LocalOnly)
         );
     }
 
     #[test]
     fn an_unknown_or_unchained_provider_is_an_error() {
         let config = config(&["anthropic/big"], &[]);
+        let router = Router::standalone(&config);
         assert!(matches!(
-            select(&config, Some("nope")),
+            select(&router, Some("nope")),
             Err(TargetError::UnknownProvider { .. })
         ));
         assert_eq!(
-            select(&config, Some("openai")).err(),
+            select(&router, Some("openai")).err(),
             Some(TargetError::NotInChains("openai".into()))
         );
         assert_eq!(
-            select(&self::config(&[], &[]), None).err(),
+            select(&Router::standalone(&self::config(&[], &[])), None).err(),
             Some(TargetError::NothingConfigured)
         );
     }
-
     #[test]
     fn a_provider_without_a_key_variable_is_probed() {
         let mut config = config(&["ollama/qwen"], &[]);
@@ -170,7 +176,7 @@ mod tests {
                 quota: Default::default(),
             },
         );
-        let targets = select(&config, None).unwrap();
+        let targets = select(&Router::standalone(&config), None).unwrap();
         assert_eq!(targets.probe.len(), 1);
         assert!(targets.skipped.is_empty());
     }

@@ -177,21 +177,8 @@ impl Endpoint {
             Ok(Ok(response)) => response,
         };
         let rate_limits = (self.format.rate_limits)(response.headers(), SystemTime::now());
-        let status = response.status();
-        if !status.is_success() {
-            let retry_after = super::ratelimit::retry_after(response.headers(), SystemTime::now());
-            let body = self.read_body(response, timeouts.idle).await;
-            let what = format!("HTTP {}", status.as_u16());
-            let error = match (self.format.error_body)(&body) {
-                Some(parsed) => self.body_error(FailureKind::Status, &what, parsed),
-                None => self.error(FailureKind::Status, quote(&what, &body)),
-            };
-            return Err(ProviderError {
-                status: Some(status.as_u16()),
-                retry_after,
-                rate_limits,
-                ..error
-            });
+        if !response.status().is_success() {
+            return Err(self.failed_status(response, rate_limits, timeouts).await);
         }
         let content_type = response
             .headers()
@@ -205,26 +192,60 @@ impl Endpoint {
                     .to_ascii_lowercase()
                     .starts_with("text/event-stream") =>
             {
-                // A 200 that is not a stream: a proxy's error page, or a server that ignored `stream`.
-                let body = self.read_body(response, timeouts.idle).await;
-                let error = match (self.format.error_body)(&body) {
-                    Some(parsed) => {
-                        self.body_error(FailureKind::InBand, "error in a 200 response", parsed)
-                    }
-                    None => self.error(
-                        FailureKind::Malformed,
-                        quote(&format!("expected an event stream, got {kind}"), &body),
-                    ),
-                };
-                Err(ProviderError {
-                    rate_limits,
-                    ..error
-                })
+                Err(self
+                    .not_a_stream(response, &kind, rate_limits, timeouts)
+                    .await)
             }
             _ => Ok(Opened {
                 response,
                 rate_limits,
             }),
+        }
+    }
+
+    /// The error a failing status carries, from its body where it says one.
+    async fn failed_status(
+        &self,
+        response: Response,
+        rate_limits: RateLimits,
+        timeouts: &Timeouts,
+    ) -> ProviderError {
+        let status = response.status().as_u16();
+        let retry_after = super::ratelimit::retry_after(response.headers(), SystemTime::now());
+        let body = self.read_body(response, timeouts.idle).await;
+        let what = format!("HTTP {status}");
+        let error = match (self.format.error_body)(&body) {
+            Some(parsed) => self.body_error(FailureKind::Status, &what, parsed),
+            None => self.error(FailureKind::Status, quote(&what, &body)),
+        };
+        ProviderError {
+            status: Some(status),
+            retry_after,
+            rate_limits,
+            ..error
+        }
+    }
+
+    /// A 200 that is not a stream: a proxy's error page, or a server that
+    /// ignored `stream`.
+    async fn not_a_stream(
+        &self,
+        response: Response,
+        kind: &str,
+        rate_limits: RateLimits,
+        timeouts: &Timeouts,
+    ) -> ProviderError {
+        let body = self.read_body(response, timeouts.idle).await;
+        let error = match (self.format.error_body)(&body) {
+            Some(parsed) => self.body_error(FailureKind::InBand, "error in a 200 response", parsed),
+            None => self.error(
+                FailureKind::Malformed,
+                quote(&format!("expected an event stream, got {kind}"), &body),
+            ),
+        };
+        ProviderError {
+            rate_limits,
+            ..error
         }
     }
 

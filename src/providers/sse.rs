@@ -57,6 +57,9 @@ enum SseError {
 
 type SseStream = Pin<Box<dyn Stream<Item = Result<Event, SseError>> + Send>>;
 
+/// One step of a reader: the next event or error, or `None` once it is done.
+type Item = Option<Result<StreamEvent, ProviderError>>;
+
 /// Sends `body` to `endpoint` and streams the answer through `decoder`: the one
 /// call path both wire formats share.
 pub(crate) fn call(
@@ -142,108 +145,110 @@ struct Reader<D> {
 const MALFORMED_IN_A_ROW: u32 = 3;
 
 impl<D: Decoder> Reader<D> {
-    async fn next(&mut self) -> Option<Result<StreamEvent, ProviderError>> {
+    async fn next(&mut self) -> Item {
         if self.done {
             return None;
         }
         loop {
-            // Before the first text only the first-token deadline applies (a model
-            // may think quietly); after it, every gap between events is bounded.
-            let deadline = if self.text_started {
-                Instant::now() + self.idle
-            } else {
-                self.first_token_deadline
-            };
-            let event = match tokio::time::timeout_at(deadline, self.sse.next()).await {
-                Err(_) if self.text_started => {
-                    return self.fail(
-                        FailureKind::Stalled,
-                        format!("stream silent for {:?}", self.idle),
-                    );
-                }
-                Err(_) => {
-                    return self.fail(
-                        FailureKind::TimeoutFirstToken,
-                        format!("no text within {:?}", self.first_token),
-                    );
-                }
-                Ok(None) if let Some(finish) = self.decoder.finished() => {
-                    // Every delta and the finish reason arrived; only the
-                    // terminal event is missing. Finalise with what was reported.
-                    self.done = true;
-                    return Some(Ok(StreamEvent::End(finish)));
-                }
-                Ok(None) => {
-                    let terminal = self.decoder.terminal();
-                    return self.fail(
-                        FailureKind::StreamCut,
-                        format!("stream ended before {terminal}"),
-                    );
-                }
-                Ok(Some(Err(SseError::Transport(e)))) => {
-                    return self.fail(
-                        FailureKind::StreamCut,
-                        format!("connection dropped mid-stream: {e}"),
-                    );
-                }
-                Ok(Some(Err(SseError::Format(e)))) => {
-                    return self.fail(
-                        FailureKind::Malformed,
-                        format!("not a valid event stream: {e}"),
-                    );
-                }
-                Ok(Some(Ok(event))) => event,
+            let event = match self.next_event().await {
+                Ok(event) => event,
+                Err(ending) => return ending,
             };
             // Scrubbed before a decoder quotes an excerpt of it (see `Endpoint::scrub`).
             let data = self.endpoint.scrub(event.data);
             let decoded = self.decoder.decode(&event.event, &data);
-            if !matches!(decoded, Decoded::Malformed(_)) {
-                self.malformed_in_a_row = 0;
-            }
-            match decoded {
-                Decoded::Nothing => {}
-                Decoded::Text(text) if text.is_empty() => {}
-                Decoded::Text(text) => {
-                    self.text_started = true;
-                    self.partial.push_str(&text);
-                    return Some(Ok(StreamEvent::Delta(text)));
-                }
-                Decoded::End(finish) => {
-                    self.done = true;
-                    return Some(Ok(StreamEvent::End(finish)));
-                }
-                Decoded::InBand(body) => {
-                    let error = self.endpoint.body_error(
-                        FailureKind::InBand,
-                        "error event mid-stream",
-                        body,
-                    );
-                    return self.finish_with(error);
-                }
-                Decoded::Malformed(message) => {
-                    self.malformed_in_a_row += 1;
-                    if self.malformed_in_a_row >= MALFORMED_IN_A_ROW {
-                        let message = format!(
-                            "{MALFORMED_IN_A_ROW} malformed events in a row, last: {message}"
-                        );
-                        return self.fail(FailureKind::Malformed, message);
-                    }
-                    return Some(Ok(StreamEvent::Skipped(message)));
-                }
+            if let Some(item) = self.take(decoded) {
+                return Some(item);
             }
         }
     }
 
-    fn fail(
-        &mut self,
-        kind: FailureKind,
-        message: String,
-    ) -> Option<Result<StreamEvent, ProviderError>> {
+    /// The next raw event, or how the stream ends: its finish, or the failure
+    /// of a missed deadline, a cut or bytes that are no event stream.
+    async fn next_event(&mut self) -> Result<Event, Item> {
+        // Before the first text only the first-token deadline applies (a model
+        // may think quietly); after it, every gap between events is bounded.
+        let deadline = if self.text_started {
+            Instant::now() + self.idle
+        } else {
+            self.first_token_deadline
+        };
+        match tokio::time::timeout_at(deadline, self.sse.next()).await {
+            Err(_) if self.text_started => Err(self.fail(
+                FailureKind::Stalled,
+                format!("stream silent for {:?}", self.idle),
+            )),
+            Err(_) => Err(self.fail(
+                FailureKind::TimeoutFirstToken,
+                format!("no text within {:?}", self.first_token),
+            )),
+            Ok(None) if let Some(finish) = self.decoder.finished() => {
+                // Every delta and the finish reason arrived; only the
+                // terminal event is missing. Finalise with what was reported.
+                self.done = true;
+                Err(Some(Ok(StreamEvent::End(finish))))
+            }
+            Ok(None) => {
+                let terminal = self.decoder.terminal();
+                Err(self.fail(
+                    FailureKind::StreamCut,
+                    format!("stream ended before {terminal}"),
+                ))
+            }
+            Ok(Some(Err(SseError::Transport(e)))) => Err(self.fail(
+                FailureKind::StreamCut,
+                format!("connection dropped mid-stream: {e}"),
+            )),
+            Ok(Some(Err(SseError::Format(e)))) => Err(self.fail(
+                FailureKind::Malformed,
+                format!("not a valid event stream: {e}"),
+            )),
+            Ok(Some(Ok(event))) => Ok(event),
+        }
+    }
+
+    /// What a decoded event gives the caller; `None` where it gives nothing
+    /// (a keep-alive, empty text) and the next event is read.
+    fn take(&mut self, decoded: Decoded) -> Item {
+        if !matches!(decoded, Decoded::Malformed(_)) {
+            self.malformed_in_a_row = 0;
+        }
+        match decoded {
+            Decoded::Nothing => None,
+            Decoded::Text(text) if text.is_empty() => None,
+            Decoded::Text(text) => {
+                self.text_started = true;
+                self.partial.push_str(&text);
+                Some(Ok(StreamEvent::Delta(text)))
+            }
+            Decoded::End(finish) => {
+                self.done = true;
+                Some(Ok(StreamEvent::End(finish)))
+            }
+            Decoded::InBand(body) => {
+                let error =
+                    self.endpoint
+                        .body_error(FailureKind::InBand, "error event mid-stream", body);
+                self.finish_with(error)
+            }
+            Decoded::Malformed(message) => {
+                self.malformed_in_a_row += 1;
+                if self.malformed_in_a_row >= MALFORMED_IN_A_ROW {
+                    let message =
+                        format!("{MALFORMED_IN_A_ROW} malformed events in a row, last: {message}");
+                    return self.fail(FailureKind::Malformed, message);
+                }
+                Some(Ok(StreamEvent::Skipped(message)))
+            }
+        }
+    }
+
+    fn fail(&mut self, kind: FailureKind, message: String) -> Item {
         let error = self.endpoint.error(kind, message);
         self.finish_with(error)
     }
 
-    fn finish_with(&mut self, error: ProviderError) -> Option<Result<StreamEvent, ProviderError>> {
+    fn finish_with(&mut self, error: ProviderError) -> Item {
         self.done = true;
         Some(Err(ProviderError {
             rate_limits: self.rate_limits.clone(),

@@ -91,34 +91,64 @@ impl Fatal {
 }
 
 pub fn classify(error: &ProviderError) -> ErrorClass {
-    let body = [error.error_type.as_deref(), error.code.as_deref()]
-        .into_iter()
-        .flatten()
-        .map(str::to_ascii_lowercase)
-        .collect::<Vec<_>>()
-        .join(" ");
-    let message = error.message.to_ascii_lowercase();
-    let said = |needles: &[&str]| {
-        needles
-            .iter()
-            .any(|n| body.contains(n) || message.contains(n))
-    };
-
     if error.kind == FailureKind::Misconfigured {
         return ErrorClass::Fatal(Fatal::Misconfigured);
     }
+    let said = Said::of(error);
     // Body first: these hide behind statuses that otherwise mean "wait".
-    if said(&[
+    if let Some(fatal) = fatal_said(&said, error.status) {
+        return ErrorClass::Fatal(fatal);
+    }
+    match error.status {
+        Some(429) => ErrorClass::RateLimit,
+        Some(503 | 529) => ErrorClass::Overloaded,
+        Some(401 | 403) => ErrorClass::Fatal(Fatal::Auth),
+        Some(404) => ErrorClass::Fatal(Fatal::NotFound),
+        Some(408 | 409 | 425) => ErrorClass::Transient,
+        Some(status) if (400..500).contains(&status) => ErrorClass::Fatal(Fatal::BadRequest),
+        Some(status) if status >= 500 => ErrorClass::Transient,
+        // No failing status: an in-band error or a transport fault.
+        _ => in_band(&said),
+    }
+}
+
+/// The error's type, code and message, lower case, to look for words in.
+struct Said {
+    body: String,
+    message: String,
+}
+
+impl Said {
+    fn of(error: &ProviderError) -> Said {
+        let body = [error.error_type.as_deref(), error.code.as_deref()]
+            .into_iter()
+            .flatten()
+            .map(str::to_ascii_lowercase)
+            .collect::<Vec<_>>()
+            .join(" ");
+        Said {
+            body,
+            message: error.message.to_ascii_lowercase(),
+        }
+    }
+
+    fn any(&self, needles: &[&str]) -> bool {
+        needles
+            .iter()
+            .any(|n| self.body.contains(n) || self.message.contains(n))
+    }
+}
+
+/// The fatal errors a body names whatever the status says.
+fn fatal_said(said: &Said, status: Option<u16>) -> Option<Fatal> {
+    let billing = [
         "insufficient_quota",
         "billing",
         "spend limit",
         "credit balance",
         "payment_required",
-    ]) || error.status == Some(402)
-    {
-        return ErrorClass::Fatal(Fatal::Billing);
-    }
-    if said(&[
+    ];
+    let context_length = [
         "context_length_exceeded",
         "context length",
         "context window",
@@ -126,42 +156,33 @@ pub fn classify(error: &ProviderError) -> ErrorClass {
         "maximum context",
         "too many tokens",
         "request_too_large",
-    ]) || error.status == Some(413)
-    {
-        return ErrorClass::Fatal(Fatal::ContextLength);
+    ];
+    if said.any(&billing) || status == Some(402) {
+        Some(Fatal::Billing)
+    } else if said.any(&context_length) || status == Some(413) {
+        Some(Fatal::ContextLength)
+    } else if said.any(&["content_filter", "content_policy", "refusal", "safety"]) {
+        Some(Fatal::Refusal)
+    } else {
+        None
     }
-    if said(&["content_filter", "content_policy", "refusal", "safety"]) {
-        return ErrorClass::Fatal(Fatal::Refusal);
+}
+
+/// An error without a status, by what it says.
+fn in_band(said: &Said) -> ErrorClass {
+    if said.any(&["rate_limit"]) {
+        ErrorClass::RateLimit
+    } else if said.any(&["overloaded"]) {
+        ErrorClass::Overloaded
+    } else if said.any(&["authentication", "permission", "invalid_api_key"]) {
+        ErrorClass::Fatal(Fatal::Auth)
+    } else if said.any(&["not_found"]) {
+        ErrorClass::Fatal(Fatal::NotFound)
+    } else if said.any(&["invalid_request"]) {
+        ErrorClass::Fatal(Fatal::BadRequest)
+    } else {
+        ErrorClass::Transient
     }
-    match error.status {
-        Some(429) => return ErrorClass::RateLimit,
-        Some(503 | 529) => return ErrorClass::Overloaded,
-        Some(401 | 403) => return ErrorClass::Fatal(Fatal::Auth),
-        Some(404) => return ErrorClass::Fatal(Fatal::NotFound),
-        Some(408 | 409 | 425) => return ErrorClass::Transient,
-        Some(status) if (400..500).contains(&status) => {
-            return ErrorClass::Fatal(Fatal::BadRequest);
-        }
-        Some(status) if status >= 500 => return ErrorClass::Transient,
-        _ => {}
-    }
-    // No status: an in-band error or a transport fault.
-    if said(&["rate_limit"]) {
-        return ErrorClass::RateLimit;
-    }
-    if said(&["overloaded"]) {
-        return ErrorClass::Overloaded;
-    }
-    if said(&["authentication", "permission", "invalid_api_key"]) {
-        return ErrorClass::Fatal(Fatal::Auth);
-    }
-    if said(&["not_found"]) {
-        return ErrorClass::Fatal(Fatal::NotFound);
-    }
-    if said(&["invalid_request"]) {
-        return ErrorClass::Fatal(Fatal::BadRequest);
-    }
-    ErrorClass::Transient
 }
 
 #[cfg(test)]

@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::Router;
 use super::attempt::Failure;
-use super::plan::{Ask, Candidate};
+use super::plan::Ask;
 use super::request::{Origin, TaskRequest};
 use super::run_state::{Lane, RunState};
 use crate::context::chat::PromptParts;
@@ -22,26 +22,30 @@ use crate::task::TaskKind;
 
 impl Router {
     /// Autocomplete from the remote entries before `local` in
-    /// `autocomplete.chain`, as the plan orders them, each usable one tried
-    /// until `deadline`. `None` when none answered: the local engine then
-    /// serves this request, and the next ones while the remote's beacon stays
-    /// over the budget.
+    /// `autocomplete.chain`, as the plan clears and orders them for a
+    /// document `kept_local` by a path rule or not, each tried until
+    /// `deadline`. `None` when none answered: the local engine then serves
+    /// this request, and the next ones while the remote's beacon stays over
+    /// the budget.
     pub async fn autocomplete_remote(
         &self,
         text: &FimText,
         doc: &str,
+        kept_local: Option<&str>,
         deadline: Instant,
         cancel: &CancellationToken,
     ) -> Option<(String, ModelRef)> {
-        self.resilience.verdicts.refresh().await;
-        let plan = self.plan(Ask::task(TaskKind::Autocomplete));
-        let usable: Vec<&Candidate> = plan.candidates.iter().filter(|c| c.usable()).collect();
-        if usable.is_empty() {
+        let ask = Ask::task(TaskKind::Autocomplete).kept_local(kept_local);
+        // A verdict only makes an entry a last resort, which autocomplete does
+        // not use: a plan with nothing cleared stays so after a refresh.
+        if self.plan(ask).now().is_none() {
             return None;
         }
+        self.resilience.verdicts.refresh().await;
+        let plan = self.plan(ask);
         let profile = self.profile(TaskKind::Autocomplete);
         let request = fim_request(text, doc);
-        for candidate in usable {
+        for candidate in plan.order() {
             // No waiting: a miss goes to the next entry or the local engine at once.
             let mut run = RunState::new(deadline, Duration::ZERO, String::new(), true);
             let lane = Lane::alone(cancel, &|_| {});

@@ -11,13 +11,16 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::Router;
 use super::attempt::{self, Beaconed, Deadlines, Failure};
-use super::plan::{Candidate, Skip};
+use super::plan::{Cleared, Plan};
 use super::seam::{Form, Seam};
+use crate::config::Config;
+use crate::config::follow::sleep_or_change;
 use crate::entry::ModelRef;
 use crate::providers::{ChatMessage, ChatRequest, Role, Usage};
 use crate::resilience::breaker::Phase;
@@ -47,11 +50,9 @@ impl Router {
     /// remote entry of the large and medium tiers.
     pub async fn canary_round(&self, watch_primaries: bool) -> Vec<CanaryResult> {
         self.refresh_shared().await;
-        if self.local_only() {
-            // Nothing leaves the machine in local-only mode, canaries included.
-            return Vec::new();
-        }
-        let due = self.canaries_due(watch_primaries);
+        // Local-only mode clears no canary: nothing leaves the machine.
+        let planned = self.planned_entries();
+        let due = self.canaries_due(&planned, watch_primaries);
         let every = Duration::from_millis(self.config.resilience.canary_interval_ms.max(1));
         let mut results = Vec::new();
         for (candidate, reason) in due {
@@ -59,7 +60,7 @@ impl Router {
             if !self.resilience.breakers.canary_turn(&turn, every).await {
                 continue; // another process sends this one
             }
-            results.push(self.canary(&candidate, reason).await);
+            results.push(self.canary(candidate, reason).await);
         }
         if !results.is_empty() {
             let mut kept = self.canaries.lock().expect("canaries lock");
@@ -74,23 +75,23 @@ impl Router {
     /// The plan's remote entries out of user traffic (a breaker not closed,
     /// a health verdict), and with `watch_primaries` the first remote entry
     /// with a key of the large and medium tiers, each once.
-    fn canaries_due(&self, watch_primaries: bool) -> Vec<(Candidate, &'static str)> {
-        let entries: Vec<Candidate> = self
-            .planned_entries()
-            .into_iter()
-            .filter(|c| !c.entry.is_local() && !matches!(c.skip, Some(Skip::NoKey(_))))
-            .collect();
+    fn canaries_due<'p>(
+        &self,
+        planned: &'p Plan,
+        watch_primaries: bool,
+    ) -> Vec<(Cleared<'p>, &'static str)> {
+        let entries: Vec<Cleared<'p>> = planned.canary_targets().collect();
         let breakers = self.shared_views().breakers;
         let judged = self.resilience.verdicts.judged();
-        let mut due: Vec<(Candidate, &'static str)> = Vec::new();
-        for candidate in &entries {
+        let mut due: Vec<(Cleared<'p>, &'static str)> = Vec::new();
+        for &candidate in &entries {
             let out = breakers
                 .iter()
                 .any(|b| b.key == candidate.key.path() && b.phase != Phase::Closed);
             if out {
-                due.push((candidate.clone(), "breaker recovery check"));
+                due.push((candidate, "breaker recovery check"));
             } else if judged.contains(&candidate.key.path()) {
-                due.push((candidate.clone(), "verdict recovery check"));
+                due.push((candidate, "verdict recovery check"));
             }
         }
         let primaries = [Tier::Large, Tier::Medium]
@@ -99,7 +100,7 @@ impl Router {
             .filter_map(|tier| entries.iter().find(|c| c.tier == tier));
         for primary in primaries {
             if !due.iter().any(|(c, _)| c.entry == primary.entry) {
-                due.push((primary.clone(), "primary watch"));
+                due.push((*primary, "primary watch"));
             }
         }
         due
@@ -110,7 +111,7 @@ impl Router {
     /// shared: a healthy answer within the explain task's first-token ceiling
     /// closes the entry's breaker, ends its health verdict and starts its
     /// beacon afresh; a failed one leaves both as they are.
-    async fn canary(&self, candidate: &Candidate, reason: &str) -> CanaryResult {
+    async fn canary(&self, candidate: Cleared<'_>, reason: &str) -> CanaryResult {
         let (entry, key) = (&candidate.entry, &candidate.key);
         let started = Instant::now();
         let outcome = self.probe(candidate).await;
@@ -146,10 +147,10 @@ impl Router {
     }
 
     /// Sends the known-token prompt to `entry`; `Err` says why it is not healthy.
-    async fn probe(&self, candidate: &Candidate) -> Result<(), String> {
+    async fn probe(&self, candidate: Cleared<'_>) -> Result<(), String> {
         let (entry, key) = (&candidate.entry, &candidate.key);
         let unknown = || format!("provider `{}` is not configured", entry.provider);
-        let provider = self.providers.get(&entry.provider).ok_or_else(unknown)?;
+        let provider = self.providers.get(candidate).ok_or_else(unknown)?;
         let profile = self.profile(TaskKind::Explain);
         let request = known_token_request(entry);
         let quota = self.provider_config(&entry.provider).map(|p| p.quota);
@@ -243,20 +244,25 @@ fn healthy(
     }
 }
 
-/// Keeps a front end's shared view fresh and sends canaries: every `tick`,
-/// re-read breakers and quota and check cooled-down breakers; every
-/// `primary_every` (when set), watch the primaries. `current` gives the router
-/// in force (the language server rebuilds it on configuration changes).
+/// Keeps a front end's shared view fresh and sends canaries: every canary
+/// interval, re-read breakers and quota and check cooled-down breakers; every
+/// primary interval (when set), watch the primaries. `current` gives the
+/// router in force (rebuilt on configuration changes); both intervals are read
+/// from it at each pass, and a change on `changes` cuts a sleep short.
 pub async fn upkeep(
     current: impl Fn() -> Arc<Router>,
-    tick: Duration,
-    primary_every: Option<Duration>,
+    mut changes: Option<watch::Receiver<Arc<Config>>>,
     on_tick: impl Fn(&Router),
 ) {
     let mut last_primary_watch = Instant::now();
     loop {
-        tokio::time::sleep(tick).await;
+        let tick = current().config().resilience.canary_interval_ms;
+        if !sleep_or_change(Duration::from_millis(tick), &mut changes).await {
+            continue;
+        }
         let router = current();
+        let primary_ms = router.config().resilience.primary_canary_ms;
+        let primary_every = (primary_ms > 0).then(|| Duration::from_millis(primary_ms));
         let watch = primary_every.is_some_and(|every| last_primary_watch.elapsed() >= every);
         if watch {
             last_primary_watch = Instant::now();

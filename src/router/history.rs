@@ -46,33 +46,24 @@ pub struct Point {
     pub parked: usize,
 }
 
+/// The points of the last hour, one per canary interval.
+#[derive(Default)]
 pub struct History {
-    tick: Duration,
     points: Mutex<VecDeque<Point>>,
 }
 
 impl History {
-    pub fn new(tick: Duration) -> History {
-        History {
-            tick,
-            points: Mutex::new(VecDeque::new()),
-        }
-    }
-
-    pub fn tick(&self) -> Duration {
-        self.tick
-    }
-
     /// Adds a point from the router's current view (call after refreshing it).
     pub fn record(&self, router: &Router) {
         let status = router.status();
         let ms = |d: Option<Duration>| d.map(|d| d.as_millis() as u64);
         let entries = router
             .planned_entries()
-            .into_iter()
+            .candidates()
+            .iter()
             .map(|candidate| {
                 let summary = router.beacons().summary(&candidate.entry);
-                let crate::entry::ModelRef { provider, model } = candidate.entry;
+                let crate::entry::ModelRef { provider, model } = candidate.entry.clone();
                 EntryPoint {
                     samples: summary.samples,
                     p95_first_token_ms: ms(summary.p95_first_token),

@@ -1,17 +1,20 @@
 //! What outlives each router: a configuration change builds a new router
 //! over the same beacons, status channel, parked list, canary results,
-//! local-only mode, shared resilience state and outbound audit.
+//! shared resilience state, outbound audit, and what the
+//! routers learned from the traffic they served.
 
-use std::sync::atomic::AtomicBool;
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::watch;
 
+use super::SharedViews;
 use super::beacon::Beacons;
 use super::canary::CanaryResult;
-use super::status::{ParkedStatus, StatusReport};
+use super::status::{ParkedStatus, Served, StatusReport};
 use crate::privacy::audit::AuditLog;
 use crate::resilience::Resilience;
+use crate::task::TaskKind;
 
 /// What every router a core builds shares, and what outlives each of them.
 #[derive(Clone)]
@@ -20,10 +23,23 @@ pub struct Lasting {
     pub status: watch::Sender<StatusReport>,
     pub parked: Arc<Mutex<Vec<ParkedStatus>>>,
     pub canaries: Arc<Mutex<Vec<CanaryResult>>>,
-    pub local_only: Arc<AtomicBool>,
     pub resilience: Arc<Resilience>,
     /// The outbound audit (in memory only unless opened on its file).
     pub audit: Arc<AuditLog>,
+    pub learned: Arc<Learned>,
+}
+
+/// What the routers learned from the traffic they served, kept across a
+/// rebuild: a change of configuration does not forget a downshift or an
+/// open breaker.
+#[derive(Default)]
+pub struct Learned {
+    /// The route each task kind was last served by.
+    pub(super) active: Mutex<HashMap<TaskKind, Served>>,
+    /// The kind of the latest served task.
+    pub(super) last: Mutex<Option<TaskKind>>,
+    /// The shared breakers and quota as last read, for status.
+    pub(super) shared: Mutex<SharedViews>,
 }
 
 impl Lasting {
@@ -34,9 +50,9 @@ impl Lasting {
             status: watch::channel(StatusReport::default()).0,
             parked: Arc::default(),
             canaries: Arc::default(),
-            local_only: Arc::default(),
             resilience,
             audit: Arc::new(AuditLog::in_memory()),
+            learned: Arc::default(),
         }
     }
 }

@@ -30,9 +30,8 @@ pub mod status;
 mod tests;
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicBool, Ordering};
 
-pub use lasting::Lasting;
+pub use lasting::{Lasting, Learned};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::watch;
@@ -45,27 +44,23 @@ use crate::resilience::breaker::BreakerView;
 use crate::resilience::governor::MeterView;
 use crate::task::{TaskKind, TaskProfile, Tier};
 use beacon::Beacons;
+use plan::Providers;
 use status::{ParkedStatus, Route, Served, StatusReport};
 
 pub use request::{Answer, Attempt, OnProgress, Origin, Pin, Progress, RouteError, TaskRequest};
 
 pub struct Router {
-    providers: HashMap<String, Arc<dyn Provider>>,
+    providers: Providers,
     /// Providers left out because their key variable is unset: name -> variable.
     missing_keys: HashMap<String, String>,
     config: Config,
     /// `config.all_providers()`, resolved once: read on every attempt.
     provider_configs: BTreeMap<String, ProviderConfig>,
     beacons: Arc<Beacons>,
-    local_only: Arc<AtomicBool>,
     local: EngineSlot,
-    active: Mutex<HashMap<TaskKind, Served>>,
-    /// The kind of the latest served task.
-    last: Mutex<Option<TaskKind>>,
+    learned: Arc<Learned>,
     status: watch::Sender<StatusReport>,
     resilience: Arc<Resilience>,
-    /// The shared breakers and quota as last read, for status.
-    shared: Mutex<SharedViews>,
     /// Parked tasks, kept by the front end that parked them.
     parked: Arc<Mutex<Vec<ParkedStatus>>>,
     /// The latest canary results, newest last.
@@ -100,6 +95,13 @@ impl Router {
         Router::with_providers(config, providers, missing_keys, local, lasting)
     }
 
+    /// A router of its own over in-memory resilience state, in local-only
+    /// mode where the configuration says so (`switchyard probe`).
+    pub fn standalone(config: &Config) -> Router {
+        let lasting = Lasting::new(Arc::new(Resilience::in_memory()));
+        Router::new(config, EngineSlot::default(), lasting)
+    }
+
     /// A router over given providers (tests substitute scripted ones).
     pub fn with_providers(
         config: &Config,
@@ -109,18 +111,15 @@ impl Router {
         lasting: Lasting,
     ) -> Router {
         let router = Router {
-            providers,
+            providers: Providers::new(providers),
             missing_keys,
             config: config.clone(),
             provider_configs: config.all_providers(),
             beacons: lasting.beacons,
-            local_only: lasting.local_only,
             local,
-            active: Mutex::new(HashMap::new()),
-            last: Mutex::new(None),
+            learned: lasting.learned,
             status: lasting.status,
             resilience: lasting.resilience,
-            shared: Mutex::new(SharedViews::default()),
             parked: lasting.parked,
             canaries: lasting.canaries,
             audit: lasting.audit,
@@ -132,12 +131,7 @@ impl Router {
     /// Only the local model serves: the mode is on, or the configuration
     /// failed closed.
     pub fn local_only(&self) -> bool {
-        self.local_only.load(Ordering::Acquire) || self.config.fail_closed.is_some()
-    }
-
-    pub fn set_local_only(&self, on: bool) {
-        self.local_only.store(on, Ordering::Release);
-        self.publish();
+        self.config.local_only || self.config.fail_closed.is_some()
     }
 
     pub fn subscribe(&self) -> watch::Receiver<StatusReport> {
@@ -183,11 +177,12 @@ impl Router {
     /// Records a served task as its kind's route and tells the status.
     fn served(&self, kind: TaskKind, route: Route) {
         let at_ms = crate::clock::now_ms();
-        self.active
+        self.learned
+            .active
             .lock()
             .expect("active lock")
             .insert(kind, Served { route, at_ms });
-        *self.last.lock().expect("last lock") = Some(kind);
+        *self.learned.last.lock().expect("last lock") = Some(kind);
         self.publish();
     }
 
@@ -203,7 +198,7 @@ impl Router {
     /// Re-reads breakers and quota headroom from the shared state (other
     /// processes change them too) and publishes the status if it changed.
     pub async fn refresh_shared(&self) {
-        for candidate in self.planned_entries() {
+        for candidate in self.planned_entries().candidates() {
             if !candidate.entry.is_local() {
                 let key = candidate.key.quota_key();
                 self.resilience.governor.refresh(&key).await;
@@ -215,12 +210,16 @@ impl Router {
             breakers: self.resilience.breakers.views().await,
             quota: self.resilience.governor.views().await,
         };
-        *self.shared.lock().expect("shared views lock") = views;
+        *self.learned.shared.lock().expect("shared views lock") = views;
         self.publish();
     }
 
     pub(crate) fn shared_views(&self) -> SharedViews {
-        self.shared.lock().expect("shared views lock").clone()
+        self.learned
+            .shared
+            .lock()
+            .expect("shared views lock")
+            .clone()
     }
 
     pub(crate) fn parked(&self) -> Vec<ParkedStatus> {
@@ -236,7 +235,7 @@ impl Router {
     }
 
     pub(crate) fn active_routes(&self) -> HashMap<TaskKind, Served> {
-        self.active.lock().expect("active lock").clone()
+        self.learned.active.lock().expect("active lock").clone()
     }
 
     pub(crate) fn outbound_last_hour(&self) -> Vec<crate::privacy::audit::ProviderTotal> {
@@ -244,6 +243,6 @@ impl Router {
     }
 
     pub(crate) fn last_kind(&self) -> Option<TaskKind> {
-        *self.last.lock().expect("last lock")
+        *self.learned.last.lock().expect("last lock")
     }
 }

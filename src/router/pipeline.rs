@@ -26,7 +26,7 @@ use super::attempt::{self, Beaconed, Deadlines, Failed, Failure};
 use super::beacon::Outcome;
 use super::hedge::Racer;
 use super::judge::Seen;
-use super::plan::Candidate;
+use super::plan::{Candidate, Cleared};
 use super::prompt::Prompt;
 use super::request::{Progress, TaskRequest};
 use super::retry::{self, Facts, Then};
@@ -52,7 +52,7 @@ impl Router {
     /// caller moves on.
     pub(super) async fn serve_entry(
         &self,
-        candidate: &Candidate,
+        candidate: Cleared<'_>,
         request: &TaskRequest,
         profile: &TaskProfile,
         run: &mut RunState,
@@ -90,24 +90,20 @@ impl Router {
     }
 
     /// The entry's provider, shared-state identity and quota.
-    fn entry(&self, candidate: &Candidate, profile: &TaskProfile) -> Result<Entry, Failure> {
-        let provider = self
-            .providers
-            .get(&candidate.entry.provider)
-            .cloned()
-            .ok_or_else(|| {
-                Failure::failed(
-                    format!("provider `{}` is not configured", candidate.entry.provider),
-                    Outcome::Failed,
-                    None,
-                )
-            })?;
+    fn entry(&self, candidate: Cleared<'_>, profile: &TaskProfile) -> Result<Entry, Failure> {
+        let provider = self.providers.get(candidate).ok_or_else(|| {
+            Failure::failed(
+                format!("provider `{}` is not configured", candidate.entry.provider),
+                Outcome::Failed,
+                None,
+            )
+        })?;
         let quota = self
             .provider_config(&candidate.entry.provider)
             .map(|p| p.quota)
             .unwrap_or_default();
         Ok(Entry {
-            candidate: candidate.clone(),
+            candidate: Candidate::clone(&candidate),
             provider,
             quota,
             probe_ttl: profile.total_ceiling() + Duration::from_secs(5),

@@ -9,12 +9,16 @@
 //! targets list the chains it is made from. Nobody else re-derives it
 //! (ARCHITECTURE.md invariant 7).
 
+use std::collections::HashMap;
 use std::fmt;
+use std::ops::Deref;
+use std::sync::Arc;
 
 use super::Router;
 use super::request::Pin;
 use crate::config::Config;
 use crate::entry::{ChainEntry, EntryKey, LOCAL, ModelRef};
+use crate::providers::Provider;
 use crate::resilience::breaker::Phase;
 use crate::task::{TaskKind, TaskProfile, Tier};
 
@@ -106,7 +110,12 @@ pub struct Candidate {
     /// Its breaker and quota in the shared state.
     pub key: EntryKey,
     pub tier: Tier,
+    /// Why it may not serve this request: the request's own rules (a path
+    /// rule, local-only mode, the local-first window) before its standing.
     pub skip: Option<Skip>,
+    /// What stands in the way of the entry itself, whoever asks (a key, its
+    /// health, its breaker, its quota, a verdict).
+    pub standing: Option<Skip>,
 }
 
 impl Candidate {
@@ -115,34 +124,138 @@ impl Candidate {
     }
 }
 
+/// A candidate a plan cleared to be sent to: the only key to a provider
+/// ([`Providers::get`]). Its field is private, so only this module makes one,
+/// and only from a plan's judgement (ARCHITECTURE.md invariants 7 and 17).
+#[derive(Clone, Copy, Debug)]
+pub struct Cleared<'p>(&'p Candidate);
+
+impl Deref for Cleared<'_> {
+    type Target = Candidate;
+
+    fn deref(&self) -> &Candidate {
+        self.0
+    }
+}
+
+/// The configured providers, handed out only for a cleared candidate.
+pub(super) struct Providers(HashMap<String, Arc<dyn Provider>>);
+
+impl Providers {
+    pub(super) fn new(providers: HashMap<String, Arc<dyn Provider>>) -> Providers {
+        Providers(providers)
+    }
+
+    pub(super) fn get(&self, cleared: Cleared<'_>) -> Option<Arc<dyn Provider>> {
+        self.0.get(&cleared.entry.provider).cloned()
+    }
+}
+
+/// How one pass over a plan meets a candidate.
+pub(super) enum Turn<'p> {
+    Try(Cleared<'p>),
+    Skipped(&'p Candidate, &'p Skip),
+}
+
 /// The candidates for one task, its own (or pinned) tier first, then each
 /// smaller tier.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Plan {
-    pub first_tier: Tier,
-    pub candidates: Vec<Candidate>,
+    first_tier: Tier,
+    candidates: Vec<Candidate>,
+    /// Judged entries serve when nothing else can, except where the local
+    /// engine follows them (remote autocomplete).
+    last_resorts: bool,
 }
 
 impl Plan {
+    pub fn first_tier(&self) -> Tier {
+        self.first_tier
+    }
+
+    pub fn candidates(&self) -> &[Candidate] {
+        &self.candidates
+    }
+
+    fn is_last_resort(&self, candidate: &Candidate) -> bool {
+        self.last_resorts && candidate.skip.as_ref().is_some_and(Skip::last_resort)
+    }
+
     /// The candidates in the order a request tries them: the usable ones in
     /// plan order, then the judged ones as a last resort.
-    pub fn order(&self) -> impl Iterator<Item = &Candidate> {
+    pub fn order(&self) -> impl Iterator<Item = Cleared<'_>> {
         let usable = self.candidates.iter().filter(|c| c.usable());
-        let last = self
-            .candidates
-            .iter()
-            .filter(|c| c.skip.as_ref().is_some_and(Skip::last_resort));
-        usable.chain(last)
+        let last = self.candidates.iter().filter(|c| self.is_last_resort(c));
+        usable.chain(last).map(Cleared)
     }
 
     /// The entry a request would try first.
-    pub fn now(&self) -> Option<&Candidate> {
+    pub fn now(&self) -> Option<Cleared<'_>> {
         self.order().next()
     }
 
     /// The entry after that.
-    pub fn next(&self) -> Option<&Candidate> {
+    pub fn next(&self) -> Option<Cleared<'_>> {
         self.order().nth(1)
+    }
+
+    /// One pass over the plan, each candidate by its index: every one in plan
+    /// order, tried or skipped with why, then the judged ones tried as a last
+    /// resort (a verdict keeps an entry from being the first choice, never the
+    /// only one).
+    pub(super) fn walk(&self) -> Vec<(usize, Turn<'_>)> {
+        let each = self.candidates.iter().enumerate().map(|(i, c)| {
+            let turn = match &c.skip {
+                None => Turn::Try(Cleared(c)),
+                Some(skip) => Turn::Skipped(c, skip),
+            };
+            (i, turn)
+        });
+        let last = self.candidates.iter().enumerate();
+        let last = last
+            .filter(|(_, c)| self.is_last_resort(c))
+            .map(|(i, c)| (i, Turn::Try(Cleared(c))));
+        each.chain(last).collect()
+    }
+
+    /// The next usable candidate after the `i`th in its tier: what a slow
+    /// entry is raced against.
+    pub(super) fn next_in_tier(&self, i: usize) -> Option<(usize, Cleared<'_>)> {
+        let tier = self.candidates[i].tier;
+        (i + 1..self.candidates.len())
+            .map(|j| (j, &self.candidates[j]))
+            .find(|(_, c)| c.tier == tier && c.usable())
+            .map(|(j, c)| (j, Cleared(c)))
+    }
+
+    /// Keeps only the candidates for `entries` (a trimmed prompt goes to them again).
+    pub(super) fn keep_only(&mut self, entries: &[ModelRef]) {
+        self.candidates.retain(|c| entries.contains(&c.entry));
+    }
+
+    /// Whether local-only mode rules out every candidate: the task needs a
+    /// remote model, and nothing is tried.
+    pub fn refused_by_local_only(&self) -> bool {
+        !self.candidates.is_empty()
+            && self
+                .candidates
+                .iter()
+                .all(|c| c.skip == Some(Skip::LocalOnly))
+    }
+
+    /// The remote entries a canary (a fixed prompt, no user text) may go to:
+    /// all but those without a key and those nothing may leave for.
+    pub(super) fn canary_targets(&self) -> impl Iterator<Item = Cleared<'_>> {
+        self.candidates
+            .iter()
+            .filter(|c| {
+                let closed = matches!(
+                    c.skip,
+                    Some(Skip::NoKey(_) | Skip::LocalOnly | Skip::KeptLocal(_))
+                );
+                !c.entry.is_local() && !closed
+            })
+            .map(Cleared)
     }
 }
 
@@ -215,6 +328,7 @@ impl Router {
         Plan {
             first_tier,
             candidates,
+            last_resorts: ask.kind != TaskKind::Autocomplete,
         }
     }
 
@@ -235,13 +349,13 @@ impl Router {
             }
             None => None,
         };
-        let skip = ruled_out
-            .or_else(|| self.standing(&entry, &key, profile, ask.kind != TaskKind::Refactor));
+        let standing = self.standing(&entry, &key, profile, ask.kind != TaskKind::Refactor);
         Candidate {
+            skip: ruled_out.or_else(|| standing.clone()),
+            standing,
             entry,
             key,
             tier,
-            skip,
         }
     }
 
@@ -312,22 +426,56 @@ impl Router {
     }
 
     /// Every entry the plans of this configuration can name, once each, in
-    /// tier order (explain's chains, then remote autocomplete's), with its
-    /// standing for explain: what status health, history and canaries list.
-    pub(crate) fn planned_entries(&self) -> Vec<Candidate> {
-        let explain = self.plan(Ask::task(TaskKind::Explain).pinned(Some(&Pin::Tier(Tier::Large))));
-        let autocomplete = self.plan(Ask::task(TaskKind::Autocomplete));
-        let mut entries: Vec<Candidate> = Vec::new();
-        for candidate in explain
-            .candidates
-            .into_iter()
-            .chain(autocomplete.candidates)
-        {
-            if !entries.iter().any(|c| c.entry == candidate.entry) {
-                entries.push(candidate);
+    /// tier order (explain's chains, then remote autocomplete's), each judged
+    /// as for explain: what status health, history and canaries list.
+    pub(crate) fn planned_entries(&self) -> Plan {
+        let ask = Ask::task(TaskKind::Explain);
+        let mut plan = self.plan(ask.pinned(Some(&Pin::Tier(Tier::Large))));
+        let profile = self.profile(TaskKind::Explain);
+        for entry in self.remote_autocomplete() {
+            if !plan.candidates.iter().any(|c| c.entry == entry) {
+                let tier = self.profile(TaskKind::Autocomplete).tier;
+                plan.candidates
+                    .push(self.candidate(entry, tier, &ask, &profile));
             }
         }
-        entries
+        plan
+    }
+
+    /// The plan `switchyard probe` sends by: each distinct remote entry of
+    /// the tier chains (of provider `only`, when given), ruled out in
+    /// local-only mode and without its key. Health is what a probe measures,
+    /// so nothing else rules an entry out.
+    pub fn probe_plan(&self, only: Option<&str>) -> Plan {
+        let candidates = chain_entries(&self.config)
+            .iter()
+            .filter_map(ChainEntry::remote)
+            .filter(|entry| only.is_none_or(|name| name == entry.provider))
+            .map(|entry| {
+                let standing = self
+                    .missing_keys
+                    .get(&entry.provider)
+                    .map(|var| Skip::NoKey(var.clone()));
+                let local_only = self.local_only().then_some(Skip::LocalOnly);
+                Candidate {
+                    key: self.key(entry),
+                    tier: self.tier_of(entry).unwrap_or(Tier::Large),
+                    skip: local_only.or_else(|| standing.clone()),
+                    standing,
+                    entry: entry.clone(),
+                }
+            })
+            .collect();
+        Plan {
+            first_tier: Tier::Large,
+            candidates,
+            last_resorts: false,
+        }
+    }
+
+    /// The provider a cleared candidate is sent to.
+    pub fn provider(&self, cleared: Cleared<'_>) -> Option<Arc<dyn Provider>> {
+        self.providers.get(cleared)
     }
 
     /// The entry's identity in the shared state (its account's breaker and quota).

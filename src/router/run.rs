@@ -9,7 +9,7 @@ use tokio_util::sync::CancellationToken;
 use super::Router;
 use super::attempt::Failure;
 use super::hedge::{self, Contender, HedgeRan, Side};
-use super::plan::{Ask, Candidate, Plan, Skip};
+use super::plan::{Ask, Candidate, Cleared, Plan, Skip, Turn};
 use super::request::{Answer, Attempt, OnProgress, Pin, Route, RouteError, TaskRequest};
 use super::run_state::{Lane, RunState};
 use crate::context::chat;
@@ -53,9 +53,9 @@ impl Pass {
     /// of every entry before `served` (`None` when it served first).
     fn why_moved(&self, plan: &Plan, served: &Candidate) -> Option<String> {
         let before = |entry: &ModelRef| {
-            plan.candidates
+            plan.candidates()
                 .iter()
-                .take_while(|c| c != &served)
+                .take_while(|c| *c != served)
                 .any(|c| c.tier == served.tier && &c.entry == entry)
         };
         let here: Vec<&str> = self
@@ -65,7 +65,7 @@ impl Pass {
             .map(|(_, _, why)| why.as_str())
             .collect();
         let parts: Vec<String> = self
-            .downshift_reason(plan.first_tier, served.tier)
+            .downshift_reason(plan.first_tier(), served.tier)
             .into_iter()
             .chain((!here.is_empty()).then(|| here.join("; ")))
             .collect();
@@ -137,9 +137,6 @@ impl Router {
     ) -> Result<Answer, RouteError> {
         let kind = request.kind;
         let profile = self.profile(kind);
-        if self.local_only() && kind == TaskKind::Refactor {
-            return Err(RouteError::LocalOnly(kind.as_str()));
-        }
         let mut run = RunState::new(
             Instant::now() + profile.total_ceiling() + profile.wait_budget(),
             profile.wait_budget(),
@@ -151,6 +148,9 @@ impl Router {
             .pinned(request.pin.as_ref())
             .kept_local(request.local_only_rule.as_deref());
         let mut plan = self.plan(ask);
+        if plan.refused_by_local_only() {
+            return Err(RouteError::LocalOnly(kind.as_str()));
+        }
         let mut tried = Vec::new();
         // Entries that said the prompt is too long get it again, trimmed (less
         // of the code around the selection, never the selection itself), once
@@ -180,7 +180,7 @@ impl Router {
                 "prompt too long for every entry that could take it; trimming it to {:.0} % of the input budget",
                 run.input_scale * 100.0
             );
-            plan.candidates.retain(|c| pass.too_long.contains(&c.entry));
+            plan.keep_only(&pass.too_long);
         }
         Err(RouteError::NothingHealthy {
             kind: kind.as_str(),
@@ -202,17 +202,21 @@ impl Router {
         progress: OnProgress<'_>,
     ) -> Result<Answer, Walked> {
         let mut pass = Pass::default();
-        let candidates = &plan.candidates;
+        let candidates = plan.candidates();
         let mut already_tried = vec![false; candidates.len()];
-        for (i, as_last_resort) in walk_order(plan) {
-            let candidate = &candidates[i];
-            if already_tried[i] || !pass.may_try(candidate, as_last_resort, run) {
-                continue;
-            }
+        for (i, turn) in plan.walk() {
+            let candidate = match turn {
+                _ if already_tried[i] => continue,
+                Turn::Try(candidate) => candidate,
+                Turn::Skipped(candidate, skip) => {
+                    pass.skipped(candidate, skip, run);
+                    continue;
+                }
+            };
             run.alternative = candidates[i + 1..].iter().any(Candidate::usable);
             let (result, served_by) = match self.hedge_for(plan, i, request, profile) {
-                Some(j) => {
-                    let pair = (candidate, &candidates[j]);
+                Some((j, hedge)) => {
+                    let pair = (candidate, hedge);
                     let (result, side, hedge_ran) = self
                         .hedged(pair, request, profile, run, (cancel, progress))
                         .await;
@@ -229,9 +233,9 @@ impl Router {
             };
             match result {
                 Ok((text, usage)) => {
-                    return Ok(self.answered(plan, served_by, pass, text, usage, request.kind));
+                    return Ok(self.answered(plan, &served_by, pass, text, usage, request.kind));
                 }
-                Err(failure) => pass.failed(served_by, failure, request.kind)?,
+                Err(failure) => pass.failed(&served_by, failure, request.kind)?,
             }
         }
         self.publish();
@@ -240,25 +244,23 @@ impl Router {
 
     /// Interactive tasks race a slow entry against the next usable one of
     /// its tier (never when the caller pinned one entry).
-    fn hedge_for(
+    fn hedge_for<'p>(
         &self,
-        plan: &Plan,
+        plan: &'p Plan,
         i: usize,
         request: &TaskRequest,
         profile: &TaskProfile,
-    ) -> Option<usize> {
+    ) -> Option<(usize, Cleared<'p>)> {
         if !profile.hedge || matches!(request.pin, Some(Pin::Entry(_))) {
             return None;
         }
-        let tier = plan.candidates[i].tier;
-        (i + 1..plan.candidates.len())
-            .find(|&j| plan.candidates[j].tier == tier && plan.candidates[j].usable())
+        plan.next_in_tier(i)
     }
 
     /// Serves `primary`, hedged by `hedge` after the first-token ceiling.
     async fn hedged(
         &self,
-        (primary, hedge): (&Candidate, &Candidate),
+        (primary, hedge): (Cleared<'_>, Cleared<'_>),
         request: &TaskRequest,
         profile: &TaskProfile,
         run: &mut RunState,
@@ -289,7 +291,7 @@ impl Router {
     /// Serves one side of a hedged race.
     async fn contend(
         &self,
-        candidate: &Candidate,
+        candidate: Cleared<'_>,
         request: &TaskRequest,
         profile: &TaskProfile,
         run: &mut RunState,
@@ -319,7 +321,7 @@ impl Router {
             provider: served.entry.provider.clone(),
             model: served.entry.model.clone(),
             tier: served.tier,
-            downshifted_from: (served.tier != plan.first_tier).then_some(plan.first_tier),
+            downshifted_from: (served.tier != plan.first_tier()).then_some(plan.first_tier()),
             reason: pass.why_moved(plan, served),
         };
         tracing::info!(
@@ -360,44 +362,19 @@ fn trims_further(
         && rendered(scale / 2.0) < rendered(scale)
 }
 
-/// The order a pass tries the plan's candidates in, each with whether it is
-/// tried as a last resort: judged entries come last, when nothing else could
-/// serve (a verdict keeps an entry from being the first choice, never the
-/// only one).
-fn walk_order(plan: &Plan) -> Vec<(usize, bool)> {
-    let candidates = &plan.candidates;
-    let last_resort = candidates
-        .iter()
-        .enumerate()
-        .filter(|(_, c)| c.skip.as_ref().is_some_and(Skip::last_resort))
-        .map(|(i, _)| (i, true));
-    (0..candidates.len())
-        .map(|i| (i, false))
-        .chain(last_resort)
-        .collect()
-}
-
 impl Pass {
-    /// Whether the candidate is tried in this place of the order; a skipped
-    /// one is noted with why.
-    fn may_try(&mut self, candidate: &Candidate, as_last_resort: bool, run: &mut RunState) -> bool {
-        match &candidate.skip {
-            None => true,
-            Some(_) if as_last_resort => true,
-            Some(Skip::KeptLocal(_) | Skip::LocalOnly | Skip::LocalFirst) => false,
-            Some(skip @ Skip::NoKey(_)) => {
-                self.note(candidate, format!("skipped: {skip}"), false);
-                false
+    /// Notes a candidate the plan skipped, with why where it matters.
+    fn skipped(&mut self, candidate: &Candidate, skip: &Skip, run: &mut RunState) {
+        match skip {
+            Skip::KeptLocal(_) | Skip::LocalOnly | Skip::LocalFirst => {}
+            Skip::NoKey(_) => self.note(candidate, format!("skipped: {skip}"), false),
+            Skip::Unhealthy(_) | Skip::Verdict(_) => {
+                self.note(candidate, format!("skipped: {skip}"), true)
             }
-            Some(skip @ (Skip::Unhealthy(_) | Skip::Verdict(_))) => {
-                self.note(candidate, format!("skipped: {skip}"), true);
-                false
-            }
-            Some(skip @ (Skip::BreakerOpen { .. } | Skip::Paused { .. })) => {
+            Skip::BreakerOpen { .. } | Skip::Paused { .. } => {
                 // Temporary: the task may wait for the breaker to close.
                 run.retry_later = true;
                 self.note(candidate, skip.to_string(), true);
-                false
             }
         }
     }
@@ -405,13 +382,13 @@ impl Pass {
     /// Notes what a race showed; returns the side that served.
     fn after_race<'c>(
         &mut self,
-        (primary, hedge): (&'c Candidate, &'c Candidate),
+        (primary, hedge): (Cleared<'c>, Cleared<'c>),
         side: Side,
         hedge_ran: HedgeRan,
         profile: &TaskProfile,
-    ) -> &'c Candidate {
+    ) -> Cleared<'c> {
         if let HedgeRan::Failed(Failure::Failed(failed)) = hedge_ran {
-            self.note(hedge, format!("hedge: {}", failed.reason), true);
+            self.note(&hedge, format!("hedge: {}", failed.reason), true);
         }
         match side {
             Side::Primary => primary,
@@ -421,7 +398,7 @@ impl Pass {
                     profile.first_token_ceiling().as_secs_f64(),
                     hedge.entry
                 );
-                self.note(primary, outcome, true);
+                self.note(&primary, outcome, true);
                 hedge
             }
         }

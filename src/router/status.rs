@@ -191,7 +191,8 @@ pub(super) fn report(router: &Router) -> StatusReport {
     let profile = router.config().tasks.get(TaskKind::Explain);
     let health = router
         .planned_entries()
-        .into_iter()
+        .candidates()
+        .iter()
         .map(|candidate| entry_health(router, candidate, &profile))
         .collect();
     let latest = router.last_kind().and_then(|kind| {
@@ -220,9 +221,9 @@ pub(super) fn report(router: &Router) -> StatusReport {
 
 /// An entry's health as the plan stands it for explain: its key, its
 /// beacon, its verdict (a breaker or a quota pause is shown apart).
-fn entry_health(router: &Router, candidate: Candidate, profile: &TaskProfile) -> EntryHealth {
+fn entry_health(router: &Router, candidate: &Candidate, profile: &TaskProfile) -> EntryHealth {
     let summary = router.beacons().summary(&candidate.entry);
-    let standing = router.standing(&candidate.entry, &candidate.key, profile, true);
+    let standing = candidate.standing.clone();
     // A breaker or a pause shows apart; the verdict under it is still health.
     let judged = || router.verdict_on(&candidate.key, profile, true);
     let (state, reason) = match standing {
@@ -236,7 +237,7 @@ fn entry_health(router: &Router, candidate: Candidate, profile: &TaskProfile) ->
         }
         _ => (HealthState::Healthy, None),
     };
-    let ModelRef { provider, model } = candidate.entry;
+    let ModelRef { provider, model } = candidate.entry.clone();
     EntryHealth {
         provider,
         model,
@@ -258,7 +259,8 @@ fn current(router: &Router, kind: TaskKind, served: &Served) -> Route {
     let Some(from) = route.downshifted_from else {
         return route.clone();
     };
-    let Some(now) = router.plan(Ask::task(kind)).now().cloned() else {
+    let plan = router.plan(Ask::task(kind));
+    let Some(now) = plan.now().map(|c| Candidate::clone(&c)) else {
         return route.clone();
     };
     let latest_canary = router

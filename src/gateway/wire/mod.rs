@@ -284,51 +284,11 @@ impl From<&core::StatusReport> for Status {
             reason: r.reason.clone(),
             local_only: r.local_only,
             local_only_reason: r.local_only_reason.clone(),
-            tasks: r
-                .tasks
-                .iter()
-                .map(|t| TaskStatus {
-                    kind: t.kind.into(),
-                    route: t.route.as_ref().map(|r| TaskRoute {
-                        provider: r.provider.clone(),
-                        model: r.model.clone(),
-                        tier: r.tier.into(),
-                        downshifted_from: r.downshifted_from.map(Tier::from),
-                        reason: r.reason.clone(),
-                    }),
-                })
-                .collect(),
-            health: r
-                .health
-                .iter()
-                .map(|h| EntryHealth {
-                    provider: h.provider.clone(),
-                    model: h.model.clone(),
-                    tier: h.tier.into(),
-                    state: match h.state {
-                        core::HealthState::Healthy => HealthState::Healthy,
-                        core::HealthState::Unknown => HealthState::Unknown,
-                        core::HealthState::Unhealthy => HealthState::Unhealthy,
-                        core::HealthState::NoKey => HealthState::NoKey,
-                    },
-                    reason: h.reason.clone(),
-                    samples: h.samples,
-                    p95_first_token_ms: h.p95_first_token_ms,
-                    error_rate: h.error_rate,
-                })
-                .collect(),
+            tasks: r.tasks.iter().map(TaskStatus::from).collect(),
+            health: r.health.iter().map(EntryHealth::from).collect(),
             breakers: r.breakers.iter().map(Breaker::from).collect(),
             quota: r.quota.iter().map(Meter::from).collect(),
-            parked: r
-                .parked
-                .iter()
-                .map(|p| ParkedTask {
-                    id: p.id.clone(),
-                    kind: p.kind.into(),
-                    note: p.note.clone(),
-                    parked_at_ms: p.parked_at_ms,
-                })
-                .collect(),
+            parked: r.parked.iter().map(ParkedTask::from).collect(),
             canaries: r.canaries.iter().map(Canary::from).collect(),
             outbound: r
                 .outbound
@@ -339,6 +299,52 @@ impl From<&core::StatusReport> for Status {
                     requests: t.requests,
                 })
                 .collect(),
+        }
+    }
+}
+
+impl From<&core::TaskStatus> for TaskStatus {
+    fn from(t: &core::TaskStatus) -> TaskStatus {
+        TaskStatus {
+            kind: t.kind.into(),
+            route: t.route.as_ref().map(|r| TaskRoute {
+                provider: r.provider.clone(),
+                model: r.model.clone(),
+                tier: r.tier.into(),
+                downshifted_from: r.downshifted_from.map(Tier::from),
+                reason: r.reason.clone(),
+            }),
+        }
+    }
+}
+
+impl From<&core::EntryHealth> for EntryHealth {
+    fn from(h: &core::EntryHealth) -> EntryHealth {
+        EntryHealth {
+            provider: h.provider.clone(),
+            model: h.model.clone(),
+            tier: h.tier.into(),
+            state: match h.state {
+                core::HealthState::Healthy => HealthState::Healthy,
+                core::HealthState::Unknown => HealthState::Unknown,
+                core::HealthState::Unhealthy => HealthState::Unhealthy,
+                core::HealthState::NoKey => HealthState::NoKey,
+            },
+            reason: h.reason.clone(),
+            samples: h.samples,
+            p95_first_token_ms: h.p95_first_token_ms,
+            error_rate: h.error_rate,
+        }
+    }
+}
+
+impl From<&core::ParkedStatus> for ParkedTask {
+    fn from(p: &core::ParkedStatus) -> ParkedTask {
+        ParkedTask {
+            id: p.id.clone(),
+            kind: p.kind.into(),
+            note: p.note.clone(),
+            parked_at_ms: p.parked_at_ms,
         }
     }
 }

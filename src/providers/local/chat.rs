@@ -14,8 +14,8 @@ use tokio::task::JoinHandle;
 use super::{ChatJob, EngineError, EngineStatus, Generation, LocalEngine, ModelInfo, StopReason};
 use crate::cancel::{CancelFlag, CancelOnDrop};
 use crate::providers::{
-    ChatRequest, FailureKind, Finish, FinishReason, Provider, ProviderError, RateLimits,
-    ResponseStream, Role, StreamEvent, Timeouts, Usage,
+    ChatMessage, ChatRequest, FailureKind, Finish, FinishReason, Provider, ProviderError,
+    RateLimits, ResponseStream, Role, StreamEvent, Timeouts, Usage,
 };
 
 pub use crate::entry::LOCAL;
@@ -76,31 +76,8 @@ impl Provider for LocalProvider {
                 error(FailureKind::Connect, "the local model is not loaded".into())
             })?;
             // Before any stream: the model cannot answer at all.
-            match engine.status() {
-                EngineStatus::Loading => {
-                    return Err(error(
-                        FailureKind::Connect,
-                        EngineError::Loading.to_string(),
-                    ));
-                }
-                EngineStatus::Failed(reason) => {
-                    let failed = EngineError::Failed(reason).to_string();
-                    return Err(error(FailureKind::Malformed, failed));
-                }
-                EngineStatus::Ready(_) => {}
-            }
-            let mut messages: Vec<(String, String)> = request
-                .system
-                .into_iter()
-                .map(|s| ("system".to_owned(), s))
-                .collect();
-            messages.extend(request.messages.into_iter().map(|m| {
-                let role = match m.role {
-                    Role::User => "user",
-                    Role::Assistant => "assistant",
-                };
-                (role.to_owned(), m.content)
-            }));
+            answerable(&engine.status())?;
+            let messages = roles_and_texts(request.system, request.messages);
             let cancel = CancelFlag::default();
             let (pieces, answer_pieces) = tokio::sync::mpsc::unbounded_channel();
             let job = ChatJob {
@@ -132,6 +109,37 @@ impl Provider for LocalProvider {
             })
         })
     }
+}
+
+/// Whether an engine in `status` can answer a chat at all.
+fn answerable(status: &EngineStatus) -> Result<(), ProviderError> {
+    match status {
+        EngineStatus::Loading => Err(error(
+            FailureKind::Connect,
+            EngineError::Loading.to_string(),
+        )),
+        EngineStatus::Failed(reason) => Err(error(
+            FailureKind::Malformed,
+            EngineError::Failed(reason.clone()).to_string(),
+        )),
+        EngineStatus::Ready(_) => Ok(()),
+    }
+}
+
+/// The chat as (role, text) pairs, the system prompt first.
+fn roles_and_texts(system: Option<String>, messages: Vec<ChatMessage>) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = system
+        .into_iter()
+        .map(|s| ("system".to_owned(), s))
+        .collect();
+    out.extend(messages.into_iter().map(|m| {
+        let role = match m.role {
+            Role::User => "user",
+            Role::Assistant => "assistant",
+        };
+        (role.to_owned(), m.content)
+    }));
+    out
 }
 
 /// The most a local answer may take when nothing else stops it.

@@ -21,13 +21,13 @@ mod prefill;
 mod queue;
 mod recent;
 mod resident;
+mod start;
 mod thread_memo;
 mod threads;
 mod window;
 
-use std::collections::VecDeque;
 use std::sync::Arc;
-use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::mpsc::RecvTimeoutError;
 use std::time::{Duration, Instant};
 
 use llama_cpp_2::llama_backend::LlamaBackend;
@@ -37,21 +37,21 @@ use tokio::sync::{oneshot, watch};
 use super::lookup;
 use super::prompt::{FimPrompt, FimTokens, PromptBudget};
 use super::{
-    ChatJob, CompletionJob, EngineError, EngineOptions, EngineStatus, FimText, Generation, Job,
-    ModelInfo, Snippet, StopReason,
+    ChatJob, CompletionJob, EngineError, EngineStatus, FimText, Generation, Job, ModelInfo,
+    Snippet, StopReason,
 };
 use crate::cancel::CancelFlag;
 use aside::ChatTurn;
 use cache::KvCache;
 use idle::IdleFill;
-use load::{
-    backend, context_params, fim_tokens, load_model, resized_input_budget, sized_input_budget,
-};
+use load::resized_input_budget;
 use prefill::SyncError;
 use queue::Queue;
 use recent::RecentPrompts;
 use resident::Residency;
 use thread_memo::ThreadMemo;
+
+pub(super) use start::run;
 
 /// llama.cpp's backend, initialised once per process and shared with the
 /// engine: what a benchmark of llama.cpp's own decode needs beside it.
@@ -72,108 +72,6 @@ const RETUNE_AFTER_QUIET: Duration = Duration::from_secs(2);
 const MAIN: i32 = 0;
 const PARKED: i32 = 1;
 const LENT: i32 = 2;
-
-pub(super) fn run(options: EngineOptions, rx: Receiver<Job>, status: watch::Sender<EngineStatus>) {
-    let started = Instant::now();
-    let loaded = backend()
-        .and_then(|backend| load_model(backend, &options.model_path).map(|m| (backend, m)));
-    let (backend, model) = match loaded {
-        Ok(loaded) => loaded,
-        Err(reason) => return fail(&status, rx, reason),
-    };
-    let fim = match fim_tokens(&model) {
-        Ok(fim) => fim,
-        Err(reason) => return fail(&status, rx, reason),
-    };
-    let thread_candidates = options.thread_candidates();
-    let (best, memo, recalled) =
-        match threads::starting_choice(backend, &model, &options, &thread_candidates) {
-            Ok(start) => start,
-            Err(reason) => return fail(&status, rx, reason),
-        };
-    let (threads, speed) = (best.threads, best.prompt_tokens_per_s);
-    let input_budget = sized_input_budget(options.budget.input, speed);
-    // Room for the configured input (a span's document fills it; the sized
-    // budget follows the measured speed up to it), a FIM prompt's suffix
-    // section beside the document it borrows from, and a completion or a chat
-    // answer (explain downshifted to local).
-    let answer_room = options.max_output_tokens.max(super::CHAT_OUTPUT_TOKENS) + CHUNK;
-    let suffix_section = options.budget.suffix + CHUNK;
-    let context_tokens =
-        (options.budget.input + options.budget.repository + suffix_section + answer_room) as u32;
-    let params = context_params(context_tokens, threads);
-    let ctx = match model.new_context(backend, params) {
-        Ok(ctx) => ctx,
-        Err(e) => return fail(&status, rx, format!("creating a llama.cpp context: {e}")),
-    };
-    let info = ModelInfo {
-        name: options.model_name.clone(),
-        path: options.model_path.clone(),
-        load_ms: started.elapsed().as_millis() as u64,
-        prompt_tokens_per_s: speed,
-        input_budget,
-        context_tokens,
-    };
-    tracing::info!(?info, ?fim, threads, "local model ready");
-    let mut engine = Engine {
-        model: &model,
-        backend,
-        cache: KvCache::new(ctx),
-        context_tokens,
-        answer_room,
-        tuning: Tuning {
-            threads,
-            candidates: thread_candidates,
-            retune: recalled,
-            memo,
-        },
-        fim,
-        budget: PromptBudget {
-            input: input_budget,
-            ..options.budget
-        },
-        configured_input: options.budget.input,
-        reuse_cache: options.reuse_cache,
-        recent: RecentPrompts::new(options.recent_prompts),
-        idle: IdleFill::default(),
-        chat: ChatTurn::default(),
-        repository: None,
-        costs: Costs {
-            chunk: Duration::from_secs_f64(CHUNK as f64 / speed),
-            token: Duration::from_secs_f64(best.token_seconds),
-            draft_token: Duration::from_secs_f64(1.0 / speed),
-        },
-        drafting: Drafting {
-            max_tokens: options.draft_tokens.min(CHUNK - 1),
-            acceptance: lookup::Acceptance::default(),
-        },
-        jobs: Queue {
-            rx,
-            pending: VecDeque::new(),
-        },
-        info,
-        status,
-    };
-    engine
-        .status
-        .send_replace(EngineStatus::Ready(engine.info.clone()));
-    engine.serve();
-}
-
-/// Publishes the failure and answers every later job with it, so no request waits forever.
-fn fail(status: &watch::Sender<EngineStatus>, rx: Receiver<Job>, reason: String) {
-    tracing::error!(%reason, "local engine unavailable");
-    let _ = status.send(EngineStatus::Failed(reason.clone()));
-    for job in rx {
-        match job {
-            Job::Complete(_, reply) | Job::Chat(_, reply) => {
-                let _ = reply.send(Err(EngineError::Failed(reason.clone())));
-            }
-            Job::Prewarm(..) => {}
-            Job::Shutdown => break,
-        }
-    }
-}
 
 /// When a decode loop has to stop early.
 struct Interrupt<'a> {
@@ -476,7 +374,6 @@ impl Engine<'_> {
         reply: oneshot::Sender<Result<Generation, EngineError>>,
         yields: bool,
     ) -> Answered {
-        let started = Instant::now();
         let mut answer = Generation::cancelled();
         answer.prompt_tokens = prompt.tokens.len();
         let cancel = job.cancel.clone();
@@ -486,25 +383,11 @@ impl Engine<'_> {
             preemptible: false,
             yields,
         };
-        let synced = self.sync_yielding(prompt, &foreground);
+        let synced = self.sync_noting(prompt, &foreground, &mut answer);
         if yields {
             // Its first piece is out next: a chat yields freely while it generates.
             self.chat.hold_from = None;
         }
-        answer.prompt_ms = started.elapsed().as_secs_f64() * 1e3;
-        let prefill = match &synced {
-            Ok(prefill) | Err(SyncError::Stopped(_, prefill)) => *prefill,
-            Err(SyncError::Decode(_)) => Default::default(),
-        };
-        answer.tokens_to_decode = prefill.to_decode;
-        answer.tokens_decoded = prefill.decoded;
-        tracing::debug!(
-            prompt = prompt.tokens.len(),
-            to_decode = prefill.to_decode,
-            decoded = prefill.decoded,
-            prompt_ms = answer.prompt_ms.round(),
-            "prompt synced"
-        );
         match synced {
             Ok(_) => {}
             Err(SyncError::Stopped(Stopped::Deadline, _)) => {
@@ -534,6 +417,32 @@ impl Engine<'_> {
         }
         let _ = reply.send(result.map(|()| answer));
         Answered::Replied
+    }
+
+    /// Syncs the cache with `prompt` and notes in `answer` what that cost.
+    fn sync_noting(
+        &mut self,
+        prompt: &FimPrompt,
+        interrupt: &Interrupt,
+        answer: &mut Generation,
+    ) -> Result<(), SyncError> {
+        let started = Instant::now();
+        let synced = self.sync_yielding(prompt, interrupt);
+        answer.prompt_ms = started.elapsed().as_secs_f64() * 1e3;
+        let prefill = match &synced {
+            Ok(prefill) | Err(SyncError::Stopped(_, prefill)) => *prefill,
+            Err(SyncError::Decode(_)) => Default::default(),
+        };
+        answer.tokens_to_decode = prefill.to_decode;
+        answer.tokens_decoded = prefill.decoded;
+        tracing::debug!(
+            prompt = prompt.tokens.len(),
+            to_decode = prefill.to_decode,
+            decoded = prefill.decoded,
+            prompt_ms = answer.prompt_ms.round(),
+            "prompt synced"
+        );
+        synced.map(drop)
     }
 
     fn tokenize(&self, text: &str) -> Vec<i32> {

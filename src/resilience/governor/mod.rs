@@ -27,11 +27,14 @@ use tokio::time::Instant;
 
 use crate::providers::{RateLimits, Usage};
 use crate::state::bucket::{self, Record};
-use crate::state::{BucketOp, BucketSpec, SharedState, StateError, WhenUnavailable};
+use crate::state::{BucketOp, BucketReply, BucketSpec, SharedState, StateError, WhenUnavailable};
 use crate::task::TaskKind;
 use quota::{Meter, headroom, priority_floor, spare_now};
 
 pub use quota::{GovernorConfig, Quota};
+
+/// Why a reservation was refused, and how long until it may be granted.
+type Refused = (String, Duration);
 
 /// Tokens held for one request until [`Governor::settle`]. It stays armed
 /// until everything it holds has been given back or settled: dropped at any
@@ -301,7 +304,8 @@ impl Governor {
         }
     }
 
-    #[allow(clippy::type_complexity)]
+    /// One attempt to reserve what a request needs; refused with why and how
+    /// long to wait.
     async fn try_admit(
         &self,
         key: &str,
@@ -309,7 +313,7 @@ impl Governor {
         configured: Quota,
         input_tokens: u64,
         max_output_tokens: u64,
-    ) -> Result<Result<Reservation, (String, Duration)>, StateError> {
+    ) -> Result<Result<Reservation, Refused>, StateError> {
         if let Some(ends) = self.view(key).await?.pause_ends
             && ends > Instant::now()
         {
@@ -337,42 +341,62 @@ impl Governor {
             // A request too large to ever fit above the floor may draw into it
             // from a full bucket rather than starve forever.
             let floor = floor.min((spec.capacity - amount).max(0.0));
-            // Held before it is asked for: a future dropped while the bucket
-            // grants it gives it back (an answer lost on its way back may then
-            // be given back untaken; never the reverse).
-            reservation.held.push((meter, amount, 0.0));
-            let reply = self
-                .state
-                .bucket(
-                    &bucket_key(key, meter),
-                    spec,
-                    BucketOp::Take { amount, floor },
-                )
-                .await;
-            let reply = match reply {
-                Ok(reply) if reply.granted => reply,
-                Ok(refused) => {
-                    reservation.held.pop();
-                    self.give_back(&mut reservation).await;
-                    let reason = format!(
-                        "{} needs {amount:.0} {} with {:.0} available above the {floor:.0} kept for others",
-                        kind.as_str(),
-                        meter.as_str(),
-                        refused.level
-                    );
-                    return Ok(Err((reason, refused.wait)));
-                }
-                Err(error) => {
-                    // Not taken; what was is given back as the reservation drops.
-                    reservation.held.pop();
-                    return Err(error);
-                }
-            };
-            reservation.held.last_mut().expect("pushed above").2 = reply.ticket;
+            if let Err(refused) = self
+                .take(&mut reservation, meter, spec, amount, floor)
+                .await?
+            {
+                let reason = format!(
+                    "{} needs {amount:.0} {} with {:.0} available above the {floor:.0} kept for others",
+                    kind.as_str(),
+                    meter.as_str(),
+                    refused.level
+                );
+                return Ok(Err((reason, refused.wait)));
+            }
         }
         reservation.granted = true;
         reservation.at = Instant::now();
         Ok(Ok(reservation))
+    }
+
+    /// Takes `amount` of `meter` into `reservation`. A refusal gives back what
+    /// the reservation held and returns the bucket's answer.
+    async fn take(
+        &self,
+        reservation: &mut Reservation,
+        meter: Meter,
+        spec: BucketSpec,
+        amount: f64,
+        floor: f64,
+    ) -> Result<Result<(), BucketReply>, StateError> {
+        // Held before it is asked for: a future dropped while the bucket
+        // grants it gives it back (an answer lost on its way back may then
+        // be given back untaken; never the reverse).
+        reservation.held.push((meter, amount, 0.0));
+        let reply = self
+            .state
+            .bucket(
+                &bucket_key(&reservation.key, meter),
+                spec,
+                BucketOp::Take { amount, floor },
+            )
+            .await;
+        match reply {
+            Ok(reply) if reply.granted => {
+                reservation.held.last_mut().expect("pushed above").2 = reply.ticket;
+                Ok(Ok(()))
+            }
+            Ok(refused) => {
+                reservation.held.pop();
+                self.give_back(reservation).await;
+                Ok(Err(refused))
+            }
+            Err(error) => {
+                // Not taken; what was is given back as the reservation drops.
+                reservation.held.pop();
+                Err(error)
+            }
+        }
     }
 
     /// Creates `meter`'s bucket empty unless it exists. Used before any header
@@ -417,21 +441,7 @@ impl Governor {
                 .and_then(|v| v.learned)
                 != Some(learned)
         {
-            self.forget_view(&reservation.key);
-            let result = self
-                .state
-                .update(
-                    &learned_key(&reservation.key),
-                    Some(crate::state::bucket::TTL),
-                    Box::new(|_, _| Some(serde_json::to_value(learned).expect("quota serialises"))),
-                )
-                .await;
-            if let Err(error) = result {
-                tracing::warn!(
-                    "quota {}: could not store learned limits: {error}",
-                    reservation.key
-                );
-            }
+            self.remember_learned(&reservation.key, learned).await;
         }
         let quota = reservation.quota.or(learned);
         for meter in Meter::ALL {
@@ -453,20 +463,29 @@ impl Governor {
                 ),
                 ticket,
             };
-            if let Err(error) = self
-                .state
-                .bucket(
-                    &bucket_key(&reservation.key, meter),
-                    self.spec(limit, true),
-                    op,
-                )
-                .await
-            {
+            let key = bucket_key(&reservation.key, meter);
+            if let Err(error) = self.state.bucket(&key, self.spec(limit, true), op).await {
                 tracing::warn!(
                     "quota {}: could not record remaining capacity: {error}",
                     reservation.key
                 );
             }
+        }
+    }
+
+    /// Stores the limits a response reported, for every process to read.
+    async fn remember_learned(&self, key: &str, learned: Quota) {
+        self.forget_view(key);
+        let result = self
+            .state
+            .update(
+                &learned_key(key),
+                Some(crate::state::bucket::TTL),
+                Box::new(|_, _| Some(serde_json::to_value(learned).expect("quota serialises"))),
+            )
+            .await;
+        if let Err(error) = result {
+            tracing::warn!("quota {key}: could not store learned limits: {error}");
         }
     }
 

@@ -32,9 +32,8 @@ impl Upkeep {
         let tasks = routers
             .iter()
             .map(|router| {
-                let every = Duration::from_millis(router.config().resilience.canary_interval_ms);
                 let router = router.clone();
-                tokio::spawn(canary::upkeep(move || router.clone(), every, None, |_| {}))
+                tokio::spawn(canary::upkeep(move || router.clone(), None, |_| {}))
             })
             .collect();
         Upkeep(tasks)

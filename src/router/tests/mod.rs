@@ -10,6 +10,7 @@ mod yielding;
 
 use std::collections::VecDeque;
 use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -232,9 +233,6 @@ fn sharing(config: Config, providers: &[&Arc<Scripted>], resilience: Arc<Resilie
         .map(|p| (p.name.clone(), (*p).clone() as Arc<dyn Provider>))
         .collect();
     let lasting = Lasting::new(resilience);
-    lasting
-        .local_only
-        .store(config.local_only, Ordering::Release);
     Router::with_providers(&config, map, HashMap::new(), EngineSlot::default(), lasting)
 }
 

@@ -175,7 +175,7 @@ proptest::proptest! {
             let views = router.resilience().breakers.views().await;
             let judged = router.resilience().verdicts.judged();
             let phase = |c: &Candidate| views.iter().find(|b| b.key == c.key.path()).map(|b| b.phase);
-            let out_of_traffic: Vec<ModelRef> = plan.candidates.iter()
+            let out_of_traffic: Vec<ModelRef> = plan.candidates().iter()
                 .filter(|c| !matches!(c.skip, Some(Skip::NoKey(_))))
                 .filter(|c| phase(c).is_some_and(|p| p != Phase::Closed) || judged.contains(&c.key.path()))
                 .map(|c| c.entry.clone())
@@ -183,7 +183,7 @@ proptest::proptest! {
             let mut canaried: Vec<ModelRef> = Vec::new();
             for canary in router.canary_round(false).await {
                 let entry = ModelRef::new(canary.provider, canary.model);
-                let candidate = plan.candidates.iter().find(|c| c.entry == entry);
+                let candidate = plan.candidates().iter().find(|c| c.entry == entry);
                 prop_assert!(candidate.is_some(), "{entry} is not in the plan");
                 prop_assert!(
                     out_of_traffic.contains(&entry),

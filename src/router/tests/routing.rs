@@ -105,8 +105,11 @@ async fn a_slow_verdict_outlives_its_samples_and_only_a_canary_ends_it() {
 #[tokio::test(start_paused = true)]
 async fn local_only_refuses_refactors_with_a_clear_message() {
     let a = Scripted::new("a", vec![], ok());
-    let router = router(chains(&["a/x"], &[]), &[&a]);
-    router.set_local_only(true);
+    let config = Config {
+        local_only: true,
+        ..chains(&["a/x"], &[])
+    };
+    let router = router(config, &[&a]);
     let err = run(&router, request(TaskKind::Refactor)).await.unwrap_err();
     assert!(matches!(err, RouteError::LocalOnly(_)));
     assert!(err.to_string().contains("switchyard.toggleLocalOnly"));
@@ -447,7 +450,13 @@ async fn autocomplete_never_waits_to_retry() {
     };
     let deadline = Instant::now() + Duration::from_millis(600);
     let served = router
-        .autocomplete_remote(&text, "file:///a.rs", deadline, &CancellationToken::new())
+        .autocomplete_remote(
+            &text,
+            "file:///a.rs",
+            None,
+            deadline,
+            &CancellationToken::new(),
+        )
         .await;
     assert!(served.is_none());
     assert_eq!(remote.calls(), 1);
@@ -475,7 +484,13 @@ async fn the_local_first_window_keeps_completions_local() {
     };
     let deadline = Instant::now() + Duration::from_millis(600);
     let served = router
-        .autocomplete_remote(&text, "file:///a.rs", deadline, &CancellationToken::new())
+        .autocomplete_remote(
+            &text,
+            "file:///a.rs",
+            None,
+            deadline,
+            &CancellationToken::new(),
+        )
         .await;
     assert!(served.is_none());
     assert_eq!(remote.calls(), 0);

@@ -19,6 +19,14 @@ pub(super) enum Generated {
     Yielded,
 }
 
+/// What comes before the next generated token.
+enum Flow {
+    Go,
+    Stop(StopReason),
+    /// A chat gives way to a waiting completion.
+    Yield,
+}
+
 impl Engine<'_> {
     /// Greedy generation. With drafting on, each step decodes the sampled token
     /// together with an n-gram lookup draft of what may follow; a draft token
@@ -53,21 +61,13 @@ impl Engine<'_> {
                 answer.stop = StopReason::MaxTokens;
                 break;
             }
-            match self.check(&interrupt, self.costs.token) {
-                Some(Stopped::Deadline) => {
-                    answer.stop = StopReason::Deadline;
+            match self.before_token(&interrupt, answer.tokens_generated) {
+                Flow::Go => {}
+                Flow::Stop(stop) => {
+                    answer.stop = stop;
                     break;
                 }
-                // The first piece goes out before a chat yields.
-                Some(Stopped::Preempted) if answer.tokens_generated > 0 => {
-                    return Ok(Generated::Yielded);
-                }
-                Some(Stopped::Preempted) => {}
-                Some(Stopped::Cancelled) => {
-                    answer.stop = StopReason::Cancelled;
-                    break;
-                }
-                None => {}
+                Flow::Yield => return Ok(Generated::Yielded),
             }
             let index = self.cache.logits_index();
             let token = sampler.sample(self.cache.ctx(), index);
@@ -75,23 +75,47 @@ impl Engine<'_> {
                 answer.stop = stop;
                 break;
             }
-            let step =
-                self.step_with_draft(token.0, max_tokens - answer.tokens_generated, job.deadline);
-            let decode_started = Instant::now();
-            let decoded = self.cache.decode(&step, Logits::All);
-            self.note_generation_step(step.len() - 1, decode_started.elapsed());
-            decoded.map_err(EngineError::Failed)?;
-            let (accepted, stop) =
-                self.verify(&step[1..], &mut sampler, &mut job.stop, answer, bytes);
-            self.cache
-                .keep_of_step(accepted)
-                .map_err(EngineError::Failed)?;
+            let step = (token.0, max_tokens - answer.tokens_generated, job.deadline);
+            let stop = self.draft_and_verify(step, &mut job.stop, &mut sampler, answer, bytes)?;
             if let Some(stop) = stop {
                 answer.stop = stop;
                 break;
             }
         }
         Ok(Generated::Ended)
+    }
+
+    /// Whether the next token may be generated, by the interrupt's rules.
+    fn before_token(&mut self, interrupt: &Interrupt, generated: usize) -> Flow {
+        match self.check(interrupt, self.costs.token) {
+            Some(Stopped::Deadline) => Flow::Stop(StopReason::Deadline),
+            // The first piece goes out before a chat yields.
+            Some(Stopped::Preempted) if generated > 0 => Flow::Yield,
+            Some(Stopped::Preempted) | None => Flow::Go,
+            Some(Stopped::Cancelled) => Flow::Stop(StopReason::Cancelled),
+        }
+    }
+
+    /// Decodes `token` with the draft that follows it and keeps what greedy
+    /// sampling confirms; why generation ends, if it does.
+    fn draft_and_verify(
+        &mut self,
+        (token, left, deadline): (i32, usize, std::time::Instant),
+        rule: &mut crate::providers::local::StopRule,
+        sampler: &mut LlamaSampler,
+        answer: &mut Generation,
+        bytes: &mut Vec<u8>,
+    ) -> Result<Option<StopReason>, EngineError> {
+        let step = self.step_with_draft(token, left, deadline);
+        let decode_started = Instant::now();
+        let decoded = self.cache.decode(&step, Logits::All);
+        self.note_generation_step(step.len() - 1, decode_started.elapsed());
+        decoded.map_err(EngineError::Failed)?;
+        let (accepted, stop) = self.verify(&step[1..], sampler, rule, answer, bytes);
+        self.cache
+            .keep_of_step(accepted)
+            .map_err(EngineError::Failed)?;
+        Ok(stop)
     }
 
     /// Adds the draft tokens greedy sampling picks from the step's logits

@@ -16,6 +16,13 @@ pub(super) struct Queue {
 }
 
 impl Queue {
+    pub(super) fn new(rx: Receiver<Job>) -> Queue {
+        Queue {
+            rx,
+            pending: VecDeque::new(),
+        }
+    }
+
     /// Whether a job waits: one looked at already, or one arriving now.
     pub(super) fn arrived(&mut self) -> bool {
         if !self.pending.is_empty() {

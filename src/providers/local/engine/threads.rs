@@ -18,7 +18,7 @@ use llama_cpp_2::model::LlamaModel;
 
 use super::load::{Probe, context_params, probe};
 use super::thread_memo::ThreadMemo;
-use super::{CHUNK, Engine};
+use super::{CHUNK, Engine, Tuning};
 use crate::providers::local::EngineOptions;
 
 /// The fastest of `probes` for a completion's work.
@@ -62,12 +62,12 @@ pub(super) fn starting_choice(
     backend: &LlamaBackend,
     model: &LlamaModel,
     options: &EngineOptions,
-    candidates: &[usize],
-) -> Result<(Probe, Option<ThreadMemo>, bool), String> {
+) -> Result<(Probe, Tuning), String> {
+    let candidates = options.thread_candidates();
     let memo = options
         .thread_memo
         .as_deref()
-        .map(|file| ThreadMemo::new(file, &options.model_path, candidates));
+        .map(|file| ThreadMemo::new(file, &options.model_path, &candidates));
     let recalled = memo
         .as_ref()
         .and_then(ThreadMemo::recall)
@@ -77,14 +77,26 @@ pub(super) fn starting_choice(
             threads = best.threads,
             "threads as remembered; measured again when quiet"
         );
-        return Ok((best, memo, true));
+        let tuning = Tuning {
+            threads: best.threads,
+            candidates,
+            retune: true,
+            memo,
+        };
+        return Ok((best, tuning));
     }
-    let best = choose(backend, model, candidates, &mut || false)?
+    let best = choose(backend, model, &candidates, &mut || false)?
         .ok_or_else(|| "no thread count to run with".to_owned())?;
     if let Some(memo) = &memo {
         memo.remember(&best);
     }
-    Ok((best, memo, false))
+    let tuning = Tuning {
+        threads: best.threads,
+        candidates,
+        retune: false,
+        memo,
+    };
+    Ok((best, tuning))
 }
 
 impl Engine<'_> {
