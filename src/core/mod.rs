@@ -1,10 +1,11 @@
 //! The routing core, opened the same way by every front end (the language
 //! server, the gateway, the CLI). It owns the configuration: the layers as
-//! received, the snapshot resolved from them (which consumers read or follow,
-//! never copy), and the local-only mode; and what outlives one
+//! received (local-only mode among them), the snapshot resolved from them
+//! (which consumers read or follow, never copy); and what outlives one
 //! configuration: health beacons, the status channel, parked tasks, canary
-//! results and the shared state. It holds the router in force, swapped whole
-//! when a change reaches what the router reads.
+//! results, the shared state and what the routers learned. It holds the
+//! router in force, rebuilt and swapped whole with every change, under the
+//! same lock as the change.
 
 pub mod runbook;
 

@@ -3,11 +3,13 @@
 //! path rule that keeps the document local) and what this process knows
 //! (keys, local-only mode, the local-first window, beacons, verdicts, the
 //! shared breakers and quota), and gives typed candidates with their keys.
-//! `run` and remote autocomplete try its candidates in order; status and the
-//! runbook call the first usable one "now"; canaries, history and status
-//! health list the same entries; the gateway's `/v1/models` and the probe
-//! targets list the chains it is made from. Nobody else re-derives it
-//! (ARCHITECTURE.md invariant 7).
+//! Only a plan clears a candidate ([`Cleared`]), and a provider is handed
+//! out only for a cleared one, so nothing leaves the machine without a plan:
+//! `run`, remote autocomplete, canaries and probes all send through one.
+//! Status and the runbook call the first cleared one "now"; canaries, history
+//! and status health list the same entries; the gateway's `/v1/models` lists
+//! the chains it is made from. Nobody else re-derives it (ARCHITECTURE.md
+//! invariants 7 and 17).
 
 use std::collections::HashMap;
 use std::fmt;
