@@ -301,8 +301,9 @@ async fn cold_first_completion(service: &CompletionService) -> f64 {
 
 /// A request back in a document after warming another one: what a file
 /// switch and a switch back cost. The budget is long, so a cold prompt shows
-/// its whole cost instead of an empty answer.
-async fn switch_back_ms(service: &CompletionService) -> f64 {
+/// its whole cost instead of an empty answer; the line says how much of it
+/// was the prompt and how much the answer, whose length follows the window.
+async fn switch_back(service: &CompletionService) -> String {
     let here = Rope::from_str(SAMPLE);
     let marker = "        let total = self.hits + self.misses;\n";
     let cursor = here.byte_to_char(SAMPLE.find(marker).unwrap() + marker.len());
@@ -322,7 +323,15 @@ async fn switch_back_ms(service: &CompletionService) -> f64 {
         trigger: Default::default(),
         language: None,
     };
-    service.complete(request).await.elapsed.as_secs_f64() * 1e3
+    let outcome = service.complete(request).await;
+    let ms = outcome.elapsed.as_secs_f64() * 1e3;
+    match outcome.result.as_ref().map(|s| &s.origin) {
+        Ok(Origin::Model(g)) => format!(
+            "{ms:.0} ms (prompt {:.0} ms, {} of {} tokens decoded; answer {:.0} ms, {} tokens)",
+            g.prompt_ms, g.tokens_decoded, g.prompt_tokens, g.generate_ms, g.tokens_generated
+        ),
+        _ => format!("{ms:.0} ms"),
+    }
 }
 
 /// RSS of `switchyard serve` after initialize, with no model to load.
@@ -417,14 +426,14 @@ async fn measure() {
     let ours_samples = run_script(&service, budget, 1).await;
     let ours_all = summarize(&ours_samples.iter().collect::<Vec<_>>());
     let ours = summarize(&model_calls(&ours_samples));
-    let switch_back = switch_back_ms(&service).await;
+    let back_kept = switch_back(&service).await;
     drop(service);
 
     // Switching back without the recent prompts kept in memory.
     let mut forgetful_config = config.clone();
     forgetful_config.local.recent_prompts = 0;
     let (forgetful, _, _) = engine_service(&forgetful_config, true).await;
-    let cold_switch_back = switch_back_ms(&forgetful).await;
+    let back_forgotten = switch_back(&forgetful).await;
     drop(forgetful);
 
     // The same engine without speculative decoding, the same script and budget.
@@ -477,7 +486,7 @@ async fn measure() {
     );
     println!("cold first completion (just-opened document, no prewarm): {cold_ms:.0} ms");
     println!(
-        "switch to another file and back: {switch_back:.0} ms with recent prompts kept, {cold_switch_back:.0} ms without"
+        "switch to another file and back: {back_kept} with recent prompts kept, {back_forgotten} without"
     );
     println!(
         "idle RSS of `switchyard serve` without a model: {} KiB",

@@ -1,13 +1,11 @@
-//! From configuration to a running local engine: resolve which model, fetch it
-//! when allowed, and start the engine. Shared by `serve` and the CLI.
+//! From configuration to a local engine's options: resolve which model and
+//! fetch it when allowed (`core::loading` starts the engine from them).
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use crate::config::Config;
 use crate::models::{self, Manifest, ModelEntry, PullProgress};
-use crate::providers::local::chat::EngineSlot;
-use crate::providers::local::{EngineOptions, LocalEngine, PromptBudget};
+use crate::providers::local::{EngineOptions, PromptBudget};
 
 /// The model a configuration asks for.
 #[derive(Clone, Debug)]
@@ -95,26 +93,6 @@ pub async fn ensure_present(
             name: entry.name.clone(),
             reason: e.to_string(),
         })
-}
-
-/// Loads the local model `config` names into `slot`, shutting down the one
-/// there first; without it the slot stays empty and the small tier has only
-/// its remote entries. For front ends with no editor to show progress to.
-pub async fn load_into(config: Arc<Config>, slot: EngineSlot) {
-    if let Some(old) = slot.get() {
-        slot.set(None);
-        let _ = tokio::task::spawn_blocking(move || old.shutdown()).await;
-    }
-    let model = match resolve(&config) {
-        Ok(model) => model,
-        Err(e) => return tracing::warn!("no local model: {e}"),
-    };
-    match ensure_present(&model, config.local.auto_pull, &models::NoProgress).await {
-        Ok(path) => slot.set(Some(LocalEngine::spawn(engine_options(
-            &model, &path, &config,
-        )))),
-        Err(e) => tracing::warn!("local model unavailable: {e}"),
-    }
 }
 
 pub fn engine_options(model: &ResolvedModel, path: &Path, config: &Config) -> EngineOptions {

@@ -10,12 +10,9 @@ use ropey::Rope;
 use serde_json::json;
 
 use switchyard::cancel::CancelFlag;
-use switchyard::completion::{CompletionRequest, CompletionService, Origin, Outcome, Suggestion};
-use switchyard::config::Config;
-use switchyard::local_setup;
+use switchyard::completion::{CompletionRequest, Origin, Outcome, Suggestion};
 use switchyard::models::TerminalProgress;
-use switchyard::providers::local::chat::EngineSlot;
-use switchyard::providers::local::{Generation, LocalEngine, ModelInfo};
+use switchyard::providers::local::{Generation, ModelInfo};
 
 /// `path:line:col`, 1-based, columns in characters.
 fn parse_location(location: &str) -> Result<(PathBuf, usize, usize), String> {
@@ -79,9 +76,10 @@ async fn complete(
         .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     let rope = Rope::from_str(&text);
     let cursor = cursor_in(&rope, &path, line, col)?;
-    // The editor's path: the core's configuration, remote entries of
+    // The editor's path: the session's configuration, remote entries of
     // `autocomplete.chain` through its router, its path rules for the file.
-    let core = Arc::new(super::open_core(config_file, EngineSlot::default()));
+    let session = super::open_session(config_file, Arc::new(TerminalProgress));
+    let (core, service) = (session.core(), session.completion());
     let config = core.config();
     if let Ok(cwd) = std::env::current_dir() {
         core.set_roots(vec![cwd]);
@@ -89,10 +87,7 @@ async fn complete(
     let kept_local = std::path::absolute(&path)
         .ok()
         .and_then(|path| core.kept_local(&path));
-    let (engine, info) = local_engine(&config).await?;
-    let service = CompletionService::following(core.follow_config());
-    service.set_engine(Some(Arc::new(engine.clone())));
-    service.set_remote(Some(core.clone()));
+    let info = session.load_engine().await?;
     let doc = format!("file://{}", path.display());
 
     let warm_ms = match cold {
@@ -125,19 +120,8 @@ async fn complete(
         true => println!("{}", report.json(&outcome)),
         false => report.print(&outcome),
     }
-    engine.shutdown();
+    session.shutdown().await;
     Ok(ExitCode::SUCCESS)
-}
-
-/// The local model, pulled if it is missing, loaded and ready.
-async fn local_engine(config: &Config) -> Result<(LocalEngine, ModelInfo), String> {
-    let model = local_setup::resolve(config).map_err(|e| e.to_string())?;
-    let model_path = local_setup::ensure_present(&model, true, &TerminalProgress)
-        .await
-        .map_err(|e| e.to_string())?;
-    let engine = LocalEngine::spawn(local_setup::engine_options(&model, &model_path, config));
-    let info = engine.wait_ready().await.map_err(|e| e.to_string())?;
-    Ok((engine, info))
 }
 
 /// What is said about a completion beside its outcome.

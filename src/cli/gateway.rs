@@ -7,15 +7,13 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use switchyard::gateway::{self, GatewayOptions};
-use switchyard::local_setup;
-use switchyard::providers::local::chat::EngineSlot;
+use switchyard::models::NoProgress;
 
 pub async fn run(config_file: Option<PathBuf>, listen: SocketAddr, allow_remote: bool) -> ExitCode {
-    let local = EngineSlot::default();
-    let core = Arc::new(super::open_core(config_file, local.clone()));
-    tokio::spawn(local_setup::load_into(core.config(), local.clone()));
+    let session = super::open_session(config_file, Arc::new(NoProgress));
+    session.start_engine();
     match gateway::run(
-        core,
+        session,
         GatewayOptions {
             listen,
             allow_remote,

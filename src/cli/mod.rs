@@ -10,9 +10,13 @@ pub mod status;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 
+use switchyard::completion::controls::Snooze;
 use switchyard::config::{self, Config, ConfigLayers};
 use switchyard::core::Core;
+use switchyard::core::loading::LoadReport;
+use switchyard::core::session::{Parts, Session};
 use switchyard::providers::local::chat::EngineSlot;
 
 /// Reads the config file layer; a file that cannot be read is said on
@@ -44,6 +48,19 @@ pub fn open_core(file: Option<PathBuf>, local: EngineSlot) -> Core {
     let core = Core::open(layers, local, file);
     say_problems(&core.problems(), file_error.as_ref(), &core.config());
     core
+}
+
+/// The session over [`open_core`]'s core, as a front end outside an editor
+/// opens it: no editor's documents, the snooze in memory, `report` told of
+/// model loads.
+pub fn open_session(file: Option<PathBuf>, report: Arc<dyn LoadReport>) -> Arc<Session> {
+    let core = Arc::new(open_core(file, EngineSlot::default()));
+    let parts = Parts {
+        report,
+        snooze: Arc::new(Snooze::in_memory()),
+        open_documents: None,
+    };
+    Session::open(core, parts)
 }
 
 /// The configuration in force from the config file, said as [`open_core`] says it.

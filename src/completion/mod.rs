@@ -182,7 +182,7 @@ pub struct RemoteAsk<'a> {
 pub struct CompletionService {
     engine: RwLock<Option<Arc<dyn FimEngine>>>,
     /// For remote entries in `autocomplete.chain`.
-    remote: RwLock<Option<Arc<dyn RemoteFim>>>,
+    remote: Option<Arc<dyn RemoteFim>>,
     /// The configuration in force (the core's, followed; or a fixed one).
     config: watch::Receiver<Arc<Config>>,
     type_through: TypeThrough,
@@ -193,11 +193,11 @@ pub struct CompletionService {
     /// Snippets of other places in front of the window.
     repository: RepositoryContext,
     /// The editor's open documents, where definitions are looked up.
-    open_documents: RwLock<Option<Arc<dyn Fn() -> OpenDocuments + Send + Sync>>>,
+    open_documents: Option<Arc<dyn Fn() -> OpenDocuments + Send + Sync>>,
     /// The latest prewarm asked for while the model was loading, run once it is
     /// ready, so the first suggestion in a document opened meanwhile is warm.
     deferred_prewarm: Mutex<Option<DeferredPrewarm>>,
-    snooze: RwLock<Arc<Snooze>>,
+    snooze: Arc<Snooze>,
     /// How recent automatic requests went, for the "late" state.
     recent: Mutex<Recent>,
     /// Why completions were off for the document last asked about.
@@ -227,15 +227,15 @@ impl CompletionService {
     pub fn following(config: watch::Receiver<Arc<Config>>) -> CompletionService {
         CompletionService {
             engine: RwLock::new(None),
-            remote: RwLock::new(None),
+            remote: None,
             config,
             type_through: TypeThrough::default(),
             anchors: DashMap::new(),
             inflight: DashMap::new(),
             repository: RepositoryContext::default(),
-            open_documents: RwLock::new(None),
+            open_documents: None,
             deferred_prewarm: Mutex::new(None),
-            snooze: RwLock::new(Arc::new(Snooze::in_memory())),
+            snooze: Arc::new(Snooze::in_memory()),
             recent: Mutex::default(),
             off_here: Mutex::default(),
             model_failure: Mutex::default(),
@@ -249,14 +249,16 @@ impl CompletionService {
         self.publish_status();
     }
 
-    /// Where the snooze is kept (the state directory, for the editors).
-    pub fn set_snooze(&self, snooze: Arc<Snooze>) {
-        *self.snooze.write().expect("snooze lock") = snooze;
-        self.publish_status();
+    /// The service with its snooze kept in `snooze` (the state directory,
+    /// for the editors) instead of in memory.
+    pub fn with_snooze(self, snooze: Arc<Snooze>) -> CompletionService {
+        let service = CompletionService { snooze, ..self };
+        service.publish_status();
+        service
     }
 
     pub fn snooze(&self) -> Arc<Snooze> {
-        self.snooze.read().expect("snooze lock").clone()
+        self.snooze.clone()
     }
 
     /// How long a request may take: the budget, or for a request the user
@@ -270,13 +272,24 @@ impl CompletionService {
         })
     }
 
-    pub fn set_remote(&self, remote: Option<Arc<dyn RemoteFim>>) {
-        *self.remote.write().expect("remote lock") = remote;
+    /// The service with `remote` serving the remote entries of the chain.
+    pub fn with_remote(self, remote: Arc<dyn RemoteFim>) -> CompletionService {
+        CompletionService {
+            remote: Some(remote),
+            ..self
+        }
     }
 
-    /// Where the repository context looks up definitions.
-    pub fn set_open_documents(&self, documents: Arc<dyn Fn() -> OpenDocuments + Send + Sync>) {
-        *self.open_documents.write().expect("documents lock") = Some(documents);
+    /// The service with the repository context looking up definitions in
+    /// what `documents` lists.
+    pub fn with_open_documents(
+        self,
+        documents: Arc<dyn Fn() -> OpenDocuments + Send + Sync>,
+    ) -> CompletionService {
+        CompletionService {
+            open_documents: Some(documents),
+            ..self
+        }
     }
 
     pub fn config(&self) -> AutocompleteConfig {
@@ -325,8 +338,6 @@ impl CompletionService {
         let tokens = Self::repository_budget(&config, &info);
         let open = self
             .open_documents
-            .read()
-            .expect("documents lock")
             .as_ref()
             .map(|list| list())
             .unwrap_or_default();
@@ -373,7 +384,7 @@ impl CompletionService {
         if config.chain.first().is_none_or(ChainEntry::is_local) {
             return None;
         }
-        let remote = self.remote.read().expect("remote lock").clone()?;
+        let remote = self.remote.clone()?;
         let budget = WindowBudget::for_input(config.input_tokens, config.suffix_tokens);
         let text = fim::window(&request.rope, request.cursor, budget, None).text;
         let left = request.deadline.saturating_duration_since(Instant::now());

@@ -324,20 +324,20 @@ impl RemoteFim for SilentRemote {
 
 #[tokio::test(start_paused = true)]
 async fn a_remote_that_misses_its_share_leaves_the_local_engine_the_rest_of_the_budget() {
+    let remote = Arc::new(SilentRemote::default());
     let service = CompletionService::new(AutocompleteConfig {
         chain: vec![
             ChainEntry::Remote(ModelRef::new("remote", "fim")),
             ChainEntry::Local,
         ],
         ..AutocompleteConfig::default()
-    });
+    })
+    .with_remote(remote.clone());
     let local = SlowEngine {
         takes: Duration::from_millis(200),
         text: "42;",
     };
     service.set_engine(Some(Arc::new(local)));
-    let remote = Arc::new(SilentRemote::default());
-    service.set_remote(Some(remote.clone()));
     let started = Instant::now();
     let outcome = service
         .complete(asked(&service, "let x = ", Trigger::Automatic, "rust"))

@@ -7,7 +7,10 @@
 //! router in force, rebuilt and swapped whole with every change, under the
 //! same lock as the change.
 
+pub mod loading;
+pub mod prewarm;
 pub mod runbook;
+pub mod session;
 
 use crate::privacy::audit::AuditLog;
 use std::path::PathBuf;

@@ -45,6 +45,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::Config;
 use crate::context::chat::PromptParts;
 use crate::core::Core;
+use crate::core::session::Session;
 use crate::entry::{ChainEntry, ModelRef};
 use crate::providers::Secret;
 use crate::router::canary;
@@ -90,8 +91,9 @@ fn token(config: &Config) -> Option<Secret> {
         .map(Secret::new)
 }
 
-/// Runs the gateway over `core` until the process is interrupted.
-pub async fn run(core: Arc<Core>, options: GatewayOptions) -> Result<(), String> {
+/// Runs the gateway over `session` until the process is interrupted.
+pub async fn run(session: Arc<Session>, options: GatewayOptions) -> Result<(), String> {
+    let core = session.core().clone();
     let beyond_loopback = !options.listen.ip().is_loopback();
     if beyond_loopback {
         if !options.allow_remote {
@@ -121,7 +123,7 @@ pub async fn run(core: Arc<Core>, options: GatewayOptions) -> Result<(), String>
         Some(core.follow_config()),
         move |router| recorder.record(router),
     ));
-    tokio::spawn(follow_file(core.clone()));
+    tokio::spawn(follow_file(session));
     let app = app(Arc::new(Gateway {
         core,
         beyond_loopback,
@@ -135,10 +137,11 @@ pub async fn run(core: Arc<Core>, options: GatewayOptions) -> Result<(), String>
         .map_err(|e| e.to_string())
 }
 
-/// Applies the config file whenever its text changes, saying what could not
-/// be applied.
-async fn follow_file(core: Arc<Core>) {
-    let Some(path) = core.config_path().map(ToOwned::to_owned) else {
+/// Applies the config file whenever its text changes (the session loads the
+/// local model again where its settings changed), saying what could not be
+/// applied.
+async fn follow_file(session: Arc<Session>) {
+    let Some(path) = session.core().config_path().map(ToOwned::to_owned) else {
         return;
     };
     // Read again only once its size or time changed, and off the request
@@ -158,17 +161,12 @@ async fn follow_file(core: Arc<Core>) {
             continue;
         }
         seen = now;
-        let reloading = core.clone();
+        let reloading = session.clone();
         let reloaded = tokio::task::spawn_blocking(move || reloading.reload_file()).await;
         if let Ok(Some(changed)) = reloaded {
             tracing::info!("gateway: the config file changed; applied");
             for problem in &changed.problems {
                 tracing::warn!("{problem}");
-            }
-            if changed.engine {
-                tracing::info!("gateway: the local model's settings changed; loading it again");
-                let config = changed.config.clone();
-                tokio::spawn(crate::local_setup::load_into(config, core.engine_slot()));
             }
         }
     }

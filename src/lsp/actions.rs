@@ -133,8 +133,8 @@ impl Backend {
             }
             STATUS => Ok(Some(wire::result(StatusParams::for_workspace(
                 &self.router().status(),
-                self.core.workspace_rule(),
-                &self.completion.subscribe_status().borrow(),
+                self.core().workspace_rule(),
+                &self.completion().subscribe_status().borrow(),
             )))),
             SNOOZE => {
                 let minutes = match args.first() {
@@ -189,7 +189,7 @@ impl Backend {
     /// Snoozes completions for `minutes` (0 resumes them), for every editor
     /// of the user and across restarts; the status says so until it ends.
     fn snooze(&self, minutes: u64) -> Result<Value> {
-        let snooze = self.completion.snooze();
+        let snooze = self.completion().snooze();
         let length = Duration::from_secs(minutes * 60);
         let until = match minutes {
             0 => snooze.resume().map(|()| None),
@@ -200,9 +200,9 @@ impl Backend {
             message: format!("the snooze could not be kept: {e}").into(),
             data: None,
         })?;
-        self.completion.publish_status();
+        self.completion().publish_status();
         if until.is_some() {
-            let completion = self.completion.clone();
+            let completion = self.completion().clone();
             tokio::spawn(async move {
                 tokio::time::sleep(length).await;
                 completion.publish_status();
@@ -214,7 +214,7 @@ impl Backend {
     }
 
     async fn set_local_only(&self, on: bool) -> Result<Value> {
-        match self.core.set_local_only(on) {
+        match self.core().set_local_only(on) {
             Ok(()) => {}
             Err(LocalOnlyError::NotSaved(e)) => tracing::warn!("{e}"),
             Err(LocalOnlyError::FailedClosed(e)) => {

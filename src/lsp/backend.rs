@@ -1,11 +1,9 @@
 //! The language server's state, and what its handlers share: the client's
-//! capabilities, the configuration (through the core), status reporting,
-//! model loading and prewarming.
+//! capabilities, the session the core owns the work in (configuration,
+//! completion, model loading, prewarming), status reporting.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
-use std::time::Duration;
 
 use dashmap::DashMap;
 use serde_json::Value;
@@ -24,28 +22,26 @@ use crate::completion::controls::Snooze;
 use crate::completion::stats::{self, StatsLog};
 use crate::completion::status::{CompletionState, CompletionStatus};
 use crate::completion::tracking::Tracking;
-use crate::config::{Config, ConfigError, ConfigLayers};
+use crate::config::{ConfigError, ConfigLayers};
 use crate::core::Core;
-use crate::providers::local::chat::EngineSlot;
+use crate::core::prewarm::{Pause, Place};
+use crate::core::session::{self, Session};
 use crate::resilience::park::ParkingLot;
 use crate::router::Router;
 
 pub struct Backend {
     pub(super) client: Client,
     pub(super) documents: Arc<DocumentStore>,
-    pub(super) completion: Arc<CompletionService>,
+    /// The work the core owns: the configuration, health, status and the
+    /// router in force; completion, the local engine, prewarming.
+    pub(super) session: Arc<Session>,
     /// What became of each suggestion shown, for `switchyard stats`.
     pub(super) tracking: Arc<Tracking>,
     pub(super) encoding: RwLock<PositionEncoding>,
     pub(super) capabilities: RwLock<ClientCapabilities>,
-    /// Edits and cursor moves per document, so a debounced prewarm can tell
-    /// whether it is stale, and in all documents, so an idle refresh can.
-    pub(super) activity: Arc<DashMap<Uri, u64>>,
-    pub(super) any_activity: Arc<AtomicU64>,
-    pub(super) local_engine: EngineSlot,
-    /// The routing core: the configuration, health, status, parked work,
-    /// the router in force.
-    pub(super) core: Arc<Core>,
+    /// Tells the editor what the session's loads of the model do; started
+    /// at `initialized`, once the client's `$/progress` support is known.
+    pub(super) load_report: Arc<super::loader::EditorReport>,
     /// Parked refactors; `None` when the state dir cannot hold them.
     pub(super) parking: Option<Arc<Parking>>,
     /// Cancel buttons of running actions, by progress token.
@@ -68,9 +64,8 @@ impl Backend {
         client: Client,
         layers: ConfigLayers,
         config_path: Option<PathBuf>,
-        local_engine: EngineSlot,
     ) -> Backend {
-        let core = Arc::new(Core::open(layers, local_engine.clone(), config_path));
+        let core = Arc::new(Core::open(layers, Default::default(), config_path));
         for e in core.problems() {
             tracing::warn!("{e}");
         }
@@ -91,31 +86,39 @@ impl Backend {
                 None
             }
         };
-        let completion = Arc::new(CompletionService::following(core.follow_config()));
-        let snooze = Snooze::kept_in(&crate::paths::state_dir());
-        let tracking = Arc::new(Tracking::new(StatsLog::at(stats::default_path())));
-        completion.set_snooze(Arc::new(snooze));
-        completion.set_remote(Some(core.clone()));
+        let load_report = Arc::new(super::loader::EditorReport::new(client.clone()));
         let open = documents.clone();
-        completion.set_open_documents(Arc::new(move || open.texts()));
+        let session = Session::open(
+            core,
+            session::Parts {
+                report: load_report.clone(),
+                snooze: Arc::new(Snooze::kept_in(&crate::paths::state_dir())),
+                open_documents: Some(Arc::new(move || open.texts())),
+            },
+        );
         Backend {
             client,
             documents,
-            completion,
-            tracking,
+            session,
+            tracking: Arc::new(Tracking::new(StatsLog::at(stats::default_path()))),
             encoding: RwLock::new(PositionEncoding::Utf16),
             capabilities: RwLock::new(ClientCapabilities::default()),
-            activity: Arc::new(DashMap::new()),
-            any_activity: Arc::new(AtomicU64::new(0)),
-            local_engine,
-            core,
+            load_report,
             parking,
             progress_cancels: DashMap::new(),
         }
     }
 
+    pub(super) fn core(&self) -> &Arc<Core> {
+        self.session.core()
+    }
+
+    pub(super) fn completion(&self) -> &Arc<CompletionService> {
+        self.session.completion()
+    }
+
     pub(super) fn router(&self) -> Arc<Router> {
-        self.core.router()
+        self.core().router()
     }
 
     pub(super) async fn cancel_progress(&self, params: WorkDoneProgressCancelParams) {
@@ -127,10 +130,10 @@ impl Backend {
     /// Tells the editor about status changes: `switchyard/status` to clients that
     /// opted in, otherwise `window/showMessage` on meaningful changes only.
     pub(super) fn watch_status(&self) {
-        let (client, mut rx) = (self.client.clone(), self.core.subscribe());
-        let mut completion = self.completion.subscribe_status();
+        let (client, mut rx) = (self.client.clone(), self.core().subscribe());
+        let mut completion = self.completion().subscribe_status();
         let shows_progress = self.supports_progress();
-        let core = self.core.clone();
+        let core = self.core().clone();
         let mut config = core.follow_config();
         tokio::spawn(async move {
             let mut before = rx.borrow_and_update().clone();
@@ -180,10 +183,6 @@ impl Backend {
         *self.encoding.read().expect("encoding lock")
     }
 
-    pub(super) fn config(&self) -> Arc<Config> {
-        self.core.config()
-    }
-
     pub(super) fn supports_progress(&self) -> bool {
         let caps = self.capabilities.read().expect("capabilities lock");
         caps.window
@@ -210,15 +209,11 @@ impl Backend {
             .unwrap_or(false)
     }
 
-    /// Changes a layer and puts the result in force (the core rebuilds the
-    /// router where needed), reloads the engine when the model settings
-    /// changed, then tells the user what could not be applied.
+    /// Changes a layer and puts the result in force (the session rebuilds
+    /// the router, and reloads the engine where its settings changed), then
+    /// tells the user what could not be applied.
     pub(super) async fn apply_layers(&self, change: impl FnOnce(&mut ConfigLayers)) {
-        let changed = self.core.reconfigure(change);
-        if changed.engine {
-            tracing::info!("model settings changed; reloading the local engine");
-            self.start_engine(&changed.config);
-        }
+        let changed = self.session.reconfigure(change);
         self.report_config_errors(&changed.problems).await;
     }
 
@@ -237,22 +232,6 @@ impl Backend {
             let text = format!("switchyard: {e}{then}");
             self.client.show_message(kind, text).await;
         }
-    }
-
-    pub(super) fn start_engine(&self, config: &Config) {
-        let config = config.clone();
-        let (client, service, slot) = (
-            self.client.clone(),
-            self.completion.clone(),
-            self.local_engine.clone(),
-        );
-        tokio::spawn(super::loader::load(
-            client,
-            service,
-            slot,
-            config,
-            self.supports_progress(),
-        ));
     }
 
     /// Whether the workspace layer was fetched and applied.
@@ -278,63 +257,20 @@ impl Backend {
         }
     }
 
-    /// Prewarms the engine's cache where the user is once they pause: after
-    /// an edit, or at a cursor the editor revealed. The document is kept
-    /// resident at once where the user arrived (opened it, moved the cursor),
-    /// and after an edit only once the user is idle: a prewarm between two
-    /// keystrokes refills the window at the cursor, which the next keystroke
-    /// reuses, not the whole document after it.
-    pub(super) fn schedule_prewarm(&self, uri: Uri, pause: Pause) {
-        let count = {
-            let mut entry = self.activity.entry(uri.clone()).or_insert(0);
-            *entry += 1;
-            *entry
-        };
-        let debounce = Duration::from_millis(self.completion.config().prewarm_debounce_ms);
-        let Ok(doc) = self.documents.get(&uri) else {
-            return;
-        };
-        let any = self.any_activity.fetch_add(1, Ordering::Relaxed) + 1;
-        let (counts, all, service) = (
-            self.activity.clone(),
-            self.any_activity.clone(),
-            self.completion.clone(),
-        );
-        tokio::spawn(async move {
-            tokio::time::sleep(debounce).await;
-            if counts.get(&uri).is_none_or(|c| *c != count)
-                || doc.unsuitable_for_completion().is_some()
-            {
-                return;
-            }
-            let cursor = doc.cursor.unwrap_or_else(|| opening_cursor(&doc.rope));
-            let resident = pause == Pause::Arrived;
-            service.prewarm(uri.as_str(), &doc.rope, cursor, resident);
-            // Repository context changes only while the user is idle.
-            tokio::time::sleep(service.context_refresh_idle()).await;
-            if all.load(Ordering::Relaxed) == any {
-                let changed = service.refresh_context(uri.as_str(), &doc.rope, cursor);
-                if changed || !resident {
-                    service.prewarm(uri.as_str(), &doc.rope, cursor, true);
-                }
-            }
-        });
+    /// The user paused in `uri` (see `core::prewarm`): the session
+    /// prewarms there where the document is worth completing in.
+    pub(super) fn paused(&self, uri: &Uri, pause: Pause) {
+        let place = self
+            .documents
+            .get(uri)
+            .ok()
+            .filter(|doc| doc.unsuitable_for_completion().is_none())
+            .map(|doc| Place {
+                rope: doc.rope,
+                cursor: doc.cursor,
+            });
+        self.session.paused(uri.as_str(), place, pause);
     }
-}
-
-/// What the user did before a pause.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Pause {
-    /// Opened the document or moved the cursor.
-    Arrived,
-    Edited,
-}
-
-/// Where to prewarm a just-opened document: the end of its first window, so the
-/// cache holds the top of the file, which a later window anchored at line 0 shares.
-pub(super) fn opening_cursor(rope: &ropey::Rope) -> usize {
-    let chars = 1_500.min(rope.len_chars());
-    rope.line_to_char(rope.char_to_line(chars))
 }
 
 pub(super) fn negotiate_encoding(caps: &ClientCapabilities) -> PositionEncoding {

@@ -60,7 +60,7 @@ impl Backend {
             doc: uri.as_str().to_owned(),
             rope: doc.rope,
             cursor,
-            deadline: tokio::time::Instant::now() + self.completion.budget(trigger),
+            deadline: tokio::time::Instant::now() + self.completion().budget(trigger),
             cancel,
             kept_local: self.kept_local(uri),
             trigger,
@@ -85,7 +85,7 @@ impl Backend {
     /// The outcome of `request`. The progress starts beside the completion,
     /// and the answer never waits for the client to take it.
     async fn completed(&self, request: CompletionRequest, trigger: Trigger) -> Outcome {
-        let complete = self.completion.complete(request);
+        let complete = self.completion().complete(request);
         let begin = self.completing(trigger);
         tokio::pin!(complete, begin);
         let (mut progress, mut asked_for_progress) = (None, false);

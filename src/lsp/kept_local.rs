@@ -33,7 +33,7 @@ pub(super) fn workspace_roots(params: &InitializeParams) -> Vec<PathBuf> {
 impl Backend {
     /// Why `uri` may be served only by the local model, if a rule says so.
     pub(super) fn kept_local(&self, uri: &Uri) -> Option<String> {
-        self.core.kept_local(&uri.to_file_path()?)
+        self.core().kept_local(&uri.to_file_path()?)
     }
 
     /// Asks the client to say when a `.switchyardignore` changes, where it
@@ -67,7 +67,7 @@ impl Backend {
             .iter()
             .any(|change| change.uri.as_str().ends_with(&suffix))
         {
-            self.core.refresh_path_rules();
+            self.core().refresh_path_rules();
         }
     }
 }

@@ -1,79 +1,71 @@
-//! Starting the local engine from the server: fetch the model if needed and load
-//! it, showing both as `$/progress`, and explaining failures with `window/showMessage`.
+//! What the editor is told while the session loads the local model: the
+//! download and the load as `$/progress` (where the client shows it), and a
+//! failure with `window/showMessage`. The loading itself is the core's
+//! (`core::loading`); this only translates.
 
-use std::sync::Arc;
+use std::sync::Mutex;
 
 use tokio::sync::mpsc;
-use tower_lsp_server::Client;
 use tower_lsp_server::ls_types::{MessageType, NumberOrString, ProgressToken};
+use tower_lsp_server::{Bounded, Client, NotCancellable, OngoingProgress};
 
-use crate::completion::CompletionService;
-use crate::config::Config;
-use crate::local_setup;
+use crate::core::loading::LoadReport;
 use crate::models::PullProgress;
-use crate::providers::local::LocalEngine;
-use crate::providers::local::chat::EngineSlot;
+use crate::providers::local::ModelInfo;
 
-/// Loads the configured model and hands the engine to the completion service.
-/// Until then completions answer empty (the service reports "not ready").
-pub async fn load(
-    client: Client,
-    service: Arc<CompletionService>,
-    slot: EngineSlot,
-    config: Config,
-    progress: bool,
-) {
-    service.set_engine(None);
-    slot.set(None);
-    let model = match local_setup::resolve(&config) {
-        Ok(model) => model,
-        Err(e) => return report_failure(&client, &service, e.to_string()).await,
-    };
-    let (events, rx) = mpsc::unbounded_channel();
-    let reporter = tokio::spawn(drive_download_progress(client.clone(), rx, progress));
-    let present =
-        local_setup::ensure_present(&model, config.local.auto_pull, &ChannelProgress(events)).await;
-    let _ = reporter.await;
-    let path = match present {
-        Ok(path) => path,
-        Err(e) => return report_failure(&client, &service, e.to_string()).await,
-    };
+/// The session's [`LoadReport`] for an editor: events queue until
+/// [`EditorReport::start`] knows whether the client shows progress.
+pub struct EditorReport {
+    events: mpsc::UnboundedSender<Event>,
+    waiting: Mutex<Option<(Client, mpsc::UnboundedReceiver<Event>)>>,
+}
 
-    let engine = LocalEngine::spawn(local_setup::engine_options(&model, &path, &config));
-    service.set_engine(Some(Arc::new(engine.clone())));
-    slot.set(Some(engine.clone()));
-    let title = format!("switchyard: loading {}", model.name);
-    let ongoing = match progress && create_token(&client, "switchyard/model-load").await {
-        true => Some(
-            client
-                .progress(token("switchyard/model-load"), title)
-                .begin()
-                .await,
-        ),
-        false => None,
-    };
-    let ready = engine.wait_ready().await;
-    let message = match &ready {
-        Ok(info) => format!("{} ready in {} ms", info.name, info.load_ms),
-        Err(e) => e.to_string(),
-    };
-    if let Some(ongoing) = ongoing {
-        ongoing.finish_with_message(message.clone()).await;
-    }
-    match ready {
-        Ok(_) => {
-            tracing::info!("{message}");
-            service.model_ready();
+impl EditorReport {
+    pub fn new(client: Client) -> EditorReport {
+        let (events, rx) = mpsc::unbounded_channel();
+        EditorReport {
+            events,
+            waiting: Mutex::new(Some((client, rx))),
         }
-        Err(e) => report_failure(&client, &service, e.to_string()).await,
+    }
+
+    /// Starts telling the editor, with `$/progress` where it shows it.
+    pub fn start(&self, progress: bool) {
+        if let Some((client, rx)) = self.waiting.lock().expect("report lock").take() {
+            tokio::spawn(drive(client, rx, progress));
+        }
+    }
+
+    fn send(&self, event: Event) {
+        let _ = self.events.send(event);
     }
 }
 
-async fn report_failure(client: &Client, service: &CompletionService, reason: String) {
-    tracing::error!("local model unavailable: {reason}");
-    service.model_failed(reason.clone());
-    let text = format!("switchyard: local completions are off: {reason}");
-    client.show_message(MessageType::ERROR, text).await;
+impl PullProgress for EditorReport {
+    fn begin(&self, what: &str, total_bytes: Option<u64>) {
+        self.send(Event::Begin(what.to_owned(), total_bytes));
+    }
+    fn advance(&self, bytes: u64) {
+        self.send(Event::Advance(bytes));
+    }
+    fn message(&self, text: &str) {
+        self.send(Event::Message(text.to_owned()));
+    }
+    fn end(&self) {
+        self.send(Event::End);
+    }
+}
+
+impl LoadReport for EditorReport {
+    fn loading(&self, model: &str) {
+        self.send(Event::Loading(model.to_owned()));
+    }
+    fn finished(&self, outcome: &Result<ModelInfo, String>) {
+        self.send(Event::Finished(match outcome {
+            Ok(info) => Ok(format!("{} ready in {} ms", info.name, info.load_ms)),
+            Err(reason) => Err(reason.clone()),
+        }));
+    }
 }
 
 fn token(name: &str) -> ProgressToken {
@@ -89,77 +81,93 @@ enum Event {
     Advance(u64),
     Message(String),
     End,
+    /// The engine is loading the model.
+    Loading(String),
+    /// The load's message: the model ready, or why there is none.
+    Finished(Result<String, String>),
 }
 
-/// Bridges the synchronous download progress callbacks to async notifications.
-struct ChannelProgress(mpsc::UnboundedSender<Event>);
-
-impl PullProgress for ChannelProgress {
-    fn begin(&self, what: &str, total_bytes: Option<u64>) {
-        let _ = self.0.send(Event::Begin(what.to_owned(), total_bytes));
-    }
-    fn advance(&self, bytes: u64) {
-        let _ = self.0.send(Event::Advance(bytes));
-    }
-    fn message(&self, text: &str) {
-        let _ = self.0.send(Event::Message(text.to_owned()));
-    }
-    fn end(&self) {
-        let _ = self.0.send(Event::End);
-    }
-}
-
-/// Shows a download as one `$/progress` with a percentage, reported only when it changes.
-async fn drive_download_progress(
-    client: Client,
-    mut rx: mpsc::UnboundedReceiver<Event>,
-    progress: bool,
-) {
-    let mut ongoing = None;
-    let (mut total, mut done, mut shown) = (None, 0u64, u32::MAX);
+/// Tells the editor each event in turn: a download as one `$/progress` with
+/// a percentage, the load as another, a failure as an error message.
+async fn drive(client: Client, mut rx: mpsc::UnboundedReceiver<Event>, progress: bool) {
+    let mut download = Download::default();
+    let mut load = None;
     while let Some(event) = rx.recv().await {
         match event {
+            Event::Loading(model) if progress => {
+                let title = format!("switchyard: loading {model}");
+                load = super::progress::begin(&client, token("switchyard/model-load"), title).await;
+            }
+            Event::Loading(_) => {}
+            Event::Finished(outcome) => {
+                let message = match &outcome {
+                    Ok(message) | Err(message) => message.clone(),
+                };
+                if let Some(ongoing) = load.take() {
+                    ongoing.finish_with_message(message).await;
+                }
+                if let Err(reason) = outcome {
+                    let text = format!("switchyard: local completions are off: {reason}");
+                    client.show_message(MessageType::ERROR, text).await;
+                }
+            }
+            download_event => download.tell(&client, download_event, progress).await,
+        }
+    }
+    download.finish().await;
+}
+
+/// A download's `$/progress`, its percentage reported only when it changes.
+#[derive(Default)]
+struct Download {
+    ongoing: Option<OngoingProgress<Bounded, NotCancellable>>,
+    total: Option<u64>,
+    done: u64,
+    shown: Option<u32>,
+}
+
+impl Download {
+    async fn tell(&mut self, client: &Client, event: Event, progress: bool) {
+        match event {
             Event::Begin(what, size) => {
-                total = size;
-                done = 0;
+                (self.total, self.done) = (size, 0);
                 tracing::info!("downloading {what}");
                 if progress
-                    && ongoing.is_none()
-                    && create_token(&client, "switchyard/download").await
+                    && self.ongoing.is_none()
+                    && create_token(client, "switchyard/download").await
                 {
                     let title = format!("switchyard: downloading {what}");
-                    ongoing = Some(
-                        client
-                            .progress(token("switchyard/download"), title)
-                            .with_percentage(0)
-                            .begin()
-                            .await,
-                    );
+                    let begun = client
+                        .progress(token("switchyard/download"), title)
+                        .with_percentage(0);
+                    self.ongoing = Some(begun.begin().await);
                 }
             }
             Event::Advance(bytes) => {
-                done += bytes;
-                let percent =
-                    total.map_or(0, |t| (done.saturating_mul(100) / t.max(1)).min(100) as u32);
-                if let (Some(ongoing), true) = (&ongoing, percent != shown) {
+                self.done += bytes;
+                let percent = self.total.map_or(0, |t| {
+                    (self.done.saturating_mul(100) / t.max(1)).min(100) as u32
+                });
+                if let (Some(ongoing), true) = (&self.ongoing, Some(percent) != self.shown) {
                     ongoing.report(percent).await;
-                    shown = percent;
+                    self.shown = Some(percent);
                 }
             }
             Event::Message(text) => {
                 tracing::info!("{text}");
-                if let Some(ongoing) = &ongoing {
-                    ongoing.report_with_message(text, shown.min(100)).await;
+                if let Some(ongoing) = &self.ongoing {
+                    let percent = self.shown.unwrap_or(0);
+                    ongoing.report_with_message(text, percent).await;
                 }
             }
-            Event::End => {
-                if let Some(ongoing) = ongoing.take() {
-                    ongoing.finish().await;
-                }
-            }
+            Event::End => self.finish().await,
+            Event::Loading(_) | Event::Finished(_) => {}
         }
     }
-    if let Some(ongoing) = ongoing {
-        ongoing.finish().await;
+
+    async fn finish(&mut self) {
+        if let Some(ongoing) = self.ongoing.take() {
+            ongoing.finish().await;
+        }
     }
 }

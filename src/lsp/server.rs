@@ -1,8 +1,7 @@
 //! The `LanguageServer` implementation: lifecycle, document sync, configuration.
 
-use super::backend::{Backend, Pause, negotiate_encoding, workspace_owner};
+use super::backend::{Backend, negotiate_encoding, workspace_owner};
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
 
 use serde_json::Value;
 use tower_lsp_server::jsonrpc::Result;
@@ -14,7 +13,7 @@ use super::documents::Applied;
 use super::position::PositionEncoding;
 use crate::completion::acceptance::Edit;
 use crate::config::ConfigLayers;
-use crate::providers::local::chat::EngineSlot;
+use crate::core::prewarm::Pause;
 
 /// Requests the server works on at once. Completion requests wait on the engine,
 /// and notifications queue behind them, so leave plenty of room.
@@ -22,13 +21,15 @@ const CONCURRENCY: usize = 64;
 
 /// Runs the server on stdin/stdout until the client exits.
 pub async fn serve_stdio(layers: ConfigLayers, config_path: Option<PathBuf>) {
-    let local_engine = EngineSlot::default();
-    let slot = local_engine.clone();
-    let (service, socket) =
-        LspService::build(|client| Backend::new(client, layers, config_path, slot))
-            .custom_method("textDocument/inlineCompletion", Backend::inline_completion)
-            .custom_method("window/workDoneProgress/cancel", Backend::cancel_progress)
-            .finish();
+    let mut session = None;
+    let (service, socket) = LspService::build(|client| {
+        let backend = Backend::new(client, layers, config_path);
+        session = Some(backend.session.clone());
+        backend
+    })
+    .custom_method("textDocument/inlineCompletion", Backend::inline_completion)
+    .custom_method("window/workDoneProgress/cancel", Backend::cancel_progress)
+    .finish();
     let (server_in, client_side_in) = tokio::io::duplex(1 << 16);
     let (client_side_out, server_out) = tokio::io::duplex(1 << 16);
     let relay = super::framing::relay(
@@ -44,8 +45,8 @@ pub async fn serve_stdio(layers: ConfigLayers, config_path: Option<PathBuf>) {
             .await;
     };
     tokio::join!(relay, server);
-    if let Some(engine) = local_engine.get() {
-        let _ = tokio::task::spawn_blocking(move || engine.shutdown()).await;
+    if let Some(session) = session {
+        session.shutdown().await;
     }
 }
 
@@ -66,10 +67,12 @@ impl LanguageServer for Backend {
         if let Some(parking) = &self.parking {
             parking.set_session(workspace_owner(&params), encoding, progress);
         }
-        self.core
+        self.core()
             .set_roots(super::kept_local::workspace_roots(&params));
         *self.capabilities.write().expect("capabilities lock") = params.capabilities;
-        self.core
+        // Through the core, not the session: the engine starts at
+        // `initialized`, with these options in force.
+        self.core()
             .reconfigure(|layers| layers.initialization_options = params.initialization_options);
         let position_encoding = match encoding {
             PositionEncoding::Utf8 => PositionEncodingKind::UTF8,
@@ -109,13 +112,14 @@ impl LanguageServer for Backend {
         // Applying the workspace layer reports every layer's errors; without
         // it, report them here (once either way).
         if !self.fetch_workspace_configuration().await {
-            self.report_config_errors(&self.core.problems()).await;
+            self.report_config_errors(&self.core().problems()).await;
         }
-        self.start_engine(&self.config());
+        self.load_report.start(self.supports_progress());
+        self.session.start_engine();
         if let Some(parking) = &self.parking {
             tokio::spawn(parking.clone().run());
         }
-        let core = self.core.clone();
+        let core = self.core().clone();
         let changes = Some(core.follow_config());
         tokio::spawn(crate::router::canary::upkeep(
             move || core.router(),
@@ -134,7 +138,7 @@ impl LanguageServer for Backend {
         let doc = params.text_document;
         self.documents
             .open(doc.uri.clone(), &doc.text, doc.version, doc.language_id);
-        self.schedule_prewarm(doc.uri, Pause::Arrived);
+        self.paused(&doc.uri, Pause::Arrived);
     }
 
     async fn did_change(&self, params: DidChangeTextDocumentParams) {
@@ -161,7 +165,7 @@ impl LanguageServer for Backend {
                         Applied::Replaced => self.tracking.left(uri.as_str()),
                     }
                 }
-                self.schedule_prewarm(uri, Pause::Edited)
+                self.paused(&uri, Pause::Edited)
             }
             Err(e) => {
                 tracing::warn!("{e}");
@@ -176,11 +180,7 @@ impl LanguageServer for Backend {
         let uri = params.text_document.uri;
         self.documents.close(&uri);
         self.tracking.left(uri.as_str());
-        self.activity.remove(&uri);
-        // Closing is activity: a pending repository refresh must not bring the
-        // closed document back.
-        self.any_activity.fetch_add(1, Ordering::Relaxed);
-        self.completion.forget(uri.as_str());
+        self.session.closed(uri.as_str());
     }
 
     async fn did_change_configuration(&self, params: DidChangeConfigurationParams) {
@@ -218,7 +218,7 @@ impl LanguageServer for Backend {
             .documents
             .reveal(uri, params.range.end, self.encoding())
         {
-            self.schedule_prewarm(uri.clone(), Pause::Arrived);
+            self.paused(uri, Pause::Arrived);
         }
         Ok(Some(self.code_actions(params)))
     }

@@ -19,8 +19,11 @@ use crate::providers::local::{CompletionJob, EngineError, FimText, Generation, P
 const ANSWER_TOKENS_RESERVED: u32 = 12;
 /// Where even the shortest cut leaves less than a line, it is still taken
 /// while it leaves this many tokens (the start of a line, which the user can
-/// accept, or type on from): an empty answer helps no one.
-const ANSWER_TOKENS_AT_LEAST: u32 = 4;
+/// accept, or type on from): an empty answer helps no one. Two, not more: on
+/// a busy host a generated token can cost a tenth of the budget, and a
+/// reserve of four left the shortest cold cut (31 tokens) unaffordable in a
+/// quarter of first requests, which were then answered empty.
+const ANSWER_TOKENS_AT_LEAST: u32 = 2;
 /// A window cut to the time left keeps at least this many tokens.
 const MIN_COLD_INPUT_TOKENS: usize = 32;
 
@@ -114,6 +117,12 @@ impl Engine<'_> {
         (left.as_secs_f64() / self.costs.chunk.as_secs_f64().max(1e-6) * CHUNK as f64) as usize
     }
 
+    /// Prompt tokens that decode in the time of one generated token.
+    fn prompt_tokens_per_answer_token(&self) -> usize {
+        let prompt_token = self.costs.chunk.as_secs_f64() / CHUNK as f64;
+        (self.costs.token.as_secs_f64() / prompt_token.max(1e-9)) as usize
+    }
+
     pub(super) fn complete(
         &mut self,
         mut job: CompletionJob,
@@ -149,35 +158,39 @@ impl Engine<'_> {
     }
 
     /// `wanted`, unless the cache lacks more of it than decodes before
-    /// `deadline`: the place is cold, and the affordable window `text` is cut
-    /// to what does decode, leaving a line of answer or, at the shortest
-    /// cut, the start of one, where the cut costs less than `wanted`. The
-    /// cut starts where the window the cache holds starts, where that is at
-    /// least half as long and leaves the start of a line: typing on at a
-    /// cold place then decodes only what was typed. Where not even the
-    /// shortest cut decodes in time, `wanted` it stays: answered empty, its
-    /// fill goes on.
+    /// `deadline` with a line of answer left: the place is cold, and the
+    /// affordable window `text` is cut to what does decode with a line left,
+    /// or at the shortest the start of one (see [`takes_cut`]: only where
+    /// the cut buys the answer time). The cut starts where the window the
+    /// cache holds starts, where that is at least half as long and leaves
+    /// the start of a line: typing on at a cold place then decodes only what
+    /// was typed. Where not even the shortest cut decodes in time, `wanted`
+    /// it stays: answered empty, its fill goes on.
     fn in_time(&mut self, text: &FimText, wanted: &FimPrompt, deadline: Instant) -> FimPrompt {
-        let decodable = self.decodable_before(deadline);
+        let affordable = Affordable {
+            line: self.decodable_before(deadline),
+            line_start: self.decodable_leaving(deadline, ANSWER_TOKENS_AT_LEAST),
+            per_answer_token: self.prompt_tokens_per_answer_token(),
+        };
         let wanted_cost = self.cost(wanted);
-        if wanted_cost <= decodable {
+        if wanted_cost <= affordable.line {
             return wanted.clone();
         }
-        let fresh = self.build_prompt_within(text, decodable);
-        let at_least = self.decodable_leaving(deadline, ANSWER_TOKENS_AT_LEAST);
+        let fresh = self.build_prompt_within(text, affordable.line);
         let held = self
             .window_held(text)
             .filter(|held| 2 * held.tokens.len() >= fresh.tokens.len())
             .map(|held| (self.cost(&held), held))
-            .filter(|&(cost, _)| cost <= at_least);
+            .filter(|&(cost, _)| cost <= affordable.line_start);
         let (cut_cost, cut) = held.unwrap_or_else(|| (self.cost(&fresh), fresh));
-        let taken = takes_cut(wanted_cost, cut_cost, at_least);
+        let taken = takes_cut(wanted_cost, cut_cost, affordable);
         tracing::debug!(
             taken,
             wanted = wanted_cost,
             cut = cut_cost,
             cut_window = cut.tokens.len(),
-            decodable_at_least = at_least,
+            decodable = affordable.line,
+            decodable_at_least = affordable.line_start,
             left_ms = deadline
                 .saturating_duration_since(Instant::now())
                 .as_millis() as u64,
@@ -273,29 +286,69 @@ impl Engine<'_> {
     }
 }
 
-/// Whether a request takes the `cut` window over the one it wanted: only
-/// where the cut costs less to decode and still leaves time for the start
-/// of a line. On a busy machine not even a resident window may leave time
-/// for a whole line; a cut that decodes more than it then leaves less, so
-/// what the cache holds decides.
-fn takes_cut(wanted_cost: usize, cut_cost: usize, decodable_at_least: usize) -> bool {
-    cut_cost < wanted_cost && cut_cost <= decodable_at_least
+/// What a request can afford before its deadline, in prompt tokens.
+#[derive(Clone, Copy, Debug)]
+struct Affordable {
+    /// Decodable with a line of answer left.
+    line: usize,
+    /// Decodable with the start of a line left.
+    line_start: usize,
+    /// Prompt tokens that decode in the time of one generated token.
+    per_answer_token: usize,
+}
+
+/// Whether a request takes the `cut` window over the one it wanted, which
+/// lacks more than leaves a line of answer: where the cut leaves the start
+/// of a line and buys the answer at least a token more. A cut keeps only a
+/// few lines of the window, so it must buy time: on a busy machine a
+/// resident window lacks about what the shortest cut does (its suffix
+/// section, 33 tokens against 31, where a generated token costs 7), and
+/// cutting there threw the prefix away for nothing. What the cache holds
+/// decides.
+fn takes_cut(wanted_cost: usize, cut_cost: usize, affordable: Affordable) -> bool {
+    let buys_a_token = wanted_cost >= cut_cost + affordable.per_answer_token.max(1);
+    buys_a_token && cut_cost <= affordable.line_start
 }
 
 #[cfg(test)]
 mod tests {
-    use super::takes_cut;
+    use super::{Affordable, takes_cut};
+
+    /// Idle: a generated token 45 ms, a prompt token 7.6 ms.
+    const IDLE: Affordable = Affordable {
+        line: 26,
+        line_start: 109,
+        per_answer_token: 6,
+    };
+    /// One core busy: a generated token 84 ms, a prompt token 12 ms; no
+    /// line fits at all.
+    const BUSY: Affordable = Affordable {
+        line: 0,
+        line_start: 58,
+        per_answer_token: 7,
+    };
 
     #[test]
     fn a_window_the_cache_holds_is_kept_over_a_cut_that_decodes_more() {
         // The span's window lacks one token; the shortest cut lacks 31.
-        assert!(!takes_cut(1, 31, 46));
-        assert!(!takes_cut(31, 31, 46));
+        assert!(!takes_cut(1, 31, BUSY));
+        assert!(!takes_cut(31, 31, BUSY));
+    }
+
+    #[test]
+    fn a_cut_that_buys_the_answer_less_than_a_token_keeps_the_window() {
+        // The resident window lacks its suffix section (33), the shortest
+        // cut 31: two prompt tokens, a third of a generated one.
+        assert!(!takes_cut(33, 31, BUSY));
+        assert!(takes_cut(59, 31, IDLE), "28 tokens buy four generated ones");
     }
 
     #[test]
     fn a_cold_window_is_cut_to_what_leaves_the_start_of_a_line() {
-        assert!(takes_cut(210, 31, 46));
-        assert!(!takes_cut(210, 47, 46), "the cut leaves no time to answer");
+        assert!(takes_cut(210, 31, BUSY));
+        assert!(
+            !takes_cut(210, 59, BUSY),
+            "the cut leaves no time to answer"
+        );
     }
 }
