@@ -8,6 +8,7 @@
 //! same lock as the change.
 
 pub mod loading;
+pub mod parking;
 pub mod prewarm;
 pub mod runbook;
 pub mod session;

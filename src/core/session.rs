@@ -1,12 +1,14 @@
 //! The work the core owns for every front end, built whole at open:
 //! completion (over the local engine, with the router for the chain's remote
-//! entries), loading the local engine again when its settings change, and
-//! when to prewarm. The language server, the gateway and the CLI open one and
-//! only translate between their protocol and it.
+//! entries), loading the local engine again when its settings change, when to
+//! prewarm, parked work and its resume, and the canaries that keep the routes
+//! known. The language server, the gateway and the CLI open one and only
+//! translate between their protocol and it.
 
 use std::sync::Arc;
 
 use super::loading::{self, LoadReport};
+use super::parking::{ParkedFront, Parking};
 use super::prewarm::{Pause, Place, Prewarming};
 use super::{Core, Reconfigured};
 use crate::completion::CompletionService;
@@ -14,6 +16,7 @@ use crate::completion::controls::Snooze;
 use crate::config::ConfigLayers;
 use crate::context::repository::OpenDocuments;
 use crate::providers::local::ModelInfo;
+use crate::router::{Router, canary};
 
 pub struct Session {
     core: Arc<Core>,
@@ -24,6 +27,8 @@ pub struct Session {
     /// that load, then loads what is configured then.
     loading: tokio::sync::Mutex<()>,
     prewarming: Prewarming,
+    /// Parked work; `None` where the state directory cannot hold it.
+    parking: Option<Arc<Parking>>,
 }
 
 /// What a front end brings to a session besides the core.
@@ -46,6 +51,7 @@ impl Session {
             completion = completion.with_open_documents(documents);
         }
         Arc::new(Session {
+            parking: Parking::open(core.clone()),
             core,
             completion: Arc::new(completion),
             report: parts.report,
@@ -99,6 +105,26 @@ impl Session {
             tracing::info!("the local model's settings changed; loading it again");
             self.start_engine();
         }
+    }
+
+    /// Where work that cannot be served now is parked, if anywhere.
+    pub fn parking(&self) -> Option<&Arc<Parking>> {
+        self.parking.as_ref()
+    }
+
+    /// Resumes parked work in the background; `front` applies the answers.
+    pub fn resume_parked<F: ParkedFront>(&self, front: Arc<F>) {
+        if let Some(parking) = &self.parking {
+            tokio::spawn(parking.clone().run(front));
+        }
+    }
+
+    /// Runs the canaries in the background, each canary interval as
+    /// configured now; `on_tick` sees the router after each round.
+    pub fn keep_routes_known(&self, on_tick: impl Fn(&Router) + Send + 'static) {
+        let core = self.core.clone();
+        let changes = Some(core.follow_config());
+        tokio::spawn(canary::upkeep(move || core.router(), changes, on_tick));
     }
 
     /// The user paused in `doc`: prewarm there once the pause lasts (see

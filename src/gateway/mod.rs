@@ -48,7 +48,6 @@ use crate::core::Core;
 use crate::core::session::Session;
 use crate::entry::{ChainEntry, ModelRef};
 use crate::providers::Secret;
-use crate::router::canary;
 use crate::router::history::History;
 use crate::router::{Answer, Origin, Pin, RouteError, Router, TaskRequest};
 use crate::task::{TaskKind, Tier};
@@ -117,12 +116,8 @@ pub async fn run(session: Arc<Session>, options: GatewayOptions) -> Result<(), S
     // The first line on stdout says where it listens (`--listen 127.0.0.1:0` picks a port).
     println!("switchyard gateway listening on http://{address}");
     let history = Arc::new(History::default());
-    let (upkept, recorder) = (core.clone(), history.clone());
-    tokio::spawn(canary::upkeep(
-        move || upkept.router(),
-        Some(core.follow_config()),
-        move |router| recorder.record(router),
-    ));
+    let recorder = history.clone();
+    session.keep_routes_known(move |router| recorder.record(router));
     tokio::spawn(follow_file(session));
     let app = app(Arc::new(Gateway {
         core,

@@ -16,14 +16,17 @@ use tower_lsp_server::{Cancellable, OngoingProgress, Unbounded};
 
 use super::backend::Backend;
 use super::edits;
-use super::parked::ParkRequest;
+use super::parked::Target;
 use super::position;
 use super::wire::{
-    self, ExplainResult, LocalOnlyResult, RefactorDone, RefactorResult, SnoozeResult, StatusParams,
+    self, ExplainResult, LocalOnlyResult, RefactorDone, RefactorParked, RefactorResult,
+    SnoozeResult, StatusParams,
 };
 use crate::context::chat::{PromptParts, code_block};
 use crate::core::LocalOnlyError;
+use crate::core::parking::ParkRequest;
 use crate::prompts::{EXPLAIN_INSTRUCTION, EXPLAIN_SYSTEM, PRESETS, REFACTOR_SYSTEM};
+use crate::resilience::park::DocumentVersion;
 use crate::router::{Origin, Progress, RouteError, TaskRequest};
 use crate::task::TaskKind;
 
@@ -405,14 +408,16 @@ impl Backend {
             Ok(answer) => answer,
             Err(e) => {
                 let request = ParkRequest {
+                    kind: TaskKind::Refactor,
                     system: REFACTOR_SYSTEM.into(),
                     parts,
-                    uri,
-                    version,
-                    start,
-                    end,
+                    document: DocumentVersion {
+                        uri: uri.to_string(),
+                        version,
+                    },
                     partial: String::new(),
                     note: e.to_string(),
+                    target: Target { uri, start, end }.to_value(),
                 };
                 return self.park_or_fail(e, request).await;
             }
@@ -436,7 +441,8 @@ impl Backend {
     /// Parks a refactor no model could serve yet, where parking is on and
     /// what stopped it is temporary; else its failure.
     async fn park_or_fail(&self, e: RouteError, mut request: ParkRequest) -> Result<Option<Value>> {
-        let (Some(parking), RouteError::NothingHealthy { partial, .. }) = (&self.parking, &e)
+        let (Some(parking), RouteError::NothingHealthy { partial, .. }) =
+            (self.session.parking(), &e)
         else {
             return Err(request_failed(e));
         };
@@ -444,8 +450,16 @@ impl Backend {
             return Err(request_failed(e));
         }
         request.partial = partial.clone();
-        match parking.park(request).await {
-            Ok(parked) => Ok(Some(wire::result(RefactorResult::Parked(parked)))),
+        let note = request.note.clone();
+        match parking.park(request) {
+            Ok(id) => {
+                self.parking.parked(&note).await;
+                let parked = RefactorParked {
+                    parked: id,
+                    reason: note,
+                };
+                Ok(Some(wire::result(RefactorResult::Parked(parked))))
+            }
             Err(io) => {
                 tracing::error!("could not park the refactor: {io}");
                 Err(request_failed(e))

@@ -13,7 +13,7 @@ use tower_lsp_server::ls_types::*;
 use tokio_util::sync::CancellationToken;
 
 use super::documents::DocumentStore;
-use super::parked::Parking;
+use super::parked::EditorParking;
 use super::position::PositionEncoding;
 use super::progress;
 use super::wire::{StatusNotification, StatusParams};
@@ -26,7 +26,6 @@ use crate::config::{ConfigError, ConfigLayers};
 use crate::core::Core;
 use crate::core::prewarm::{Pause, Place};
 use crate::core::session::{self, Session};
-use crate::resilience::park::ParkingLot;
 use crate::router::Router;
 
 pub struct Backend {
@@ -42,8 +41,8 @@ pub struct Backend {
     /// Tells the editor what the session's loads of the model do; started
     /// at `initialized`, once the client's `$/progress` support is known.
     pub(super) load_report: Arc<super::loader::EditorReport>,
-    /// Parked refactors; `None` when the state dir cannot hold them.
-    pub(super) parking: Option<Arc<Parking>>,
+    /// Where parked refactors' answers go (the session parks and resumes).
+    pub(super) parking: Arc<EditorParking>,
     /// Cancel buttons of running actions, by progress token.
     pub(super) progress_cancels: DashMap<NumberOrString, CancellationToken>,
 }
@@ -70,22 +69,7 @@ impl Backend {
             tracing::warn!("{e}");
         }
         let documents = Arc::new(DocumentStore::default());
-        let parked_dir = crate::paths::state_dir().join("parked");
-        let parking = match ParkingLot::open(parked_dir.clone()) {
-            Ok(lot) => Some(Arc::new(Parking::new(
-                lot,
-                client.clone(),
-                documents.clone(),
-                core.clone(),
-            ))),
-            Err(error) => {
-                tracing::error!(
-                    "cannot keep parked tasks in {}: {error}; refactors that cannot be served now will fail instead",
-                    parked_dir.display()
-                );
-                None
-            }
-        };
+        let parking = Arc::new(EditorParking::new(client.clone(), documents.clone()));
         let load_report = Arc::new(super::loader::EditorReport::new(client.clone()));
         let open = documents.clone();
         let session = Session::open(

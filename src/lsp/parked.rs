@@ -1,18 +1,15 @@
-//! The editor side of checkpoint-and-park. A refactor that only temporary
-//! trouble stopped (an open breaker, an empty quota, a spent wait budget) is
-//! parked with its checkpoint instead of failed. A background loop resumes
-//! parked refactors (this window's, including ones a killed server left) as
-//! soon as a route serves them, continuing the partial answer, and applies the
-//! result: directly when the document is unchanged, after asking when it
-//! changed meanwhile.
+//! The editor's side of checkpoint-and-park (the core parks and resumes,
+//! `core::parking`): where a parked refactor's answer goes (the selection it
+//! replaces), `$/progress` while a resume runs, and applying the answer:
+//! directly when the document is unchanged, after asking when it changed
+//! meanwhile.
 
 use std::collections::HashSet;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::Duration;
 
 use ropey::Rope;
-use tokio_util::sync::CancellationToken;
 use tower_lsp_server::Client;
 use tower_lsp_server::ls_types::*;
 
@@ -20,39 +17,33 @@ use super::documents::DocumentStore;
 use super::edits;
 use super::position::PositionEncoding;
 use super::progress::{self, Progress};
-use super::wire::RefactorParked;
-use crate::clock::now_ms;
-use crate::config::follow::sleep_or_change;
 use crate::context::chat::code_block;
-use crate::core::Core;
-use crate::resilience::park::{Checkpoint, DocumentVersion, ParkingLot, new_id};
-use crate::router::status::ParkedStatus;
-use crate::router::{Origin, RouteError, Router, TaskRequest};
-use crate::task::TaskKind;
+use crate::core::parking::{Applied, ParkedFront, Resumed};
+use crate::resilience::park::Checkpoint;
 
 /// Where a parked refactor's answer goes.
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
-struct Target {
-    uri: Uri,
+pub(super) struct Target {
+    pub uri: Uri,
     /// Character offsets of the selection in the version it was made against.
-    start: usize,
-    end: usize,
-    /// The finished answer, once a route served it, waiting to be applied.
-    #[serde(default)]
-    ready: Option<String>,
+    pub start: usize,
+    pub end: usize,
 }
 
-pub(super) struct Parking {
-    lot: ParkingLot,
+impl Target {
+    pub(super) fn to_value(&self) -> serde_json::Value {
+        serde_json::to_value(self).expect("target serialises")
+    }
+
+    fn of(checkpoint: &Checkpoint) -> Result<Target, String> {
+        serde_json::from_value(checkpoint.target.clone())
+            .map_err(|e| format!("its target is unusable: {e}"))
+    }
+}
+
+pub(super) struct EditorParking {
     client: Client,
     documents: Arc<DocumentStore>,
-    /// The routing core, whose path rules in force at resume keep a document
-    /// local even when its rule was added after the refactor parked.
-    core: Arc<Core>,
-    /// What status shows: the core's list, shared with every router it builds.
-    listed: Arc<Mutex<Vec<ParkedStatus>>>,
-    /// This window's workspace: it resumes only its own parked work.
-    owner: RwLock<String>,
     encoding: RwLock<PositionEncoding>,
     /// The client shows `$/progress`.
     progress: AtomicBool,
@@ -61,134 +52,48 @@ pub(super) struct Parking {
     asked: Mutex<HashSet<String>>,
 }
 
-/// A refactor the router could not finish now but may later.
-pub(super) struct ParkRequest {
-    pub system: String,
-    pub parts: crate::context::chat::PromptParts,
-    pub uri: Uri,
-    pub version: i32,
-    pub start: usize,
-    pub end: usize,
-    pub partial: String,
-    pub note: String,
-}
-
-impl Parking {
-    pub(super) fn new(
-        lot: ParkingLot,
-        client: Client,
-        documents: Arc<DocumentStore>,
-        core: Arc<Core>,
-    ) -> Parking {
-        Parking {
-            lot,
+impl EditorParking {
+    pub(super) fn new(client: Client, documents: Arc<DocumentStore>) -> EditorParking {
+        EditorParking {
             client,
             documents,
-            listed: core.parked(),
-            core,
-            owner: RwLock::new(String::new()),
             encoding: RwLock::new(PositionEncoding::Utf16),
             progress: AtomicBool::new(false),
             asked: Mutex::new(HashSet::new()),
         }
     }
 
-    pub(super) fn set_session(&self, owner: String, encoding: PositionEncoding, progress: bool) {
-        *self.owner.write().expect("owner lock") = owner;
+    pub(super) fn set_session(&self, encoding: PositionEncoding, progress: bool) {
         *self.encoding.write().expect("encoding lock") = encoding;
         self.progress.store(progress, Ordering::Release);
     }
 
-    fn owner(&self) -> String {
-        self.owner.read().expect("owner lock").clone()
-    }
-
-    fn router(&self) -> Arc<Router> {
-        self.core.router()
-    }
-
-    /// Writes the checkpoint; the answer tells the editor it was parked.
-    pub(super) async fn park(&self, request: ParkRequest) -> std::io::Result<RefactorParked> {
-        let id = new_id();
-        let target = Target {
-            uri: request.uri.clone(),
-            start: request.start,
-            end: request.end,
-            ready: None,
-        };
-        let checkpoint = Checkpoint {
-            id: id.clone(),
-            kind: TaskKind::Refactor,
-            system: request.system,
-            parts: request.parts,
-            documents: vec![DocumentVersion {
-                uri: request.uri.to_string(),
-                version: request.version,
-            }],
-            partial: request.partial,
-            steps_done: Vec::new(),
-            note: request.note.clone(),
-            target: serde_json::to_value(&target).expect("target serialises"),
-            owner: self.owner(),
-            parked_at_ms: now_ms(),
-            attempts: 1,
-        };
-        self.lot.park(&checkpoint)?;
-        tracing::info!("parked refactor {id}: {}", request.note);
-        self.relist();
+    /// Tells the user a refactor was parked.
+    pub(super) async fn parked(&self, note: &str) {
         self.client
             .show_message(
                 MessageType::WARNING,
                 format!(
-                    "switchyard: refactor parked, it resumes by itself when a model can serve it ({})",
-                    request.note
+                    "switchyard: refactor parked, it resumes by itself when a model can serve it ({note})"
                 ),
             )
             .await;
-        Ok(RefactorParked {
-            parked: id,
-            reason: request.note,
-        })
     }
+}
 
-    /// Refreshes the parked list that status shows.
-    fn relist(&self) {
-        let listed = self
-            .lot
-            .owned_by(&self.owner())
-            .into_iter()
-            .map(ParkedStatus::from)
-            .collect();
-        *self.listed.lock().expect("parked lock") = listed;
-        self.router().publish();
-    }
+impl ParkedFront for EditorParking {
+    type Attempt = Option<Progress>;
+    const FRONT_END: &'static str = "lsp";
 
-    /// Resumes parked work every resume interval (as configured now; an edit
-    /// applies at once), and refreshes the shared status.
-    pub(super) async fn run(self: Arc<Self>) {
-        let mut changes = Some(self.core.follow_config());
-        loop {
-            let every = self.core.config().resilience.resume_interval_ms;
-            if !sleep_or_change(Duration::from_millis(every), &mut changes).await {
-                continue;
-            }
-            self.router().refresh_shared().await;
-            self.relist();
-            for checkpoint in self.lot.owned_by(&self.owner()) {
-                if let Some(_claim) = self.lot.claim(&checkpoint.id).await {
-                    let progress = self.begin_progress(&checkpoint).await;
-                    let outcome = self.resume(checkpoint).await;
-                    if let Some(progress) = progress {
-                        progress.finish_with_message(outcome).await;
-                    }
-                    self.relist();
-                }
-            }
-        }
+    fn file(&self, checkpoint: &Checkpoint) -> Result<Option<PathBuf>, String> {
+        Ok(Target::of(checkpoint)?
+            .uri
+            .to_file_path()
+            .map(|p| p.into_owned()))
     }
 
     /// `$/progress` for one resume attempt, where the client shows it.
-    async fn begin_progress(&self, checkpoint: &Checkpoint) -> Option<Progress> {
+    async fn begin(&self, checkpoint: &Checkpoint) -> Option<Progress> {
         if !self.progress.load(Ordering::Acquire) {
             return None;
         }
@@ -197,103 +102,27 @@ impl Parking {
         progress::begin(&self.client, token, title).await
     }
 
-    /// Tries one parked task; says how it went.
-    async fn resume(&self, mut checkpoint: Checkpoint) -> String {
-        let Ok(mut target) = serde_json::from_value::<Target>(checkpoint.target.clone()) else {
-            tracing::warn!(
-                "parked task {} has no usable target; dropping it",
-                checkpoint.id
-            );
-            self.lot.finish(&checkpoint.id).await;
-            return "dropped: its checkpoint is unusable".into();
-        };
-        let answer = match target.ready.clone() {
-            Some(answer) => answer,
-            None => match self.rerun(&mut checkpoint, &target).await {
-                Ok(answer) => answer,
-                Err(said) => return said,
-            },
-        };
-        target.ready = Some(answer.clone());
-        checkpoint.target = serde_json::to_value(&target).expect("target serialises");
-        match self.apply(&checkpoint, &target, &answer).await {
-            Applied::Done => {
-                self.lot.finish(&checkpoint.id).await;
-                "resumed and finished".into()
-            }
-            Applied::Later(note) => {
-                checkpoint.note = note.clone();
-                self.keep(&checkpoint).await;
-                note
-            }
+    async fn end(&self, attempt: Option<Progress>, resumed: &Resumed) {
+        if let Resumed::Failed(message) = resumed {
+            self.client
+                .show_message(MessageType::ERROR, format!("switchyard: {message}"))
+                .await;
+        }
+        if let Some(progress) = attempt {
+            progress.finish_with_message(resumed.to_string()).await;
         }
     }
 
-    /// Routes a parked task again, under the path rules in force now: its
-    /// answer, or how it went where there is none (still parked, or failed).
-    async fn rerun(&self, checkpoint: &mut Checkpoint, target: &Target) -> Result<String, String> {
-        let request = TaskRequest {
-            continuation: checkpoint.partial.clone(),
-            local_only_rule: target
-                .uri
-                .to_file_path()
-                .and_then(|path| self.core.kept_local(&path)),
-            origin: Origin {
-                front_end: "lsp",
-                subject: target.uri.as_str().to_owned(),
-            },
-            ..TaskRequest::new(
-                checkpoint.kind,
-                checkpoint.system.clone(),
-                checkpoint.parts.clone(),
-            )
-        };
-        let routed = self
-            .router()
-            .run(request, CancellationToken::new(), &|_| {})
-            .await;
-        match routed {
-            Ok(answer) => {
-                tracing::info!(
-                    "resumed parked refactor {} on {}/{}",
-                    checkpoint.id,
-                    answer.route.provider,
-                    answer.route.model
-                );
-                Ok(answer.text)
-            }
-            Err(RouteError::NothingHealthy {
-                retry_later: true,
-                partial,
-                ..
-            }) => {
-                if partial.len() > checkpoint.partial.len() {
-                    checkpoint.partial = partial;
-                }
-                checkpoint.attempts += 1;
-                self.keep(checkpoint).await;
-                Err("still parked: no model can serve it yet".into())
-            }
-            Err(e) => {
-                self.lot.finish(&checkpoint.id).await;
-                let message = format!("the parked refactor failed: {e}");
-                self.client
-                    .show_message(MessageType::ERROR, format!("switchyard: {message}"))
-                    .await;
-                Err(message)
-            }
+    async fn apply(&self, checkpoint: &Checkpoint, answer: &str) -> Applied {
+        match Target::of(checkpoint) {
+            Ok(target) => self.apply_at(checkpoint, &target, answer).await,
+            Err(why) => Applied::Later(why),
         }
     }
+}
 
-    /// Rewrites the checkpoint and gives up the claim: it stays parked.
-    async fn keep(&self, checkpoint: &Checkpoint) {
-        if let Err(error) = self.lot.park(checkpoint) {
-            tracing::warn!("could not update parked task {}: {error}", checkpoint.id);
-        }
-        self.lot.unclaim(&checkpoint.id).await;
-    }
-
-    async fn apply(&self, checkpoint: &Checkpoint, target: &Target, answer: &str) -> Applied {
+impl EditorParking {
+    async fn apply_at(&self, checkpoint: &Checkpoint, target: &Target, answer: &str) -> Applied {
         let Ok(doc) = self.documents.get(&target.uri) else {
             return Applied::Later("answer ready; open the file to apply it".into());
         };
@@ -387,12 +216,6 @@ impl Parking {
             }
         }
     }
-}
-
-enum Applied {
-    Done,
-    /// Stays parked, with a new note.
-    Later(String),
 }
 
 /// The char range of `selection` in `rope`, where it occurs exactly once.

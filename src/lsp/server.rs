@@ -64,8 +64,9 @@ impl LanguageServer for Backend {
             .as_ref()
             .and_then(|w| w.work_done_progress)
             .unwrap_or(false);
-        if let Some(parking) = &self.parking {
-            parking.set_session(workspace_owner(&params), encoding, progress);
+        self.parking.set_session(encoding, progress);
+        if let Some(parking) = self.session.parking() {
+            parking.set_owner(workspace_owner(&params));
         }
         self.core()
             .set_roots(super::kept_local::workspace_roots(&params));
@@ -116,16 +117,8 @@ impl LanguageServer for Backend {
         }
         self.load_report.start(self.supports_progress());
         self.session.start_engine();
-        if let Some(parking) = &self.parking {
-            tokio::spawn(parking.clone().run());
-        }
-        let core = self.core().clone();
-        let changes = Some(core.follow_config());
-        tokio::spawn(crate::router::canary::upkeep(
-            move || core.router(),
-            changes,
-            |_| {},
-        ));
+        self.session.resume_parked(self.parking.clone());
+        self.session.keep_routes_known(|_| {});
         // Last: a client slow to answer this holds up nothing else.
         self.watch_ignore_files(self.watches_files()).await;
     }

@@ -47,6 +47,9 @@ pub struct Checkpoint {
     /// Where the answer goes when it comes: opaque to everything but the front
     /// end that parked it (the LSP keeps the edit range here).
     pub target: serde_json::Value,
+    /// The finished answer, once a route served it, waiting to be applied.
+    #[serde(default)]
+    pub ready: Option<String>,
     /// Which front end may resume it (a workspace root), so a restarted server
     /// picks up its own work and not another window's.
     pub owner: String,
@@ -234,6 +237,7 @@ mod tests {
             steps_done: Vec::new(),
             note: "breaker open".into(),
             target: serde_json::json!({"range": [1, 2]}),
+            ready: None,
             owner: owner.into(),
             parked_at_ms: now_ms(),
             attempts: 1,
