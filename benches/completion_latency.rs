@@ -330,7 +330,10 @@ async fn switch_back(service: &CompletionService) -> String {
             "{ms:.0} ms (prompt {:.0} ms, {} of {} tokens decoded; answer {:.0} ms, {} tokens)",
             g.prompt_ms, g.tokens_decoded, g.prompt_tokens, g.generate_ms, g.tokens_generated
         ),
-        _ => format!("{ms:.0} ms"),
+        // An answer the post-processing drops (a line the file already has)
+        // is timed all the same; say so, since it generated less.
+        Err(reason) => format!("{ms:.0} ms (no suggestion: {reason})"),
+        Ok(_) => format!("{ms:.0} ms"),
     }
 }
 

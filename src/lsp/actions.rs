@@ -453,7 +453,7 @@ impl Backend {
         let note = request.note.clone();
         match parking.park(request) {
             Ok(id) => {
-                self.parking.parked(&note).await;
+                self.editor_parking.parked(&note).await;
                 let parked = RefactorParked {
                     parked: id,
                     reason: note,

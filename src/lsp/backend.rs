@@ -42,7 +42,7 @@ pub struct Backend {
     /// at `initialized`, once the client's `$/progress` support is known.
     pub(super) load_report: Arc<super::loader::EditorReport>,
     /// Where parked refactors' answers go (the session parks and resumes).
-    pub(super) parking: Arc<EditorParking>,
+    pub(super) editor_parking: Arc<EditorParking>,
     /// Cancel buttons of running actions, by progress token.
     pub(super) progress_cancels: DashMap<NumberOrString, CancellationToken>,
 }
@@ -69,7 +69,7 @@ impl Backend {
             tracing::warn!("{e}");
         }
         let documents = Arc::new(DocumentStore::default());
-        let parking = Arc::new(EditorParking::new(client.clone(), documents.clone()));
+        let editor_parking = Arc::new(EditorParking::new(client.clone(), documents.clone()));
         let load_report = Arc::new(super::loader::EditorReport::new(client.clone()));
         let open = documents.clone();
         let session = Session::open(
@@ -88,7 +88,7 @@ impl Backend {
             encoding: RwLock::new(PositionEncoding::Utf16),
             capabilities: RwLock::new(ClientCapabilities::default()),
             load_report,
-            parking,
+            editor_parking,
             progress_cancels: DashMap::new(),
         }
     }

@@ -64,7 +64,7 @@ impl LanguageServer for Backend {
             .as_ref()
             .and_then(|w| w.work_done_progress)
             .unwrap_or(false);
-        self.parking.set_session(encoding, progress);
+        self.editor_parking.set_session(encoding, progress);
         if let Some(parking) = self.session.parking() {
             parking.set_owner(workspace_owner(&params));
         }
@@ -117,7 +117,7 @@ impl LanguageServer for Backend {
         }
         self.load_report.start(self.supports_progress());
         self.session.start_engine();
-        self.session.resume_parked(self.parking.clone());
+        self.session.resume_parked(self.editor_parking.clone());
         self.session.keep_routes_known(|_| {});
         // Last: a client slow to answer this holds up nothing else.
         self.watch_ignore_files(self.watches_files()).await;
