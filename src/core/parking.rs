@@ -68,7 +68,7 @@ pub enum Applied {
 }
 
 /// How one resume attempt went.
-#[derive(Debug, PartialEq)]
+#[derive(Debug)]
 pub enum Resumed {
     Finished,
     /// Still parked: no model could serve it yet, or its answer waits.
@@ -197,12 +197,7 @@ impl Parking {
                 return Resumed::Failed(format!("dropped: {why}"));
             }
         };
-        // An older release kept a ready answer in the target.
-        let ready = checkpoint.ready.clone().or_else(|| {
-            let kept = checkpoint.target.get("ready")?.as_str()?;
-            Some(kept.to_owned())
-        });
-        let answer = match ready {
+        let answer = match checkpoint.ready.clone() {
             Some(answer) => answer,
             None => match self.rerun(F::FRONT_END, file, &mut checkpoint).await {
                 Ok(answer) => answer,

@@ -57,6 +57,19 @@ pub struct Checkpoint {
     pub attempts: u32,
 }
 
+impl Checkpoint {
+    /// As this release keeps it: an older one kept the finished answer in
+    /// the LSP's target (`target.ready`), and it is not paid for twice.
+    fn upgraded(mut self) -> Checkpoint {
+        if self.ready.is_none()
+            && let Some(kept) = self.target.get("ready").and_then(|r| r.as_str())
+        {
+            self.ready = Some(kept.to_owned());
+        }
+        self
+    }
+}
+
 pub struct ParkingLot {
     dir: PathBuf,
     claims: Arc<FileState>,
@@ -126,8 +139,8 @@ impl ParkingLot {
             .filter(|p| p.extension().is_some_and(|x| x == "json"))
             .filter_map(|path| {
                 let bytes = std::fs::read(&path).ok()?;
-                match serde_json::from_slice(&bytes) {
-                    Ok(checkpoint) => Some(checkpoint),
+                match serde_json::from_slice::<Checkpoint>(&bytes) {
+                    Ok(checkpoint) => Some(checkpoint.upgraded()),
                     Err(error) => {
                         let aside = path.with_extension("corrupt");
                         tracing::warn!(
@@ -274,6 +287,18 @@ mod tests {
             .permissions()
             .mode();
         assert_eq!(mode & 0o777, 0o600);
+    }
+
+    #[test]
+    fn an_answer_an_older_release_kept_in_the_target_is_read_as_ready() {
+        let dir = tempfile::tempdir().unwrap();
+        let lot = lot(dir.path());
+        let mut older = serde_json::to_value(checkpoint("o")).unwrap();
+        older.as_object_mut().unwrap().remove("ready");
+        older["target"]["ready"] = "fn renamed() {}".into();
+        std::fs::write(lot.dir().join("older.json"), older.to_string()).unwrap();
+        let read = lot.list();
+        assert_eq!(read[0].ready.as_deref(), Some("fn renamed() {}"));
     }
 
     #[test]
