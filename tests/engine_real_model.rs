@@ -367,6 +367,71 @@ async fn switching_back_to_a_document_is_warm() {
     );
 }
 
+/// Back at a place in a resident document after another file: the prompt
+/// that borrowed the document there was saved with what it decoded of its
+/// own (its suffix section, the answer), not only the document's start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn switching_back_to_a_place_in_a_resident_document_is_warm() {
+    let document = &support::SAMPLE_RUST[..720];
+    let cursor = document.find("        match ").unwrap() + "        match ".len();
+    let place = FimText {
+        prefix: document[..cursor].to_owned(),
+        suffix: document[cursor..].to_owned(),
+        ..FimText::default()
+    };
+    let engine = LocalEngine::spawn(options());
+    engine.wait_ready().await.unwrap();
+    engine
+        .prewarm_and_wait(Prewarm {
+            window: place.clone(),
+            span: Some(SpanText {
+                window: FimText {
+                    spanned: true,
+                    ..place.clone()
+                },
+                document: document.to_owned(),
+            }),
+            resident: true,
+            neighbours: Vec::new(),
+        })
+        .await
+        .unwrap();
+    let long = Duration::from_secs(120);
+    // The prewarm filled the place's window from the document: its suffix
+    // section is what the document alone lacks there.
+    let first = engine.complete(job(place.clone(), long)).await.unwrap();
+    let elsewhere = FimText {
+        prefix: "def area(width, height):\n    return ".repeat(8),
+        suffix: "\n".into(),
+        ..FimText::default()
+    };
+    engine.complete(job(elsewhere, long)).await.unwrap();
+    let back = engine.complete(job(place, long)).await.unwrap();
+    assert_same_answer("back at the place", &first, &back);
+    assert!(
+        back.tokens_to_decode <= 2,
+        "decoded {} of {} back at the place",
+        back.tokens_to_decode,
+        back.prompt_tokens
+    );
+    // The document came back with the place: a new place in it decodes its
+    // suffix section (at most 64 tokens and its markers) and little else.
+    let cursor = document.find("            value: ").unwrap() + "            value: ".len();
+    let another = FimText {
+        prefix: document[..cursor].to_owned(),
+        suffix: document[cursor..].to_owned(),
+        ..FimText::default()
+    };
+    let there = engine.complete(job(another, long)).await.unwrap();
+    engine.shutdown();
+    assert!(
+        there.tokens_to_decode <= 64 + 8,
+        "decoded {} of {} at a new place",
+        there.tokens_to_decode,
+        there.prompt_tokens
+    );
+}
+
 /// The open document stays resident: after it is prewarmed, a completion at a
 /// new place decodes its suffix section and little else, and typing there
 /// goes on reusing it; every answer is the one a fresh context gives.

@@ -33,13 +33,68 @@ pub(super) enum Logits {
 pub(super) struct Snapshot {
     pub(super) tokens: Vec<i32>,
     suffix: Option<SuffixSpan>,
-    resident: bool,
+    residency: SavedResidency,
     state: SeqState,
+}
+
+/// What of a resident document a snapshot holds: a borrowing FIM prompt's
+/// copy keeps the document's tail too, so one copy brings back both the
+/// place and the document.
+enum SavedResidency {
+    None,
+    Whole,
+    Lent { lent: Lent, state: SeqState },
 }
 
 impl Snapshot {
     pub(super) fn byte_len(&self) -> usize {
-        self.state.byte_len()
+        let lent = match &self.residency {
+            SavedResidency::Lent { state, .. } => state.byte_len(),
+            _ => 0,
+        };
+        self.state.byte_len() + lent
+    }
+
+    /// Tokens it holds, a lent tail's included.
+    pub(super) fn len(&self) -> usize {
+        match &self.residency {
+            SavedResidency::Lent { lent, .. } => lent.at + lent.tail.len(),
+            _ => 0,
+        }
+        .max(self.tokens.len())
+    }
+
+    /// Whether it holds a resident document (not only a prompt of its own).
+    pub(super) fn resident(&self) -> bool {
+        !matches!(self.residency, SavedResidency::None)
+    }
+
+    /// The longest start `prompt` shares with it: with the prompt it holds,
+    /// or with the document whose tail it keeps.
+    pub(super) fn shared_with(&self, prompt: &[i32]) -> usize {
+        let own = reuse::common_prefix(&self.tokens, prompt);
+        match &self.residency {
+            SavedResidency::Lent { lent, .. } if own >= lent.at => {
+                own.max(lent.at + reuse::common_prefix(&lent.tail, &prompt[lent.at..]))
+            }
+            _ => own,
+        }
+    }
+
+    /// The resident document it holds, a lent tail put back.
+    pub(super) fn document(&self) -> Option<Vec<i32>> {
+        match &self.residency {
+            SavedResidency::None => None,
+            SavedResidency::Whole => Some(self.tokens.clone()),
+            SavedResidency::Lent { lent, .. } => {
+                Some([&self.tokens[..lent.at], &lent.tail[..]].concat())
+            }
+        }
+    }
+
+    /// Whether it holds the whole of `tokens` from their start.
+    pub(super) fn holds(&self, tokens: &[i32]) -> bool {
+        self.shared_with(tokens) == tokens.len()
     }
 }
 
@@ -214,42 +269,66 @@ impl<'m> KvCache<'m> {
             .map_err(|e| self.failed(e))
     }
 
-    /// A copy of the main sequence, to restore later.
+    /// A copy of the main sequence, and of a lent tail, to restore later.
     pub(super) fn snapshot(&self) -> Result<Snapshot, String> {
-        let state = self
-            .ctx
-            .state_seq_get(MAIN, LlamaStateSeqFlags::empty())
-            .map_err(|e| e.to_string())?;
+        let copy = |seq| {
+            self.ctx
+                .state_seq_get(seq, LlamaStateSeqFlags::empty())
+                .map_err(|e| e.to_string())
+        };
+        let residency = match &self.residency {
+            Residency::None => SavedResidency::None,
+            Residency::Whole => SavedResidency::Whole,
+            Residency::Lent(lent) => SavedResidency::Lent {
+                lent: lent.clone(),
+                state: copy(LENT)?,
+            },
+        };
         Ok(Snapshot {
             tokens: self.tokens.clone(),
             suffix: self.suffix,
-            resident: matches!(self.residency, Residency::Whole),
-            state,
+            residency,
+            state: copy(MAIN)?,
         })
     }
 
-    /// Replaces the cache with `snapshot`. On failure the cache is cleared.
+    /// Replaces the cache with `snapshot`, a lent tail included. On failure
+    /// the cache is cleared.
     pub(super) fn restore(&mut self, snapshot: Snapshot) -> Result<(), String> {
+        let lent_state = match &snapshot.residency {
+            SavedResidency::Lent { state, .. } => Some(state),
+            _ => None,
+        };
         let restored = self
-            .ctx
-            .kv_cache_seq_rm(MAIN, None, None)
-            .map_err(|e| e.to_string())
-            .and_then(|_| {
-                self.ctx
-                    .state_seq_set(&snapshot.state, MAIN)
-                    .map_err(|e| e.to_string())
-            });
+            .set_seq(MAIN, Some(&snapshot.state))
+            .and_then(|_| self.set_seq(LENT, lent_state));
         if let Err(e) = restored {
             self.clear();
             return Err(e);
         }
         self.tokens = snapshot.tokens;
         self.suffix = snapshot.suffix;
-        self.residency = match snapshot.resident {
-            true => Residency::Whole,
-            false => Residency::None,
+        self.residency = match snapshot.residency {
+            SavedResidency::None => Residency::None,
+            SavedResidency::Whole => Residency::Whole,
+            SavedResidency::Lent { lent, .. } => Residency::Lent(lent),
         };
         Ok(())
+    }
+
+    /// Empties sequence `seq`, then writes `state` into it, where given.
+    fn set_seq(&mut self, seq: i32, state: Option<&SeqState>) -> Result<(), String> {
+        self.ctx
+            .kv_cache_seq_rm(seq, None, None)
+            .map_err(|e| e.to_string())?;
+        match state {
+            Some(state) => self
+                .ctx
+                .state_seq_set(state, seq)
+                .map(|_| ())
+                .map_err(|e| e.to_string()),
+            None => Ok(()),
+        }
     }
 
     /// Moves to a new context (another thread count), with what the cache
@@ -321,6 +400,15 @@ impl<'m> KvCache<'m> {
     pub(super) fn own_tokens(&self) -> usize {
         match &self.residency {
             Residency::Lent(lent) => self.tokens.len() - lent.at,
+            _ => 0,
+        }
+    }
+
+    /// How much of a resident document's start a FIM prompt borrows, where
+    /// one does.
+    pub(super) fn lent_at(&self) -> usize {
+        match &self.residency {
+            Residency::Lent(lent) => lent.at,
             _ => 0,
         }
     }

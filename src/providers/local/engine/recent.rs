@@ -6,6 +6,7 @@
 //! first; when a saved prompt shares a longer start with the new one than the
 //! cache does, it is restored before the usual reuse plan runs.
 
+use std::cmp::Reverse;
 use std::collections::VecDeque;
 
 use super::cache::Snapshot;
@@ -31,13 +32,16 @@ impl RecentPrompts {
         }
     }
 
-    /// The saved prompt sharing the longest start with `prompt`, and how long.
+    /// The saved prompt sharing the longest start with `prompt` (a saved
+    /// borrowing prompt's document counts), and how long. Among equals a
+    /// resident document wins, then the latest saved.
     fn best(&self, prompt: &[i32]) -> Option<(usize, usize)> {
         self.saved
             .iter()
             .enumerate()
-            .map(|(i, saved)| (i, common_prefix(&saved.tokens, prompt)))
-            .max_by_key(|&(_, common)| common)
+            .map(|(i, saved)| (i, saved.shared_with(prompt), saved.resident()))
+            .max_by_key(|&(i, common, resident)| (common, resident, Reverse(i)))
+            .map(|(i, common, _)| (i, common))
     }
 
     /// The longest start a saved prompt shares with `prompt`.
@@ -62,16 +66,19 @@ impl RecentPrompts {
         let per_token = self
             .saved
             .iter()
-            .map(|saved| saved.byte_len() / saved.tokens.len().max(1))
+            .map(|saved| saved.byte_len() / saved.len().max(1))
             .max()
             .unwrap_or(0);
         self.saved.len() + 2 <= self.capacity && self.bytes() + 2 * tokens * per_token <= MAX_BYTES
     }
 
-    /// Saves `saved` first; a state it holds the whole of goes.
+    /// Saves `saved` first; a state it holds the whole of goes, and so does
+    /// another place in the same document (one place per document is kept).
     fn push(&mut self, saved: Snapshot) {
-        self.saved
-            .retain(|held| !saved.tokens.starts_with(&held.tokens));
+        let document = saved.document();
+        self.saved.retain(|held| {
+            !saved.holds(&held.tokens) && (document.is_none() || held.document() != document)
+        });
         self.saved.push_front(saved);
         self.saved.truncate(self.capacity);
         while self.bytes() > MAX_BYTES {
@@ -84,20 +91,26 @@ impl Engine<'_> {
     /// Before the cache is brought to `prompt`: a lent tail comes back; the
     /// cache is saved where `prompt` would throw most of it away, and a
     /// saved prompt sharing a longer start with `prompt` than the cache does
-    /// is restored. A FIM prompt that borrowed the document is saved before
-    /// the tail comes back only where it holds more of its own than a
-    /// suffix section: else the document brings it back cheaply, and its
-    /// copy would take a slot (and win a restore) from the document's.
-    /// Failures only cost reuse.
+    /// is restored. A FIM prompt that borrowed the document and holds more
+    /// than a chunk of its own (its suffix section, its answer) is saved
+    /// with the lent tail as it is left: the document alone brings back only
+    /// its start, and coming back to the place decoded the rest again (a
+    /// 186-token suffix section and answer took 1.3 s). A prompt that
+    /// borrows no more than a chunk (another file's, sharing the markers
+    /// and context before the text) holds no place in the document. Failures
+    /// only cost reuse.
     pub(super) fn switch_recent(&mut self, prompt: &FimPrompt) {
-        if self.recent.capacity > 0 && self.cache.own_tokens() > self.budget.suffix + 2 * CHUNK {
-            self.save_leaving(prompt);
-        }
-        self.cache.take_back_lent();
         if self.recent.capacity == 0 {
+            self.cache.take_back_lent();
             return;
         }
-        self.save_leaving(prompt);
+        let place = self.cache.lent_at() > CHUNK && self.cache.own_tokens() > CHUNK;
+        let place_left = place.then(|| self.cache.snapshot());
+        self.cache.take_back_lent();
+        match place_left {
+            Some(copy) => self.save(copy),
+            None => self.save_leaving(prompt),
+        }
         self.restore_better(prompt);
     }
 
@@ -113,12 +126,15 @@ impl Engine<'_> {
         // unless a saved prompt is restored over it.
         let lent = self.borrows_document(prompt, current) && self.better(prompt).is_none();
         let leaving = set_aside || !lent && cached.len() >= 2 * CHUNK && current < cached.len() / 2;
-        if !leaving {
-            return;
+        if leaving {
+            self.save(self.cache.snapshot());
         }
-        match self.cache.snapshot() {
+    }
+
+    fn save(&mut self, copy: Result<Snapshot, String>) {
+        match copy {
             Ok(saved) => {
-                let (tokens, bytes) = (saved.tokens.len(), saved.byte_len());
+                let (tokens, bytes) = (saved.len(), saved.byte_len());
                 self.recent.push(saved);
                 tracing::debug!(
                     tokens,
@@ -141,18 +157,22 @@ impl Engine<'_> {
             .filter(|&(_, common)| common >= current + CHUNK)
     }
 
-    /// Restores the saved prompt `better` finds.
+    /// Restores the saved prompt `better` finds; a borrowing prompt's tail
+    /// comes back at once unless that prompt serves `prompt` best.
     fn restore_better(&mut self, prompt: &FimPrompt) {
         let Some((index, common)) = self.better(prompt) else {
             return;
         };
         let snapshot = self.recent.saved.remove(index).expect("index from best");
-        let tokens = snapshot.tokens.len();
+        let tokens = snapshot.len();
         match self.cache.restore(snapshot) {
             Ok(()) => tracing::debug!(tokens, common, "restored a recent prompt"),
             Err(e) => {
                 tracing::debug!("restoring a recent prompt failed: {e}; the cache was cleared")
             }
+        }
+        if !self.cache.lent_stays(prompt) {
+            self.cache.take_back_lent();
         }
     }
 }

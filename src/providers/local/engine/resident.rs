@@ -27,6 +27,7 @@ pub(super) enum Residency {
 }
 
 /// A resident document's tail, set aside while a FIM prompt borrows its start.
+#[derive(Clone)]
 pub(super) struct Lent {
     /// The main sequence still holds the document's tokens before this position.
     pub at: usize,
