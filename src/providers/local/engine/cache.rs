@@ -55,7 +55,8 @@ impl Snapshot {
         self.state.byte_len() + lent
     }
 
-    /// Tokens it holds, a lent tail's included.
+    /// Tokens it holds: the longer of its prompt and its document (a lent
+    /// tail put back), for sizing the store.
     pub(super) fn len(&self) -> usize {
         match &self.residency {
             SavedResidency::Lent { lent, .. } => lent.at + lent.tail.len(),
