@@ -87,9 +87,7 @@ impl Snapshot {
         match &self.residency {
             SavedResidency::None => None,
             SavedResidency::Whole => Some(self.tokens.clone()),
-            SavedResidency::Lent { lent, .. } => {
-                Some([&self.tokens[..lent.at], &lent.tail[..]].concat())
-            }
+            SavedResidency::Lent { lent, .. } => Some(lent.document(&self.tokens)),
         }
     }
 
@@ -389,7 +387,7 @@ impl<'m> KvCache<'m> {
             &prompt.tokens,
             prompt.suffix_span,
         );
-        let document = [&self.tokens[..lent.at], &lent.tail[..]].concat();
+        let document = lent.document(&self.tokens);
         let back = reuse::plan(&document, None, &prompt.tokens, prompt.suffix_span);
         !prompt.document
             && now.keep >= lent.at
@@ -418,7 +416,7 @@ impl<'m> KvCache<'m> {
     /// FIM prompt borrows its start.
     pub(super) fn lent_document(&self) -> Option<Vec<i32>> {
         match &self.residency {
-            Residency::Lent(lent) => Some([&self.tokens[..lent.at], &lent.tail[..]].concat()),
+            Residency::Lent(lent) => Some(lent.document(&self.tokens)),
             _ => None,
         }
     }

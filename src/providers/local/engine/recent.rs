@@ -100,13 +100,12 @@ impl Engine<'_> {
     /// and context before the text) holds no place in the document. Failures
     /// only cost reuse.
     pub(super) fn switch_recent(&mut self, prompt: &FimPrompt) {
+        let place = self.cache.lent_at() > CHUNK && self.cache.own_tokens() > CHUNK;
+        let place_left = (self.recent.capacity > 0 && place).then(|| self.cache.snapshot());
+        self.cache.take_back_lent();
         if self.recent.capacity == 0 {
-            self.cache.take_back_lent();
             return;
         }
-        let place = self.cache.lent_at() > CHUNK && self.cache.own_tokens() > CHUNK;
-        let place_left = place.then(|| self.cache.snapshot());
-        self.cache.take_back_lent();
         match place_left {
             Some(copy) => self.save(copy),
             None => self.save_leaving(prompt),

@@ -34,3 +34,11 @@ pub(super) struct Lent {
     /// The document's tokens from `at`, in `LENT` at their own positions.
     pub tail: Vec<i32>,
 }
+
+impl Lent {
+    /// The whole document again: `main`'s tokens before the tail, then the
+    /// tail.
+    pub fn document(&self, main: &[i32]) -> Vec<i32> {
+        [&main[..self.at], &self.tail[..]].concat()
+    }
+}
