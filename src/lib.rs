@@ -1,24 +1,24 @@
 //! switchyard: a language server between code editors and the models that write code.
+//!
+//! This crate is the front ends (the language server and the gateway) and the
+//! log; every layer below is its own crate (ARCHITECTURE.md, "Module map"),
+//! re-exported here under its module name so the front ends, the binary and
+//! the tests reach them as `switchyard::router`, `switchyard::core`, ...
 
-pub mod cancel;
-pub mod clock;
-pub mod completion;
-pub mod config;
-pub mod context;
-pub mod core;
-pub mod entry;
 pub mod gateway;
-pub mod local_setup;
 pub mod logging;
 pub mod lsp;
-pub mod models;
-pub mod openmp;
-pub mod paths;
-pub mod privacy;
-pub mod probe;
-pub mod prompts;
-pub mod providers;
-pub mod resilience;
-pub mod router;
-pub mod state;
-pub mod task;
+
+pub use switchyard_base::{cancel, clock, entry, openmp, paths, prompts, task};
+pub use switchyard_completion as completion;
+pub use switchyard_config as config;
+pub use switchyard_config::local_setup;
+pub use switchyard_context as context;
+pub use switchyard_core as core;
+pub use switchyard_models as models;
+pub use switchyard_privacy as privacy;
+pub use switchyard_probe as probe;
+pub use switchyard_providers as providers;
+pub use switchyard_resilience as resilience;
+pub use switchyard_router as router;
+pub use switchyard_state as state;

@@ -7,6 +7,13 @@
 //! engine's work is cancelled. Every request gets exactly one answer, a
 //! superseded one too (ARCHITECTURE.md invariant 2).
 
+// The crates below, by the module names their paths use (`crate::config::…`).
+use switchyard_base::{cancel, clock, entry, paths};
+use switchyard_config as config;
+use switchyard_context as context;
+use switchyard_providers as providers;
+use switchyard_state as state;
+
 pub mod acceptance;
 pub mod controls;
 mod placement;

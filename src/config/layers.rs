@@ -227,7 +227,7 @@ impl Config {
             check_profile(kind, profile)?;
         }
         self.validate_autocomplete()?;
-        self.resilience.validate()
+        validate_resilience(&self.resilience)
     }
 
     /// Every remote entry of every chain names a configured provider.
@@ -296,45 +296,45 @@ impl Config {
     }
 }
 
-impl ResilienceConfig {
-    fn validate(&self) -> Result<(), (String, String)> {
-        let state = &self.state;
-        if !(matches!(state.as_str(), "file" | "memory")
-            || ["file://", "redis://", "rediss://"]
-                .iter()
-                .any(|s| state.starts_with(s)))
-        {
+/// The resilience section's values are in range (its type lives in the
+/// resilience crate; what a file may say is the configuration's concern).
+fn validate_resilience(resilience: &ResilienceConfig) -> Result<(), (String, String)> {
+    let state = &resilience.state;
+    if !(matches!(state.as_str(), "file" | "memory")
+        || ["file://", "redis://", "rediss://"]
+            .iter()
+            .any(|s| state.starts_with(s)))
+    {
+        return Err((
+            "resilience.state".into(),
+            format!("`{state}` is not `file`, `file:///dir`, `redis://host:port` or `memory`"),
+        ));
+    }
+    for (key, value) in [
+        ("resilience.governor.share", resilience.governor.share),
+        ("resilience.breaker.error_rate", resilience.breaker.error_rate),
+    ] {
+        if !(value > 0.0 && value <= 1.0) {
             return Err((
-                "resilience.state".into(),
-                format!("`{state}` is not `file`, `file:///dir`, `redis://host:port` or `memory`"),
+                key.to_owned(),
+                format!("must be above 0 and at most 1, got {value}"),
             ));
         }
-        for (key, value) in [
-            ("resilience.governor.share", self.governor.share),
-            ("resilience.breaker.error_rate", self.breaker.error_rate),
-        ] {
-            if !(value > 0.0 && value <= 1.0) {
-                return Err((
-                    key.to_owned(),
-                    format!("must be above 0 and at most 1, got {value}"),
-                ));
-            }
-        }
-        let (breaker, b) = (&self.breaker, &self.backoff);
-        let ranges = [
-            ("breaker.failures", u64::from(breaker.failures), 1, 1_000),
-            ("breaker.window_ms", breaker.window_ms, 1_000, 3_600_000),
-            ("breaker.cooldown_ms", breaker.cooldown_ms, 100, 86_400_000),
-            ("resume_interval_ms", self.resume_interval_ms, 50, 3_600_000),
-            ("canary_interval_ms", self.canary_interval_ms, 50, 3_600_000),
-            ("primary_canary_ms", self.primary_canary_ms, 0, 86_400_000),
-            ("backoff.cap_ms", b.cap_ms, 1, 3_600_000),
-            ("backoff.rate_limit_ms", b.rate_limit_ms, 1, b.cap_ms),
-            ("backoff.overloaded_ms", b.overloaded_ms, 1, b.cap_ms),
-            ("backoff.transient_ms", b.transient_ms, 1, b.cap_ms),
-        ];
-        check_all("resilience", &ranges.map(as_usize))
     }
+    let (breaker, b) = (&resilience.breaker, &resilience.backoff);
+    let ranges = [
+        ("breaker.failures", u64::from(breaker.failures), 1, 1_000),
+        ("breaker.window_ms", breaker.window_ms, 1_000, 3_600_000),
+        ("breaker.cooldown_ms", breaker.cooldown_ms, 100, 86_400_000),
+        ("resume_interval_ms", resilience.resume_interval_ms, 50, 3_600_000),
+        ("canary_interval_ms", resilience.canary_interval_ms, 50, 3_600_000),
+        ("primary_canary_ms", resilience.primary_canary_ms, 0, 86_400_000),
+        ("backoff.cap_ms", b.cap_ms, 1, 3_600_000),
+        ("backoff.rate_limit_ms", b.rate_limit_ms, 1, b.cap_ms),
+        ("backoff.overloaded_ms", b.overloaded_ms, 1, b.cap_ms),
+        ("backoff.transient_ms", b.transient_ms, 1, b.cap_ms),
+    ];
+    check_all("resilience", &ranges.map(as_usize))
 }
 
 /// A range of [`check_all`] read as `usize`.

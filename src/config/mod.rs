@@ -3,7 +3,14 @@
 //! `workspace/configuration`. Each layer is validated on its own so an error names
 //! the layer (file, key, reason); a rejected layer leaves the last good config in force.
 
+// The crates below, by the module names their paths use (`crate::config::…`).
+use switchyard_base::{entry, paths, task};
+use switchyard_models as models;
+use switchyard_providers as providers;
+use switchyard_resilience as resilience;
+
 pub mod follow;
+pub mod local_setup;
 mod layers;
 pub mod local_first;
 mod resolve;

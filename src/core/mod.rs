@@ -7,6 +7,20 @@
 //! router in force, rebuilt and swapped whole with every change, under the
 //! same lock as the change.
 
+// The crates below, by the module names their paths use (`crate::config::…`).
+use switchyard_base::{clock, entry, paths, task};
+use switchyard_completion as completion;
+use switchyard_config as config;
+use switchyard_context as context;
+use switchyard_models as models;
+use switchyard_privacy as privacy;
+use switchyard_probe as probe;
+use switchyard_providers as providers;
+use switchyard_resilience as resilience;
+use switchyard_router as router;
+use switchyard_state as state;
+use switchyard_config::local_setup;
+
 pub mod loading;
 pub mod parking;
 pub mod prewarm;

@@ -187,7 +187,7 @@ mod tests {
     use std::time::{Duration, SystemTime};
 
     use super::*;
-    use crate::models::ModelSource;
+    use crate::ModelSource;
 
     const CONTENT: &[u8] = b"not really a gguf, but hashable";
     /// `printf 'not really a gguf, but hashable' | sha256sum`

@@ -2,6 +2,11 @@
 //! (`rules`), secrets replaced in every outgoing prompt (`redact`), and a log
 //! of every remote request without its text (`audit`).
 
+// The crates below, by the module names their paths use (`crate::config::…`).
+use switchyard_base::{clock, paths};
+use switchyard_config as config;
+use switchyard_state as state;
+
 pub mod audit;
 pub mod redact;
 pub mod rules;

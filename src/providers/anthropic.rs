@@ -305,7 +305,7 @@ mod tests {
     use time::format_description::well_known::Rfc3339;
 
     use super::*;
-    use crate::providers::ChatMessage;
+    use crate::ChatMessage;
 
     fn decode_all(events: &[(&str, &str)]) -> Vec<Decoded> {
         let mut decoder = MessageDecoder::default();

@@ -10,6 +10,9 @@
 //! Architecture Invariant: wire formats live only in their provider module. The
 //! rest of switchyard sees [`ChatRequest`], [`StreamEvent`] and [`ProviderError`].
 
+// The crates below, by the module names their paths use (`crate::config::…`).
+use switchyard_base::{cancel, entry};
+
 pub mod anthropic;
 mod http;
 pub mod local;

@@ -279,7 +279,7 @@ mod tests {
     use reqwest::header::{HeaderName, HeaderValue};
 
     use super::*;
-    use crate::providers::ChatMessage;
+    use crate::ChatMessage;
 
     fn decode_all(lines: &[&str]) -> Vec<Decoded> {
         let mut decoder = ChunkDecoder::default();

@@ -304,8 +304,8 @@ mod tests {
     use futures::channel::mpsc;
 
     use super::*;
-    use crate::providers::http::{Auth, WireFormat};
-    use crate::providers::{FinishReason, Usage};
+    use crate::http::{Auth, WireFormat};
+    use crate::{FinishReason, Usage};
 
     /// A wire format whose event names say what they are: `text`, `ping`, `end`, `bad`.
     struct Named;

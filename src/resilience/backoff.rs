@@ -156,7 +156,7 @@ impl AccountRetries {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::resilience::classify::Fatal;
+    use crate::classify::Fatal;
     use crate::state::memory::MemoryState;
 
     #[test]

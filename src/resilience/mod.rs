@@ -2,6 +2,12 @@
 //! retry budgets, circuit breakers, the quota governor, and checkpoint-and-park
 //! for long work. State lives in [`crate::state`].
 
+// The crates below, by the module names their paths use (`crate::config::…`).
+use switchyard_base::{clock, task};
+use switchyard_context as context;
+use switchyard_providers as providers;
+use switchyard_state as state;
+
 pub mod backoff;
 pub mod breaker;
 pub mod classify;

@@ -9,6 +9,15 @@
 //! accessors. The modules point one way and the functions are steps
 //! (ARCHITECTURE.md invariant 19).
 
+// The crates below, by the module names their paths use (`crate::config::…`).
+use switchyard_base::{clock, entry, prompts, task};
+use switchyard_config as config;
+use switchyard_context as context;
+use switchyard_privacy as privacy;
+use switchyard_providers as providers;
+use switchyard_resilience as resilience;
+use switchyard_state as state;
+
 mod attempt;
 mod autocomplete;
 pub mod beacon;
@@ -187,7 +196,7 @@ impl Router {
     }
 
     /// A configured provider's settings (the well-known ones included).
-    pub(crate) fn provider_config(&self, provider: &str) -> Option<&ProviderConfig> {
+    pub fn provider_config(&self, provider: &str) -> Option<&ProviderConfig> {
         self.provider_configs.get(provider)
     }
 
@@ -230,7 +239,7 @@ impl Router {
         &self.beacons
     }
 
-    pub(crate) fn config(&self) -> &Config {
+    pub fn config(&self) -> &Config {
         &self.config
     }
 

@@ -147,7 +147,7 @@ impl SharedState for MemoryState {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::state::{BucketOp, BucketSpec};
+    use crate::{BucketOp, BucketSpec};
 
     #[tokio::test(start_paused = true)]
     async fn records_expire_on_the_tokio_clock() {

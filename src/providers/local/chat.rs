@@ -13,7 +13,7 @@ use tokio::task::JoinHandle;
 
 use super::{ChatJob, EngineError, EngineStatus, Generation, LocalEngine, ModelInfo, StopReason};
 use crate::cancel::{CancelFlag, CancelOnDrop};
-use crate::providers::{
+use crate::{
     ChatMessage, ChatRequest, FailureKind, Finish, FinishReason, Provider, ProviderError,
     RateLimits, ResponseStream, Role, StreamEvent, Timeouts, Usage,
 };

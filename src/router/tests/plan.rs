@@ -5,7 +5,7 @@
 use super::*;
 use crate::resilience::breaker::Phase;
 use crate::resilience::verdict::{Verdict, VerdictKind};
-use crate::router::plan::{Ask, Candidate, Skip};
+use crate::plan::{Ask, Candidate, Skip};
 use proptest::prelude::{prop_assert, prop_assert_eq};
 
 /// What one entry is like when a request arrives.
@@ -140,14 +140,15 @@ proptest::proptest! {
                     arrange(&router, entry, EntryState { beacon: 0, paused: false, judged: false, ..*state }).await;
                 }
             }
-            let runbook = crate::core::runbook::runbook(&router).await;
-            let ask = Ask::task(TaskKind::Explain).kept_local(rule);
-            let planned = router.plan(ask).now().map(|c| format!("{} ({})", c.entry, c.tier));
+            // What the runbook shows: the plan after re-reading the shared state.
+            let name = |c: crate::plan::Cleared| format!("{} ({})", c.entry, c.tier);
+            let planned = router.plan(Ask::task(TaskKind::Explain).kept_local(rule)).now().map(name);
+            router.refresh_shared().await;
             let now = match rule {
-                None => runbook.routes.iter().find(|r| r.kind == TaskKind::Explain).unwrap().now.clone(),
+                None => router.plan(Ask::task(TaskKind::Explain)).now().map(name),
                 Some(_) => planned.clone(),
             };
-            assert_eq!(now, planned, "the runbook and the plan differ: {states:?}");
+            assert_eq!(now, planned, "the plan after a shared-state refresh differs: {states:?}");
             calls.lock().unwrap().clear();
             let request = TaskRequest { local_only_rule: rule.map(str::to_owned), ..explain() };
             let served = run(&router, request).await;

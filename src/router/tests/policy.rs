@@ -7,11 +7,11 @@ use std::sync::Mutex;
 use super::*;
 use crate::resilience::backoff::BackoffConfig;
 use crate::resilience::classify::{ErrorClass, Fatal};
-use crate::router::attempt::{Failed, Failure};
-use crate::router::beacon::Outcome;
-use crate::router::hedge::{self, HedgeRan, Side};
-use crate::router::request::Progress;
-use crate::router::retry::{self, Decision, Facts, Then};
+use crate::attempt::{Failed, Failure};
+use crate::beacon::Outcome;
+use crate::hedge::{self, HedgeRan, Side};
+use crate::request::Progress;
+use crate::retry::{self, Decision, Facts, Then};
 
 fn failed(class: ErrorClass) -> Failed {
     Failed::new("HTTP 503".into(), Outcome::Failed, Some(class))

@@ -3,7 +3,7 @@
 //! replacement of a file by renaming a temp file over it.
 //!
 //! The directory helpers and [`replace_file`] are also used outside the shared
-//! state (probe history, parked work), through `crate::state::file`.
+//! state (probe history, parked work), through `crate::file`.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};

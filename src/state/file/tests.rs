@@ -11,7 +11,7 @@ use tokio::time::advance;
 
 use super::FileState;
 use crate::clock::Clock;
-use crate::state::{BucketOp, BucketSpec, Json, SharedState};
+use crate::{BucketOp, BucketSpec, Json, SharedState};
 
 /// The clock's resolution: how close to a TTL expiry is checked.
 const MS: Duration = Duration::from_millis(1);

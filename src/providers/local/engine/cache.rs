@@ -15,8 +15,8 @@ use llama_cpp_2::token::LlamaToken;
 
 use super::resident::{Lent, Residency};
 use super::{CHUNK, LENT, MAIN, PARKED};
-use crate::providers::local::prompt::FimPrompt;
-use crate::providers::local::reuse::{self, MovedRun, SuffixSpan};
+use crate::local::prompt::FimPrompt;
+use crate::local::reuse::{self, MovedRun, SuffixSpan};
 
 /// Which decoded tokens get logits.
 #[derive(Clone, Copy, PartialEq, Eq)]

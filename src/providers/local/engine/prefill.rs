@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use super::cache::Logits;
 use super::load::context_params;
 use super::{CHUNK, Engine, Interrupt, Residency, Stopped};
-use crate::providers::local::prompt::FimPrompt;
-use crate::providers::local::reuse;
+use crate::local::prompt::FimPrompt;
+use crate::local::reuse;
 
 /// What bringing the cache to a prompt took.
 #[derive(Clone, Copy, Debug, Default)]

@@ -18,13 +18,13 @@ use super::queue::Queue;
 use super::recent::RecentPrompts;
 use super::threads;
 use super::{CHUNK, Costs, Drafting, Engine};
-use crate::providers::local::lookup;
-use crate::providers::local::prompt::{FimTokens, PromptBudget};
-use crate::providers::local::{
+use crate::local::lookup;
+use crate::local::prompt::{FimTokens, PromptBudget};
+use crate::local::{
     CHAT_OUTPUT_TOKENS, EngineError, EngineOptions, EngineStatus, Job, ModelInfo,
 };
 
-pub(in crate::providers::local) fn run(
+pub(in crate::local) fn run(
     options: EngineOptions,
     rx: Receiver<Job>,
     status: watch::Sender<EngineStatus>,

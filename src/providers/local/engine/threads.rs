@@ -19,7 +19,7 @@ use llama_cpp_2::model::LlamaModel;
 use super::load::{Probe, context_params, probe};
 use super::thread_memo::ThreadMemo;
 use super::{CHUNK, Engine, Tuning};
-use crate::providers::local::EngineOptions;
+use crate::local::EngineOptions;
 
 /// The fastest of `probes` for a completion's work.
 pub(super) fn fastest(probes: &[Probe]) -> Option<Probe> {

@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::config::Config;
+use crate::Config;
 use crate::models::{self, Manifest, ModelEntry, PullProgress};
 use crate::providers::local::{EngineOptions, PromptBudget};
 

@@ -7,6 +7,16 @@
 //! (`probes.jsonl` in the state directory) for p95s and for status displays,
 //! and `local` checks the local fallback end to end.
 
+// The crates below, by the module names their paths use (`crate::config::…`).
+use switchyard_base::{cancel, entry, paths, task};
+use switchyard_completion as completion;
+use switchyard_config as config;
+use switchyard_models as models;
+use switchyard_providers as providers;
+use switchyard_router as router;
+use switchyard_state as state;
+use switchyard_config::local_setup;
+
 pub mod history;
 pub mod local;
 pub mod targets;
