@@ -3,7 +3,6 @@
 //! them ([`verify`], [`is_present`]). `models/README.md` describes the models
 //! and the on-disk layout.
 
-
 mod download;
 mod error;
 mod manifest;
