@@ -10,9 +10,9 @@ use switchyard_providers as providers;
 use switchyard_resilience as resilience;
 
 pub mod follow;
-pub mod local_setup;
 mod layers;
 pub mod local_first;
+pub mod local_setup;
 mod resolve;
 #[cfg(test)]
 mod tests;

@@ -11,6 +11,7 @@
 use switchyard_base::{clock, entry, paths, task};
 use switchyard_completion as completion;
 use switchyard_config as config;
+use switchyard_config::local_setup;
 use switchyard_context as context;
 use switchyard_models as models;
 use switchyard_privacy as privacy;
@@ -19,7 +20,6 @@ use switchyard_providers as providers;
 use switchyard_resilience as resilience;
 use switchyard_router as router;
 use switchyard_state as state;
-use switchyard_config::local_setup;
 
 pub mod loading;
 pub mod parking;

@@ -11,11 +11,11 @@
 use switchyard_base::{cancel, entry, paths, task};
 use switchyard_completion as completion;
 use switchyard_config as config;
+use switchyard_config::local_setup;
 use switchyard_models as models;
 use switchyard_providers as providers;
 use switchyard_router as router;
 use switchyard_state as state;
-use switchyard_config::local_setup;
 
 pub mod history;
 pub mod local;

@@ -3,9 +3,9 @@
 //! request, the canaries) agrees with the entry a request tries first.
 
 use super::*;
+use crate::plan::{Ask, Candidate, Skip};
 use crate::resilience::breaker::Phase;
 use crate::resilience::verdict::{Verdict, VerdictKind};
-use crate::plan::{Ask, Candidate, Skip};
 use proptest::prelude::{prop_assert, prop_assert_eq};
 
 /// What one entry is like when a request arrives.

@@ -5,12 +5,12 @@
 use std::sync::Mutex;
 
 use super::*;
-use crate::resilience::backoff::BackoffConfig;
-use crate::resilience::classify::{ErrorClass, Fatal};
 use crate::attempt::{Failed, Failure};
 use crate::beacon::Outcome;
 use crate::hedge::{self, HedgeRan, Side};
 use crate::request::Progress;
+use crate::resilience::backoff::BackoffConfig;
+use crate::resilience::classify::{ErrorClass, Fatal};
 use crate::retry::{self, Decision, Facts, Then};
 
 fn failed(class: ErrorClass) -> Failed {

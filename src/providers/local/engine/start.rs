@@ -20,9 +20,7 @@ use super::threads;
 use super::{CHUNK, Costs, Drafting, Engine};
 use crate::local::lookup;
 use crate::local::prompt::{FimTokens, PromptBudget};
-use crate::local::{
-    CHAT_OUTPUT_TOKENS, EngineError, EngineOptions, EngineStatus, Job, ModelInfo,
-};
+use crate::local::{CHAT_OUTPUT_TOKENS, EngineError, EngineOptions, EngineStatus, Job, ModelInfo};
 
 pub(in crate::local) fn run(
     options: EngineOptions,
