@@ -299,7 +299,16 @@ impl Config {
 /// The resilience section's values are in range (its type lives in the
 /// resilience crate; what a file may say is the configuration's concern).
 fn validate_resilience(resilience: &ResilienceConfig) -> Result<(), (String, String)> {
-    let state = &resilience.state;
+    let ResilienceConfig {
+        state,
+        governor,
+        breaker,
+        backoff: b,
+        resume_interval_ms,
+        canary_interval_ms,
+        primary_canary_ms,
+        ..
+    } = resilience;
     if !(matches!(state.as_str(), "file" | "memory")
         || ["file://", "redis://", "rediss://"]
             .iter()
@@ -311,11 +320,8 @@ fn validate_resilience(resilience: &ResilienceConfig) -> Result<(), (String, Str
         ));
     }
     for (key, value) in [
-        ("resilience.governor.share", resilience.governor.share),
-        (
-            "resilience.breaker.error_rate",
-            resilience.breaker.error_rate,
-        ),
+        ("resilience.governor.share", governor.share),
+        ("resilience.breaker.error_rate", breaker.error_rate),
     ] {
         if !(value > 0.0 && value <= 1.0) {
             return Err((
@@ -324,29 +330,13 @@ fn validate_resilience(resilience: &ResilienceConfig) -> Result<(), (String, Str
             ));
         }
     }
-    let (breaker, b) = (&resilience.breaker, &resilience.backoff);
     let ranges = [
         ("breaker.failures", u64::from(breaker.failures), 1, 1_000),
         ("breaker.window_ms", breaker.window_ms, 1_000, 3_600_000),
         ("breaker.cooldown_ms", breaker.cooldown_ms, 100, 86_400_000),
-        (
-            "resume_interval_ms",
-            resilience.resume_interval_ms,
-            50,
-            3_600_000,
-        ),
-        (
-            "canary_interval_ms",
-            resilience.canary_interval_ms,
-            50,
-            3_600_000,
-        ),
-        (
-            "primary_canary_ms",
-            resilience.primary_canary_ms,
-            0,
-            86_400_000,
-        ),
+        ("resume_interval_ms", *resume_interval_ms, 50, 3_600_000),
+        ("canary_interval_ms", *canary_interval_ms, 50, 3_600_000),
+        ("primary_canary_ms", *primary_canary_ms, 0, 86_400_000),
         ("backoff.cap_ms", b.cap_ms, 1, 3_600_000),
         ("backoff.rate_limit_ms", b.rate_limit_ms, 1, b.cap_ms),
         ("backoff.overloaded_ms", b.overloaded_ms, 1, b.cap_ms),
