@@ -18,7 +18,11 @@
 //! - `LARGE_BUDGETS_MS=1000,10000`: the autocomplete budgets (10 s: the
 //!   unbounded run the 1 s one is compared with).
 //! - `LARGE_HOLES=6` per file, `LARGE_SEED=0`.
-//! - `LARGE_HOG=1`: one spinning thread beside the server (a build on one core).
+//! - `LARGE_HOG=1`: one spinning thread beside the server from before it
+//!   starts (a build on one core); `after`: started once the model is ready
+//!   (a build started while editing); `cycle`: started once the model is
+//!   ready, then stopped and started again every `LARGE_HOG_HOLES` holes
+//!   (default 8), so the load comes and goes during the run.
 //! - `LARGE_OUT`: a directory for each attempt (JSON lines) and server logs.
 
 #[path = "../tests/support/mod.rs"]
@@ -115,11 +119,62 @@ fn holes(files: &[(String, String)], per_file: usize, seed: u64) -> Vec<Task> {
     tasks
 }
 
-async fn run(tasks: &[Task], budget_ms: u64, arrival: Arrival, idle: Duration) -> Vec<Attempt> {
+/// When the spinning thread beside the server runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Hog {
+    Never,
+    /// From before the server starts.
+    FromStart,
+    /// From the model being ready.
+    AfterReady,
+    /// From the model being ready, on and off every so many holes.
+    Cycle(usize),
+}
+
+impl Hog {
+    fn from_env() -> Hog {
+        match env_or("LARGE_HOG", "0").as_str() {
+            "1" => Hog::FromStart,
+            "after" => Hog::AfterReady,
+            "cycle" => Hog::Cycle(
+                env_or("LARGE_HOG_HOLES", "8")
+                    .parse()
+                    .expect("LARGE_HOG_HOLES"),
+            ),
+            _ => Hog::Never,
+        }
+    }
+
+    /// Whether it spins during hole `index` (the server is ready by then).
+    fn on_at(self, index: usize) -> bool {
+        match self {
+            Hog::Never => false,
+            Hog::FromStart | Hog::AfterReady => true,
+            Hog::Cycle(holes) => (index / holes.max(1)) % 2 == 0,
+        }
+    }
+}
+
+async fn run(
+    tasks: &[Task],
+    budget_ms: u64,
+    (arrival, idle): (Arrival, Duration),
+    hog: Hog,
+) -> Vec<Attempt> {
+    let mut spinning = (hog == Hog::FromStart).then(|| CpuHog::on_cores(1));
     let mut client = infilling::server(json!({"budget_ms": budget_ms})).await;
     let mut attempts = Vec::new();
     for (i, task) in tasks.iter().enumerate() {
-        attempts.push(infilling::attempt(&mut client, task, i, arrival, idle).await);
+        match (hog.on_at(i), spinning.is_some()) {
+            (true, false) => spinning = Some(CpuHog::on_cores(1)),
+            (false, true) => spinning = None,
+            _ => {}
+        }
+        let mut attempt = infilling::attempt(&mut client, task, i, arrival, idle).await;
+        if spinning.is_some() && hog != Hog::FromStart {
+            attempt.task_id.push_str(" (busy)");
+        }
+        attempts.push(attempt);
     }
     if let Ok(dir) = std::env::var("LARGE_OUT") {
         let dir = PathBuf::from(dir);
@@ -129,6 +184,28 @@ async fn run(tasks: &[Task], budget_ms: u64, arrival: Arrival, idle: Duration) -
     }
     client.shutdown().await;
     attempts
+}
+
+/// One line of the table: `label` (budget and arrival), then the scores.
+fn print_row(label: &str, attempts: &[Attempt]) {
+    let score = infilling::score(attempts);
+    let reasons: Vec<String> = score
+        .empty_reasons
+        .iter()
+        .map(|(r, n)| format!("{n}× {r}"))
+        .collect();
+    println!(
+        "| {label} | {} | {:.1} | {:.1} | {:.1} | {} / {} | {} / {} | {} |",
+        score.tasks,
+        score.exact * 100.0,
+        score.similarity * 100.0,
+        score.empty * 100.0,
+        score.p50.as_millis(),
+        score.p95.as_millis(),
+        score.to_decode.0,
+        score.to_decode.1,
+        reasons.join("; ")
+    );
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -149,16 +226,11 @@ async fn main() {
             _ => (Arrival::Resident, Duration::ZERO),
         })
         .collect();
-    let _hog = (env_or("LARGE_HOG", "0") == "1").then(|| CpuHog::on_cores(1));
+    let hog = Hog::from_env();
     println!(
-        "large files: {} holes in {} files (seed {seed}){}",
+        "large files: {} holes in {} files (seed {seed}), one spinning core: {hog:?}",
         tasks.len(),
         files.len(),
-        if _hog.is_some() {
-            ", one core busy"
-        } else {
-            ""
-        }
     );
     println!(
         "| budget ms | arrival | holes | exact % | similarity % | empty % | p50 / p95 ms | decoded at request p50 / p95 | empty reasons |"
@@ -166,25 +238,19 @@ async fn main() {
     println!("|---|---|---|---|---|---|---|---|---|");
     for &budget in &budgets {
         for &(arrival, idle) in &arrivals {
-            let attempts = run(&tasks, budget, arrival, idle).await;
-            let score = infilling::score(&attempts);
-            let reasons: Vec<String> = score
-                .empty_reasons
-                .iter()
-                .map(|(r, n)| format!("{n}× {r}"))
-                .collect();
-            println!(
-                "| {budget} | {arrival:?} | {} | {:.1} | {:.1} | {:.1} | {} / {} | {} / {} | {} |",
-                score.tasks,
-                score.exact * 100.0,
-                score.similarity * 100.0,
-                score.empty * 100.0,
-                score.p50.as_millis(),
-                score.p95.as_millis(),
-                score.to_decode.0,
-                score.to_decode.1,
-                reasons.join("; ")
-            );
+            let attempts = run(&tasks, budget, (arrival, idle), hog).await;
+            print_row(&format!("{budget} | {arrival:?}"), &attempts);
+            if let Hog::Cycle(_) = hog {
+                // The holes asked while the core spun, and while it did not.
+                for (part, busy) in [("busy", true), ("quiet", false)] {
+                    let holes: Vec<Attempt> = attempts
+                        .iter()
+                        .filter(|a| a.task_id.ends_with(" (busy)") == busy)
+                        .cloned()
+                        .collect();
+                    print_row(&format!("{budget} | {arrival:?}, {part}"), &holes);
+                }
+            }
             if let Ok(dir) = std::env::var("LARGE_OUT") {
                 let path = PathBuf::from(dir).join(format!("holes-{budget}-{arrival:?}.jsonl"));
                 let lines: Vec<String> = attempts

@@ -17,7 +17,8 @@
 //!   the budget's share at the measured speed may cut it, down to the floor).
 //! - `QUALITY_THREADS`: `local.threads` (default 0: the engine measures).
 //! - `QUALITY_HOG=1`: busy loops on every core while measuring (a build
-//!   running beside the editor).
+//!   running beside the editor); `after`: one spinning core, started once
+//!   the model is ready (a build started while editing).
 //! - `QUALITY_OUT`: a directory for each attempt (JSON lines) and each
 //!   server's log.
 //! - `QUALITY_DATA`: the directory of the `.jsonl.gz` files (default
@@ -60,6 +61,7 @@ async fn run(
         local["threads"] = threads.parse::<u64>().expect("QUALITY_THREADS").into();
     }
     let mut client = infilling::server_with(autocomplete, local).await;
+    let _build = (env_or("QUALITY_HOG", "0") == "after").then(|| CpuHog::on_cores(1));
     let mut attempts = Vec::new();
     for (i, task) in tasks.iter().enumerate() {
         attempts.push(infilling::attempt(&mut client, task, i, arrival, idle).await);
@@ -157,10 +159,10 @@ async fn main() {
         "completion quality: {set}-line, {} tasks (seed {seed}), idle {} ms before each request{}",
         tasks.len(),
         idle.as_millis(),
-        if _hog.is_some() {
-            ", CPU hog on every core"
-        } else {
-            ""
+        match env_or("QUALITY_HOG", "0").as_str() {
+            "1" => ", CPU hog on every core",
+            "after" => ", one core spinning from the model being ready",
+            _ => "",
         }
     );
     println!(

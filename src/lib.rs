@@ -15,6 +15,7 @@ pub use switchyard_config as config;
 pub use switchyard_config::local_setup;
 pub use switchyard_context as context;
 pub use switchyard_core as core;
+pub use switchyard_engine as engine;
 pub use switchyard_models as models;
 pub use switchyard_privacy as privacy;
 pub use switchyard_probe as probe;

@@ -24,6 +24,7 @@ impl FimEngine for StalledEngine {
             prompt_tokens_per_s: 1000.0,
             input_budget: 2000,
             context_tokens: 2304,
+            threads: 1,
         })
     }
 }
@@ -165,6 +166,7 @@ impl FimEngine for SlowEngine {
                 tokens_to_decode: 10,
                 tokens_decoded: 10,
                 prompt_tokens: 10,
+                prompt_digest: 0,
                 prompt_ms: 0.0,
                 generate_ms: 0.0,
             })

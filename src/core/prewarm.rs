@@ -137,6 +137,7 @@ mod tests {
                 prompt_tokens_per_s: 1000.0,
                 input_budget: 512,
                 context_tokens: 2048,
+                threads: 1,
             })
         }
     }

@@ -33,3 +33,30 @@ impl Drop for CpuHog {
         self.0.store(true, Ordering::Relaxed);
     }
 }
+
+/// Busy loops in other processes (`sh` spinning), killed when dropped: load
+/// a process's own CPU accounting does not count as its own, the way a
+/// build started beside the editor is not the editor's.
+pub struct ProcessHog(Vec<std::process::Child>);
+
+impl ProcessHog {
+    pub fn on_cores(cores: usize) -> ProcessHog {
+        let spin = || {
+            std::process::Command::new("sh")
+                .args(["-c", "while :; do :; done"])
+                .stdin(std::process::Stdio::null())
+                .spawn()
+                .expect("spawning sh")
+        };
+        ProcessHog((0..cores).map(|_| spin()).collect())
+    }
+}
+
+impl Drop for ProcessHog {
+    fn drop(&mut self) {
+        for child in &mut self.0 {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}

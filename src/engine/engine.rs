@@ -17,6 +17,7 @@ mod cache;
 mod generate;
 mod idle;
 mod load;
+mod machine_load;
 mod prefill;
 mod queue;
 mod recent;
@@ -49,7 +50,7 @@ use prefill::SyncError;
 use queue::Queue;
 use recent::RecentPrompts;
 use resident::Residency;
-use thread_memo::ThreadMemo;
+use threads::Tuning;
 
 pub(super) use start::run;
 
@@ -65,8 +66,6 @@ const CHUNK: usize = 32;
 /// differences between llama.cpp's kernels for different batch shapes (a draft
 /// verified in one batch, a token decoded alone) can flip it.
 const NEAR_TIE: f32 = 0.1;
-/// Threads are probed again only after this long without a job.
-const RETUNE_AFTER_QUIET: Duration = Duration::from_secs(2);
 /// The KV sequence holding the prompt, the one a shifted suffix waits in, and
 /// the one holding a resident document's tail while a FIM prompt borrows its start.
 const MAIN: i32 = 0;
@@ -139,16 +138,6 @@ struct Engine<'m> {
     status: watch::Sender<EngineStatus>,
 }
 
-/// The thread count in use and the counts to choose from; whether the speed
-/// moved enough since the choice to measure them again (see `threads`), and
-/// where the choice is remembered for the next start.
-struct Tuning {
-    threads: usize,
-    candidates: Vec<usize>,
-    retune: bool,
-    memo: Option<ThreadMemo>,
-}
-
 /// What decoding costs on this machine now: moving averages over real
 /// decodes, so they follow the machine's load.
 struct Costs {
@@ -169,6 +158,7 @@ struct Drafting {
 impl Engine<'_> {
     fn serve(&mut self) {
         while let Some(job) = self.next_job() {
+            self.follow_load();
             match job {
                 // Stop before process exit: llama.cpp must not be mid-decode while
                 // its static state is torn down.
@@ -220,8 +210,7 @@ impl Engine<'_> {
         }
     }
 
-    /// The next job. Threads are measured again only after a quiet spell: a
-    /// probe a request has to wait for would cost that request its budget.
+    /// The next job; idle work goes on until one comes.
     fn next_job(&mut self) -> Option<Job> {
         if let Some(job) = self.jobs.pending.pop_front() {
             return Some(job);
@@ -231,17 +220,30 @@ impl Engine<'_> {
         if let Some(job) = self.jobs.pending.pop_front() {
             return Some(job);
         }
-        if self.tuning.retune {
-            match self.jobs.rx.recv_timeout(RETUNE_AFTER_QUIET) {
+        self.wait_for_job()
+    }
+
+    /// Waits for a job. Meanwhile the thread count follows the machine's
+    /// load, and the counts are measured again after a quiet spell where
+    /// asked: a probe a request had to wait for would cost it its budget.
+    fn wait_for_job(&mut self) -> Option<Job> {
+        let quiet_since = Instant::now();
+        loop {
+            let wait = match (self.tuning.follows_load(), self.tuning.retune) {
+                (true, _) => machine_load::SAMPLE_EVERY,
+                (false, true) => threads::RETUNE_AFTER_QUIET,
+                (false, false) => return self.jobs.rx.recv().ok(),
+            };
+            match self.jobs.rx.recv_timeout(wait) {
                 Ok(job) => return Some(job),
-                Err(RecvTimeoutError::Timeout) => self.retune_threads(),
                 Err(RecvTimeoutError::Disconnected) => return None,
+                Err(RecvTimeoutError::Timeout) => {}
+            }
+            self.follow_load();
+            if self.tuning.retune && quiet_since.elapsed() >= threads::RETUNE_AFTER_QUIET {
+                self.retune_threads();
             }
         }
-        self.jobs
-            .pending
-            .pop_front()
-            .or_else(|| self.jobs.rx.recv().ok())
     }
 
     /// Whether to stop before a step expected to take `next_cost`: a step that
@@ -263,10 +265,8 @@ impl Engine<'_> {
         }
     }
 
-    /// Folds one prompt chunk's decode time into the chunk cost and, when the
-    /// speed it implies moves the input budget by more than a third, resizes the
-    /// budget and republishes it: a busy machine gets windows it can fill in
-    /// time, an idle one gets its context back.
+    /// Folds one prompt chunk's decode time into the chunk cost, and lets
+    /// the input budget follow.
     fn note_prompt_chunk(&mut self, tokens: usize, took: Duration) {
         // Short chunks are mostly fixed overhead; they would overstate the cost.
         if tokens < CHUNK / 2 {
@@ -274,21 +274,32 @@ impl Engine<'_> {
         }
         let full_chunk = took.mul_f64(CHUNK as f64 / tokens as f64);
         self.costs.chunk = (self.costs.chunk * 7 + full_chunk) / 8;
-        let speed = CHUNK as f64 / self.costs.chunk.as_secs_f64().max(1e-6);
-        if let Some(budget) = resized_input_budget(self.budget.input, self.configured_input, speed)
-        {
-            tracing::info!(
-                prompt_tokens_per_s = speed.round(),
-                input_budget = budget,
-                "prompt speed changed; input budget resized"
-            );
-            self.budget.input = budget;
-            self.info.prompt_tokens_per_s = speed;
-            self.info.input_budget = budget;
-            self.status
-                .send_replace(EngineStatus::Ready(self.info.clone()));
-            self.tuning.retune = self.tuning.candidates.len() > 1;
+        if self.follow_speed() {
+            self.tuning.speed_moved();
         }
+    }
+
+    /// Where the prompt speed the chunk cost implies moves the input budget
+    /// by more than a third, resizes the budget and republishes it: a busy
+    /// machine gets windows it can fill in time, an idle one gets its
+    /// context back. Whether it moved.
+    fn follow_speed(&mut self) -> bool {
+        let speed = CHUNK as f64 / self.costs.chunk.as_secs_f64().max(1e-6);
+        let Some(budget) = resized_input_budget(self.budget.input, self.configured_input, speed)
+        else {
+            return false;
+        };
+        tracing::info!(
+            prompt_tokens_per_s = speed.round(),
+            input_budget = budget,
+            "prompt speed changed; input budget resized"
+        );
+        self.budget.input = budget;
+        self.info.prompt_tokens_per_s = speed;
+        self.info.input_budget = budget;
+        self.status
+            .send_replace(EngineStatus::Ready(self.info.clone()));
+        true
     }
 
     fn chat(&mut self, job: ChatJob, reply: oneshot::Sender<Result<Generation, EngineError>>) {
@@ -376,6 +387,7 @@ impl Engine<'_> {
     ) -> Answered {
         let mut answer = Generation::cancelled();
         answer.prompt_tokens = prompt.tokens.len();
+        answer.prompt_digest = prompt.digest();
         let cancel = job.cancel.clone();
         let foreground = Interrupt {
             cancel: Some(&cancel),

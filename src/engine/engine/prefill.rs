@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use super::cache::Logits;
 use super::load::context_params;
 use super::{CHUNK, Engine, Interrupt, Residency, Stopped};
-use crate::local::prompt::FimPrompt;
-use crate::local::reuse;
+use crate::prompt::FimPrompt;
+use crate::reuse;
 
 /// What bringing the cache to a prompt took.
 #[derive(Clone, Copy, Debug, Default)]
@@ -94,6 +94,9 @@ impl Engine<'_> {
     ) -> Result<(), Stopped> {
         let chunk = chunk_len(self.costs.chunk, interrupt.preemptible);
         while self.cache.len() < target.len() {
+            // Between chunks: a build started beside the editor changes the
+            // thread count before the next one.
+            self.follow_load();
             let start = self.cache.len();
             let end = (start + chunk).min(target.len());
             if let Some(stopped) = self.check(

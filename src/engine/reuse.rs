@@ -47,6 +47,9 @@ pub const MIN_MOVED_RUN: usize = 8;
 /// keystrokes earlier). Measured on the test model: with 8 or more fresh tokens
 /// warm answers equal a fresh context's.
 ///
+/// A moved suffix is the one approximation a warm cache makes (ARCHITECTURE.md
+/// invariant 23: a cache changes speed, never answers).
+///
 /// Only a suffix moves, and only to a suffix: the same text decoded as the
 /// document's own continuation (no suffix marker before it) gives other answers
 /// (measured: 11 of 40 differed), so a completion never borrows it.

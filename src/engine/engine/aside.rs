@@ -23,8 +23,8 @@ use std::time::{Duration, Instant};
 use super::generate::Generated;
 use super::prefill::{Prefill, SyncError};
 use super::{CHUNK, Engine, Interrupt, Job, Stopped};
-use crate::local::prompt::FimPrompt;
-use crate::local::{CompletionJob, EngineError, Generation, StopReason};
+use crate::prompt::FimPrompt;
+use crate::{CompletionJob, EngineError, Generation, StopReason};
 
 /// A local chat and the completions it yields to.
 #[derive(Default)]

@@ -11,8 +11,8 @@ use std::collections::VecDeque;
 
 use super::cache::Snapshot;
 use super::{CHUNK, Engine};
-use crate::local::prompt::FimPrompt;
-use crate::local::reuse::common_prefix;
+use crate::prompt::FimPrompt;
+use crate::reuse::common_prefix;
 
 /// At most this much memory for saved states (the test model's KV is ~12 KiB
 /// a token; a 7B model's ~10 times that).

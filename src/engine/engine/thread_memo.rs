@@ -22,6 +22,37 @@ struct Remembered {
     threads: usize,
     prompt_tokens_per_s: f64,
     token_seconds: f64,
+    /// The other counts measured with it (what a switch to them expects).
+    /// An older release kept the chosen count alone.
+    #[serde(default)]
+    others: Vec<Speeds>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Speeds {
+    threads: usize,
+    prompt_tokens_per_s: f64,
+    token_seconds: f64,
+}
+
+impl Speeds {
+    fn of(probe: &Probe) -> Speeds {
+        Speeds {
+            threads: probe.threads,
+            prompt_tokens_per_s: probe.prompt_tokens_per_s,
+            token_seconds: probe.token_seconds,
+        }
+    }
+
+    /// The probe, where its figures are sound.
+    fn probe(&self) -> Option<Probe> {
+        let sound = self.threads > 0 && self.prompt_tokens_per_s > 0.0 && self.token_seconds > 0.0;
+        sound.then_some(Probe {
+            threads: self.threads,
+            prompt_tokens_per_s: self.prompt_tokens_per_s,
+            token_seconds: self.token_seconds,
+        })
+    }
 }
 
 impl ThreadMemo {
@@ -38,30 +69,41 @@ impl ThreadMemo {
         }
     }
 
-    /// The remembered choice, if there is a sound one.
-    pub(super) fn recall(&self) -> Option<Probe> {
-        let remembered = self.read().remove(&self.key)?;
-        let sound = remembered.threads > 0
-            && remembered.prompt_tokens_per_s > 0.0
-            && remembered.token_seconds > 0.0;
-        sound.then_some(Probe {
+    /// The remembered measurements, the chosen count first; empty where
+    /// there is no sound choice.
+    pub(super) fn recall(&self) -> Vec<Probe> {
+        let Some(remembered) = self.read().remove(&self.key) else {
+            return Vec::new();
+        };
+        let chosen = Speeds {
             threads: remembered.threads,
             prompt_tokens_per_s: remembered.prompt_tokens_per_s,
             token_seconds: remembered.token_seconds,
-        })
+        };
+        let Some(chosen) = chosen.probe() else {
+            return Vec::new();
+        };
+        let others = remembered.others.iter().filter_map(Speeds::probe);
+        std::iter::once(chosen)
+            .chain(others.filter(|other| other.threads != chosen.threads))
+            .collect()
     }
 
-    /// Records `probe`, replacing the file whole (a temporary file renamed
-    /// over it), so another process never reads half of it. A failure only
-    /// costs the next start its probes.
-    pub(super) fn remember(&self, probe: &Probe) {
+    /// Records `probes` (the chosen count first), replacing the file whole
+    /// (a temporary file renamed over it), so another process never reads
+    /// half of it. A failure only costs the next start its probes.
+    pub(super) fn remember(&self, probes: &[Probe]) {
+        let Some((chosen, others)) = probes.split_first() else {
+            return;
+        };
         let mut all = self.read();
         all.insert(
             self.key.clone(),
             Remembered {
-                threads: probe.threads,
-                prompt_tokens_per_s: probe.prompt_tokens_per_s,
-                token_seconds: probe.token_seconds,
+                threads: chosen.threads,
+                prompt_tokens_per_s: chosen.prompt_tokens_per_s,
+                token_seconds: chosen.token_seconds,
+                others: others.iter().map(Speeds::of).collect(),
             },
         );
         let temporary = self
@@ -95,7 +137,7 @@ mod tests {
     fn probe(threads: usize) -> Probe {
         Probe {
             threads,
-            prompt_tokens_per_s: 120.0,
+            prompt_tokens_per_s: 120.0 * threads as f64,
             token_seconds: 0.03,
         }
     }
@@ -107,12 +149,26 @@ mod tests {
         let model = dir.path().join("model.gguf");
         std::fs::write(&model, b"GGUF").unwrap();
         let memo = ThreadMemo::new(&file, &model, &[2, 1]);
-        assert_eq!(memo.recall(), None, "nothing remembered yet");
-        memo.remember(&probe(1));
-        assert_eq!(memo.recall(), Some(probe(1)));
-        assert_eq!(ThreadMemo::new(&file, &model, &[4, 1]).recall(), None);
+        assert_eq!(memo.recall(), vec![], "nothing remembered yet");
+        memo.remember(&[probe(1), probe(2)]);
+        assert_eq!(memo.recall(), vec![probe(1), probe(2)]);
+        assert_eq!(ThreadMemo::new(&file, &model, &[4, 1]).recall(), vec![]);
         std::fs::write(&model, b"GGUF, another build").unwrap();
-        assert_eq!(ThreadMemo::new(&file, &model, &[2, 1]).recall(), None);
+        assert_eq!(ThreadMemo::new(&file, &model, &[2, 1]).recall(), vec![]);
+    }
+
+    #[test]
+    fn an_older_release_s_file_gives_its_choice_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("threads.json");
+        let model = dir.path().join("model.gguf");
+        let memo = ThreadMemo::new(&file, &model, &[2, 1]);
+        let older = format!(
+            r#"{{"{}": {{"threads": 2, "prompt_tokens_per_s": 240.0, "token_seconds": 0.03}}}}"#,
+            memo.key
+        );
+        std::fs::write(&file, older).unwrap();
+        assert_eq!(memo.recall(), vec![probe(2)]);
     }
 
     #[test]
@@ -122,16 +178,16 @@ mod tests {
         let model = dir.path().join("model.gguf");
         let memo = ThreadMemo::new(&file, &model, &[2, 1]);
         std::fs::write(&file, "{ not json").unwrap();
-        assert_eq!(memo.recall(), None);
-        memo.remember(&Probe {
+        assert_eq!(memo.recall(), vec![]);
+        memo.remember(&[Probe {
             prompt_tokens_per_s: 0.0,
             ..probe(2)
-        });
-        assert_eq!(memo.recall(), None);
-        memo.remember(&probe(2));
+        }]);
+        assert_eq!(memo.recall(), vec![]);
+        memo.remember(&[probe(2)]);
         assert_eq!(
             memo.recall(),
-            Some(probe(2)),
+            vec![probe(2)],
             "the broken file was replaced"
         );
     }

@@ -9,8 +9,8 @@ use llama_cpp_2::token::LlamaToken;
 
 use super::cache::Logits;
 use super::{Engine, Interrupt, NEAR_TIE, Residency, Stopped};
-use crate::local::lookup;
-use crate::local::{CompletionJob, EngineError, Generation, StopReason};
+use crate::lookup;
+use crate::{CompletionJob, EngineError, Generation, StopReason};
 
 /// How a stretch of generation ended.
 pub(super) enum Generated {
@@ -101,7 +101,7 @@ impl Engine<'_> {
     fn draft_and_verify(
         &mut self,
         (token, left, deadline): (i32, usize, std::time::Instant),
-        rule: &mut crate::local::StopRule,
+        rule: &mut crate::StopRule,
         sampler: &mut LlamaSampler,
         answer: &mut Generation,
         bytes: &mut Vec<u8>,
@@ -125,7 +125,7 @@ impl Engine<'_> {
         &mut self,
         draft: &[i32],
         sampler: &mut LlamaSampler,
-        rule: &mut crate::local::StopRule,
+        rule: &mut crate::StopRule,
         answer: &mut Generation,
         bytes: &mut Vec<u8>,
     ) -> (usize, Option<StopReason>) {
@@ -156,7 +156,7 @@ impl Engine<'_> {
         &self,
         token: LlamaToken,
         index: i32,
-        stop: &mut crate::local::StopRule,
+        stop: &mut crate::StopRule,
         answer: &mut Generation,
         bytes: &mut Vec<u8>,
     ) -> Option<StopReason> {

@@ -15,8 +15,8 @@ use llama_cpp_2::token::LlamaToken;
 
 use super::resident::{Lent, Residency};
 use super::{CHUNK, LENT, MAIN, PARKED};
-use crate::local::prompt::FimPrompt;
-use crate::local::reuse::{self, MovedRun, SuffixSpan};
+use crate::prompt::FimPrompt;
+use crate::reuse::{self, MovedRun, SuffixSpan};
 
 /// Which decoded tokens get logits.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -109,6 +109,8 @@ pub(super) struct KvCache<'m> {
     logits_index: i32,
     /// Tokens in the last decode: a generation step's token and its draft.
     last_decode: usize,
+    /// A moved suffix waits in `PARKED` while the gap before it is decoded.
+    parked: bool,
 }
 
 impl<'m> KvCache<'m> {
@@ -121,6 +123,7 @@ impl<'m> KvCache<'m> {
             batch: LlamaBatch::new(CHUNK, 1),
             logits_index: 0,
             last_decode: 0,
+            parked: false,
         }
     }
 
@@ -138,6 +141,11 @@ impl<'m> KvCache<'m> {
 
     pub(super) fn residency(&self) -> &Residency {
         &self.residency
+    }
+
+    /// Whether a moved suffix is parked (see `park`).
+    pub(super) fn parked(&self) -> bool {
+        self.parked
     }
 
     /// For sampling and logits: a shared borrow cannot change the cache.
@@ -244,7 +252,9 @@ impl<'m> KvCache<'m> {
                 self.ctx
                     .kv_cache_seq_add(PARKED, Some(from), Some(end), run.delta())
             })
-            .map_err(|e| self.failed(e))
+            .map_err(|e| self.failed(e))?;
+        self.parked = true;
+        Ok(())
     }
 
     /// Brings the parked run back after the gap; `tokens` are its tokens, and
@@ -264,8 +274,9 @@ impl<'m> KvCache<'m> {
     pub(super) fn drop_parked(&mut self) -> Result<(), String> {
         self.ctx
             .kv_cache_seq_rm(PARKED, None, None)
-            .map(|_| ())
-            .map_err(|e| self.failed(e))
+            .map_err(|e| self.failed(e))?;
+        self.parked = false;
+        Ok(())
     }
 
     /// A copy of the main sequence, and of a lent tail, to restore later.
@@ -331,9 +342,10 @@ impl<'m> KvCache<'m> {
     }
 
     /// Moves to a new context (another thread count), with what the cache
-    /// held where it can be copied across, else empty.
+    /// held (a lent tail too) where it can be copied across, else empty. Not
+    /// while a suffix is parked: callers wait for it to be back.
     pub(super) fn move_to(&mut self, ctx: LlamaContext<'m>) {
-        self.take_back_lent();
+        debug_assert!(!self.parked, "a parked suffix is not copied across");
         let snapshot = match self.tokens.is_empty() {
             true => None,
             false => self
@@ -364,6 +376,7 @@ impl<'m> KvCache<'m> {
     fn forget(&mut self) {
         self.tokens.clear();
         self.suffix = None;
+        self.parked = false;
         self.residency = Residency::None;
     }
 

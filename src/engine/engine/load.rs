@@ -17,7 +17,7 @@ use llama_cpp_2::model::params::LlamaModelParams;
 use llama_cpp_2::token::LlamaToken;
 
 use super::CHUNK;
-use crate::local::prompt::{FimOrder, FimTokens};
+use crate::prompt::{FimOrder, FimTokens};
 
 /// A cold prompt should fill in the background within this long; the input budget
 /// shrinks on machines too slow for that.

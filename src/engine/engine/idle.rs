@@ -10,7 +10,7 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use super::{CHUNK, Engine, Filled};
-use crate::local::SpanText;
+use crate::SpanText;
 
 #[derive(Default)]
 pub(super) struct IdleFill {

@@ -9,9 +9,9 @@ use std::time::Instant;
 use tokio::sync::oneshot;
 
 use super::{Answered, CHUNK, Engine, Filled};
-use crate::local::prompt::{self, FimPrompt, PromptBudget};
-use crate::local::reuse;
-use crate::local::{CompletionJob, EngineError, FimText, Generation, Prewarm, SpanText};
+use crate::prompt::{self, FimPrompt, PromptBudget};
+use crate::reuse;
+use crate::{CompletionJob, EngineError, FimText, Generation, Prewarm, SpanText};
 
 /// What a request leaves of its time for the answer: this many generated
 /// tokens (a line of code). A window the cache lacks more of than decodes in

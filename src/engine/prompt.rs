@@ -76,6 +76,16 @@ pub struct FimPrompt {
     pub suffix_trimmed: usize,
 }
 
+impl FimPrompt {
+    /// A digest of the tokens, to tell whether two answers had one prompt.
+    pub fn digest(&self) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut hasher = std::hash::DefaultHasher::new();
+        self.tokens.hash(&mut hasher);
+        hasher.finish()
+    }
+}
+
 /// Assembles a prompt from tokenized repository context, prefix and suffix,
 /// keeping the prefix's end and the suffix's start (nearest the cursor) when
 /// the budget forces a cut. The context (already within its own budget) comes

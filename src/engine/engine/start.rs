@@ -18,15 +18,11 @@ use super::queue::Queue;
 use super::recent::RecentPrompts;
 use super::threads;
 use super::{CHUNK, Costs, Drafting, Engine};
-use crate::local::lookup;
-use crate::local::prompt::{FimTokens, PromptBudget};
-use crate::local::{CHAT_OUTPUT_TOKENS, EngineError, EngineOptions, EngineStatus, Job, ModelInfo};
+use crate::lookup;
+use crate::prompt::{FimTokens, PromptBudget};
+use crate::{CHAT_OUTPUT_TOKENS, EngineError, EngineOptions, EngineStatus, Job, ModelInfo};
 
-pub(in crate::local) fn run(
-    options: EngineOptions,
-    rx: Receiver<Job>,
-    status: watch::Sender<EngineStatus>,
-) {
+pub(crate) fn run(options: EngineOptions, rx: Receiver<Job>, status: watch::Sender<EngineStatus>) {
     let started = Instant::now();
     let (backend, model, fim) = match loaded(&options) {
         Ok(loaded) => loaded,
@@ -120,13 +116,14 @@ impl Sizes {
             prompt_tokens_per_s: speed,
             input_budget: sized_input_budget(options.budget.input, speed),
             context_tokens: self.context_tokens,
+            threads: best.threads,
         }
     }
 }
 
 impl Costs {
     /// The costs the chosen thread count measured, before any real decode.
-    fn measured(best: &Probe) -> Costs {
+    pub(super) fn measured(best: &Probe) -> Costs {
         let speed = best.prompt_tokens_per_s;
         Costs {
             chunk: Duration::from_secs_f64(CHUNK as f64 / speed),
