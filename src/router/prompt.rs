@@ -17,7 +17,7 @@ use super::seam::Form;
 
 /// Of a task's first-token ceiling, the share a local chat's prompt may take
 /// to decode at the measured speed: the rest is for the completions it yields
-/// to (`providers/local/engine/aside.rs`) and the chunk in flight. The
+/// to (`engine/engine/aside.rs`) and the chunk in flight. The
 /// completion budget sized for a cold FIM prompt (about 250 tokens on a busy
 /// laptop) refused a newcomer's first explain of 25 lines.
 const LOCAL_PROMPT_SHARE: f64 = 0.6;

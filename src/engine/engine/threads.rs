@@ -183,7 +183,10 @@ pub(super) fn starting_choice(
             .first()
             .is_some_and(|p| candidates.contains(&p.threads))
     });
-    let (quiet, retune) = match recalled {
+    // Read across the probes: what they measured beside another process's
+    // work is neither remembered nor kept once the machine is quiet.
+    let mut load = MachineLoad::new();
+    let (quiet, recalled) = match recalled {
         Some(probes) => {
             tracing::info!(
                 threads = probes[0].threads,
@@ -195,23 +198,26 @@ pub(super) fn starting_choice(
             let probes = measure(backend, model, &candidates, &mut || false)?
                 .filter(|probes| !probes.is_empty())
                 .ok_or_else(|| "no thread count to run with".to_owned())?;
-            if let Some(memo) = &memo {
-                memo.remember(&probes);
-            }
             (probes, false)
         }
     };
+    let busy = load.sample();
+    // A fixed count has no choice to get wrong.
+    let loaded = candidates.len() > 1 && busy.is_some_and(|busy| busy.others >= QUIET_OTHERS);
+    if let Some(memo) = memo.as_ref().filter(|_| !recalled && !loaded) {
+        memo.remember(&quiet);
+    }
     let best = quiet[0];
     let tuning = Tuning {
         threads: best.threads,
         most: candidates.iter().copied().max().unwrap_or(1),
         candidates,
         quiet,
-        retune,
+        retune: recalled || loaded,
         memo,
-        load: MachineLoad::new(),
+        load,
         follow: Follow::default(),
-        last_busy: None,
+        last_busy: busy,
     };
     Ok((best, tuning))
 }
