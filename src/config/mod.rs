@@ -227,7 +227,8 @@ pub struct LocalConfig {
     /// A model name from the manifest (`switchyard models list`) or a path to a `.gguf` file.
     /// Empty picks the machine's default.
     pub model: String,
-    /// Inference threads; 0 uses every available core.
+    /// Inference threads; 0 follows the machine: every core while it is
+    /// quiet, fewer while other processes take cores.
     pub threads: usize,
     /// Speculative decoding: most tokens drafted by n-gram lookup in the prompt
     /// and verified in one batch per step; 0 turns it off. Output is unchanged.

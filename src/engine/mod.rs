@@ -31,8 +31,8 @@ pub use prompt::PromptBudget;
 pub struct EngineOptions {
     pub model_name: String,
     pub model_path: PathBuf,
-    /// Inference threads; 0 chooses between every core and one by measuring
-    /// them, at load and whenever the machine's speed changes a lot.
+    /// Inference threads; 0 starts with every core or one, whichever
+    /// measures faster, then follows the cores other processes leave free.
     pub threads: usize,
     pub budget: PromptBudget,
     pub max_output_tokens: usize,
