@@ -14,6 +14,7 @@
 
 mod aside;
 mod cache;
+mod choice;
 mod generate;
 mod idle;
 mod load;

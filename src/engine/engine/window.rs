@@ -8,6 +8,7 @@ use std::time::Instant;
 
 use tokio::sync::oneshot;
 
+use super::choice::{self, Affordable, CutWindow, Window};
 use super::{Answered, CHUNK, Engine, Filled};
 use crate::prompt::{self, FimPrompt, PromptBudget};
 use crate::reuse;
@@ -93,11 +94,10 @@ impl Engine<'_> {
     ) -> (FimPrompt, bool) {
         let spanned = self.build_prompt(&span.window);
         let span_cost = self.cost(&spanned);
-        let in_time = deadline.is_some_and(|d| span_cost <= self.decodable_before(d));
-        if in_time || span_cost <= self.cost(&affordable) {
-            (spanned, true)
-        } else {
-            (affordable, false)
+        let decodable = deadline.map(|d| self.decodable_before(d));
+        match choice::takes_span(span_cost, self.cost(&affordable), decodable) {
+            true => (spanned, true),
+            false => (affordable, false),
         }
     }
 
@@ -177,18 +177,21 @@ impl Engine<'_> {
             return wanted.clone();
         }
         let fresh = self.build_prompt_within(text, affordable.line);
-        let held = self
-            .window_held(text)
-            .filter(|held| 2 * held.tokens.len() >= fresh.tokens.len())
-            .map(|held| (self.cost(&held), held))
-            .filter(|&(cost, _)| cost <= affordable.line_start);
-        let (cut_cost, cut) = held.unwrap_or_else(|| (self.cost(&fresh), fresh));
-        let taken = takes_cut(wanted_cost, cut_cost, affordable);
+        let held = self.window_held(text);
+        let measured = |prompt: &FimPrompt| CutWindow {
+            len: prompt.tokens.len(),
+            cost: self.cost(prompt),
+        };
+        let (held_cut, fresh_cut) = (held.as_ref().map(measured), measured(&fresh));
+        let window = choice::cut_for(wanted_cost, held_cut, fresh_cut, affordable);
+        let cut = held_cut
+            .filter(|_| window == Window::Held)
+            .unwrap_or(fresh_cut);
         tracing::debug!(
-            taken,
+            taken = window != Window::Wanted,
             wanted = wanted_cost,
-            cut = cut_cost,
-            cut_window = cut.tokens.len(),
+            cut = cut.cost,
+            cut_window = cut.len,
             decodable = affordable.line,
             decodable_at_least = affordable.line_start,
             left_ms = deadline
@@ -196,9 +199,10 @@ impl Engine<'_> {
                 .as_millis() as u64,
             "cold window"
         );
-        match taken {
-            true => cut,
-            false => wanted.clone(),
+        match (window, held) {
+            (Window::Held, Some(held)) => held,
+            (Window::Fresh, _) => fresh,
+            _ => wanted.clone(),
         }
     }
 
@@ -283,72 +287,5 @@ impl Engine<'_> {
         let context = self.context_tokens(window);
         let budget = self.span_budget();
         prompt::document(&self.fim, &context, &self.tokenize(document), budget)
-    }
-}
-
-/// What a request can afford before its deadline, in prompt tokens.
-#[derive(Clone, Copy, Debug)]
-struct Affordable {
-    /// Decodable with a line of answer left.
-    line: usize,
-    /// Decodable with the start of a line left.
-    line_start: usize,
-    /// Prompt tokens that decode in the time of one generated token.
-    per_answer_token: usize,
-}
-
-/// Whether a request takes the `cut` window over the one it wanted, which
-/// lacks more than leaves a line of answer: where the cut leaves the start
-/// of a line and buys the answer at least a token more. A cut keeps only a
-/// few lines of the window, so it must buy time: on a busy machine a
-/// resident window lacks about what the shortest cut does (its suffix
-/// section, 33 tokens against 31, where a generated token costs 7), and
-/// cutting there threw the prefix away for nothing. What the cache holds
-/// decides.
-fn takes_cut(wanted_cost: usize, cut_cost: usize, affordable: Affordable) -> bool {
-    let buys_a_token = wanted_cost >= cut_cost + affordable.per_answer_token.max(1);
-    buys_a_token && cut_cost <= affordable.line_start
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{Affordable, takes_cut};
-
-    /// Idle: a generated token 45 ms, a prompt token 7.6 ms.
-    const IDLE: Affordable = Affordable {
-        line: 26,
-        line_start: 109,
-        per_answer_token: 6,
-    };
-    /// One core busy: a generated token 84 ms, a prompt token 12 ms; no
-    /// line fits at all.
-    const BUSY: Affordable = Affordable {
-        line: 0,
-        line_start: 58,
-        per_answer_token: 7,
-    };
-
-    #[test]
-    fn a_window_the_cache_holds_is_kept_over_a_cut_that_decodes_more() {
-        // The span's window lacks one token; the shortest cut lacks 31.
-        assert!(!takes_cut(1, 31, BUSY));
-        assert!(!takes_cut(31, 31, BUSY));
-    }
-
-    #[test]
-    fn a_cut_that_buys_the_answer_less_than_a_token_keeps_the_window() {
-        // The resident window lacks its suffix section (33), the shortest
-        // cut 31: two prompt tokens, a third of a generated one.
-        assert!(!takes_cut(33, 31, BUSY));
-        assert!(takes_cut(59, 31, IDLE), "28 tokens buy four generated ones");
-    }
-
-    #[test]
-    fn a_cold_window_is_cut_to_what_leaves_the_start_of_a_line() {
-        assert!(takes_cut(210, 31, BUSY));
-        assert!(
-            !takes_cut(210, 59, BUSY),
-            "the cut leaves no time to answer"
-        );
     }
 }
