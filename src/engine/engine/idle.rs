@@ -81,34 +81,87 @@ impl IdleFill {
     }
 }
 
+/// The next piece of idle work, as `IdleFill::next` decides it.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Next {
+    /// A request moved the fill, and the user has not paused since.
+    WaitForPause,
+    /// Fill this span (or bring the user's back).
+    Span(SpanText),
+    /// Fill this neighbouring span's document.
+    Neighbour(SpanText),
+    /// Nothing left; `first` the first time since work was given.
+    Done { first: bool },
+}
+
+impl IdleFill {
+    /// What to do next, from the fill's state alone; `paused` says whether
+    /// the user has been quiet for `PAUSE_BEFORE_MOVED_FILL` (asked only
+    /// where a request moved the fill).
+    pub(super) fn next(&mut self, paused: impl FnOnce() -> bool) -> Next {
+        if self.awaits_pause() {
+            if !paused() {
+                // Typing goes on: the next request decides where the fill goes.
+                return Next::WaitForPause;
+            }
+            self.after_pause = false;
+        }
+        if let Some(span) = self.span.take() {
+            return Next::Span(span);
+        }
+        match self.neighbours.pop_front() {
+            Some(neighbour) => Next::Neighbour(neighbour),
+            None => Next::Done {
+                first: std::mem::take(&mut self.given),
+            },
+        }
+    }
+
+    /// A neighbour's fill is taking the cache from the user's span.
+    fn left_home(&mut self) {
+        self.away = true;
+    }
+
+    /// There is no room for more neighbours: none is filled.
+    fn no_room(&mut self) {
+        self.neighbours.clear();
+    }
+
+    /// `neighbour`'s fill ended as `filled`: one stopped by a job is tried
+    /// again first; once none is left, the user's span comes back if a
+    /// neighbour took the cache.
+    fn neighbour_ended(&mut self, neighbour: SpanText, filled: Filled) {
+        if filled == Filled::Preempted {
+            self.neighbours.push_front(neighbour);
+        }
+        if self.neighbours.is_empty() && std::mem::take(&mut self.away) {
+            self.span = self.home.take();
+        }
+    }
+}
+
 impl Engine<'_> {
     /// Does one piece of idle work; `false` when there is none.
     pub(super) fn fill_idle(&mut self) -> bool {
-        if self.idle.awaits_pause() {
-            if !self.jobs.quiet_for(PAUSE_BEFORE_MOVED_FILL) {
-                // Typing goes on: the next request decides where the fill goes.
-                return false;
+        let jobs = &mut self.jobs;
+        match self.idle.next(|| jobs.quiet_for(PAUSE_BEFORE_MOVED_FILL)) {
+            Next::WaitForPause => false,
+            Next::Span(span) => {
+                self.fill_span(span);
+                true
             }
-            self.idle.after_pause = false;
-        }
-        if let Some(span) = self.idle.span.take() {
-            self.fill_span(span);
-            return true;
-        }
-        let Some(neighbour) = self.idle.neighbours.pop_front() else {
-            if std::mem::take(&mut self.idle.given) {
-                tracing::debug!("idle fill done");
+            Next::Neighbour(neighbour) => {
+                let filled = self.fill_neighbour(&neighbour);
+                self.idle.neighbour_ended(neighbour, filled);
+                true
             }
-            return false;
-        };
-        match self.fill_neighbour(&neighbour) {
-            Filled::Preempted => self.idle.neighbours.push_front(neighbour),
-            Filled::Done | Filled::Failed => {}
+            Next::Done { first } => {
+                if first {
+                    tracing::debug!("idle fill done");
+                }
+                false
+            }
         }
-        if self.idle.neighbours.is_empty() && std::mem::take(&mut self.idle.away) {
-            self.idle.span = self.idle.home.take();
-        }
-        true
     }
 
     /// Decodes a neighbouring span's document, unless a saved state already
@@ -127,10 +180,111 @@ impl Engine<'_> {
                 bytes = self.recent.bytes(),
                 "no room for more neighbouring spans"
             );
-            self.idle.neighbours.clear();
+            self.idle.no_room();
             return Filled::Done;
         }
-        self.idle.away = true;
+        self.idle.left_home();
         self.fill_in_background(&document, "neighbouring span")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn span(name: &str) -> SpanText {
+        SpanText {
+            document: name.to_owned(),
+            ..SpanText::default()
+        }
+    }
+
+    /// Runs the fill as the engine would, each neighbour's fill ending as
+    /// `ends` says in turn (a real fill takes the cache from home), and
+    /// returns every step until it is done.
+    fn steps(fill: &mut IdleFill, paused: bool, ends: &[Filled]) -> Vec<Next> {
+        let mut ends = ends.iter().copied();
+        let mut seen = Vec::new();
+        for _ in 0..12 {
+            let next = fill.next(|| paused);
+            let stop = matches!(next, Next::Done { .. } | Next::WaitForPause);
+            if let Next::Neighbour(neighbour) = &next {
+                let filled = ends.next().unwrap_or(Filled::Done);
+                fill.left_home();
+                fill.neighbour_ended(neighbour.clone(), filled);
+            }
+            seen.push(next);
+            if stop {
+                break;
+            }
+        }
+        seen
+    }
+
+    #[test]
+    fn the_fill_grows_outward_from_where_the_user_arrived_then_brings_it_back() {
+        let mut fill = IdleFill::default();
+        fill.arrive(span("home"), vec![span("below"), span("above")]);
+        assert_eq!(
+            steps(&mut fill, true, &[]),
+            [
+                Next::Neighbour(span("below")),
+                Next::Neighbour(span("above")),
+                Next::Span(span("home")),
+                Next::Done { first: true },
+            ]
+        );
+        assert_eq!(fill.next(|| true), Next::Done { first: false });
+    }
+
+    #[test]
+    fn a_neighbour_stopped_by_a_job_is_filled_again_first() {
+        let mut fill = IdleFill::default();
+        fill.arrive(span("home"), vec![span("below"), span("above")]);
+        let preempted = [Filled::Preempted, Filled::Done, Filled::Done];
+        assert_eq!(
+            steps(&mut fill, true, &preempted),
+            [
+                Next::Neighbour(span("below")),
+                Next::Neighbour(span("below")),
+                Next::Neighbour(span("above")),
+                Next::Span(span("home")),
+                Next::Done { first: true },
+            ]
+        );
+    }
+
+    #[test]
+    fn a_fill_a_request_moved_waits_for_the_user_to_pause() {
+        let mut fill = IdleFill::default();
+        fill.arrive(span("home"), vec![span("below")]);
+        fill.move_to(span("there"));
+        assert_eq!(steps(&mut fill, false, &[]), [Next::WaitForPause]);
+        assert_eq!(
+            steps(&mut fill, true, &[]),
+            [Next::Span(span("there")), Next::Done { first: true }],
+            "the spans around the old place are left"
+        );
+    }
+
+    #[test]
+    fn with_no_room_for_a_neighbour_the_fill_ends_and_home_comes_back_if_it_left() {
+        // The first neighbour took the cache; the second finds no room.
+        let mut fill = IdleFill::default();
+        fill.arrive(span("home"), vec![span("below"), span("above")]);
+        assert_eq!(fill.next(|| true), Next::Neighbour(span("below")));
+        fill.left_home();
+        fill.neighbour_ended(span("below"), Filled::Done);
+        assert_eq!(fill.next(|| true), Next::Neighbour(span("above")));
+        fill.no_room();
+        fill.neighbour_ended(span("above"), Filled::Done);
+        assert_eq!(fill.next(|| true), Next::Span(span("home")));
+        // No room for the first: the cache never left the user's span.
+        let mut fill = IdleFill::default();
+        fill.arrive(span("home"), vec![span("below"), span("above")]);
+        assert_eq!(fill.next(|| true), Next::Neighbour(span("below")));
+        fill.no_room();
+        fill.neighbour_ended(span("below"), Filled::Done);
+        assert_eq!(fill.next(|| true), Next::Done { first: true });
     }
 }
