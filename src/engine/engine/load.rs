@@ -105,7 +105,7 @@ pub fn context_params(n_ctx: u32, threads: usize) -> LlamaContextParams {
 }
 
 /// What a scratch context measured with some number of threads.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub(super) struct Probe {
     pub threads: usize,
     pub prompt_tokens_per_s: f64,

@@ -17,42 +17,20 @@ pub(super) struct ThreadMemo {
     key: String,
 }
 
+/// A remembered choice: the chosen count's measurement, and the other
+/// counts measured with it (what a switch to them expects). An older
+/// release kept the chosen count alone.
 #[derive(Debug, Serialize, Deserialize)]
 struct Remembered {
-    threads: usize,
-    prompt_tokens_per_s: f64,
-    token_seconds: f64,
-    /// The other counts measured with it (what a switch to them expects).
-    /// An older release kept the chosen count alone.
+    #[serde(flatten)]
+    chosen: Probe,
     #[serde(default)]
-    others: Vec<Speeds>,
+    others: Vec<Probe>,
 }
 
-#[derive(Debug, Serialize, Deserialize)]
-struct Speeds {
-    threads: usize,
-    prompt_tokens_per_s: f64,
-    token_seconds: f64,
-}
-
-impl Speeds {
-    fn of(probe: &Probe) -> Speeds {
-        Speeds {
-            threads: probe.threads,
-            prompt_tokens_per_s: probe.prompt_tokens_per_s,
-            token_seconds: probe.token_seconds,
-        }
-    }
-
-    /// The probe, where its figures are sound.
-    fn probe(&self) -> Option<Probe> {
-        let sound = self.threads > 0 && self.prompt_tokens_per_s > 0.0 && self.token_seconds > 0.0;
-        sound.then_some(Probe {
-            threads: self.threads,
-            prompt_tokens_per_s: self.prompt_tokens_per_s,
-            token_seconds: self.token_seconds,
-        })
-    }
+/// Whether a remembered measurement can be used.
+fn sound(probe: &Probe) -> bool {
+    probe.threads > 0 && probe.prompt_tokens_per_s > 0.0 && probe.token_seconds > 0.0
 }
 
 impl ThreadMemo {
@@ -72,21 +50,16 @@ impl ThreadMemo {
     /// The remembered measurements, the chosen count first; empty where
     /// there is no sound choice.
     pub(super) fn recall(&self) -> Vec<Probe> {
-        let Some(remembered) = self.read().remove(&self.key) else {
+        let Some(Remembered { chosen, others }) = self.read().remove(&self.key) else {
             return Vec::new();
         };
-        let chosen = Speeds {
-            threads: remembered.threads,
-            prompt_tokens_per_s: remembered.prompt_tokens_per_s,
-            token_seconds: remembered.token_seconds,
-        };
-        let Some(chosen) = chosen.probe() else {
+        if !sound(&chosen) {
             return Vec::new();
-        };
-        let others = remembered.others.iter().filter_map(Speeds::probe);
-        std::iter::once(chosen)
-            .chain(others.filter(|other| other.threads != chosen.threads))
-            .collect()
+        }
+        let others = others
+            .into_iter()
+            .filter(|other| sound(other) && other.threads != chosen.threads);
+        std::iter::once(chosen).chain(others).collect()
     }
 
     /// Records `probes` (the chosen count first), replacing the file whole
@@ -100,10 +73,8 @@ impl ThreadMemo {
         all.insert(
             self.key.clone(),
             Remembered {
-                threads: chosen.threads,
-                prompt_tokens_per_s: chosen.prompt_tokens_per_s,
-                token_seconds: chosen.token_seconds,
-                others: others.iter().map(Speeds::of).collect(),
+                chosen: *chosen,
+                others: others.to_vec(),
             },
         );
         let temporary = self
