@@ -33,8 +33,6 @@ pub(super) struct Tuning {
     pub(super) threads: usize,
     /// The counts measured against each other on the quiet machine.
     candidates: Vec<usize>,
-    /// The most threads the engine may run with; 1 where they are fixed.
-    most: usize,
     /// What each measured count cost on the quiet machine, fastest first.
     quiet: Vec<Probe>,
     /// Measure the counts again once no job has come for a while.
@@ -47,15 +45,20 @@ pub(super) struct Tuning {
 }
 
 impl Tuning {
+    /// The most threads the engine may run with; 1 where they are fixed.
+    fn most(&self) -> usize {
+        self.candidates.iter().copied().max().unwrap_or(1)
+    }
+
     /// Whether the count changes with the load as it is read.
     pub(super) fn follows_load(&self) -> bool {
-        self.most > 1 && self.load.available()
+        self.most() > 1 && self.load.available()
     }
 
     /// The prompt speed moved a lot: without load counters to follow, the
     /// counts are measured again once the engine is quiet.
     pub(super) fn speed_moved(&mut self) {
-        self.retune |= self.most > 1 && !self.load.available();
+        self.retune |= self.most() > 1 && !self.load.available();
     }
 
     /// What `threads` threads are expected to cost: measured on the quiet
@@ -210,7 +213,6 @@ pub(super) fn starting_choice(
     let best = quiet[0];
     let tuning = Tuning {
         threads: best.threads,
-        most: candidates.iter().copied().max().unwrap_or(1),
         candidates,
         quiet,
         retune: recalled || loaded,
@@ -235,7 +237,7 @@ impl Engine<'_> {
             return;
         };
         self.tuning.last_busy = Some(busy);
-        let (current, most) = (self.tuning.threads, self.tuning.most);
+        let (current, most) = (self.tuning.threads, self.tuning.most());
         if let Some(threads) = self.tuning.follow.next(current, most, busy.free_cores()) {
             tracing::info!(
                 from = current,
@@ -273,9 +275,7 @@ impl Engine<'_> {
         let best = probes[0].threads;
         self.tuning.quiet = probes;
         match best == self.tuning.threads {
-            true => {
-                self.expect_costs_of(best);
-            }
+            true => self.expect_costs_of(best),
             false => self.switch_threads(best),
         }
     }
@@ -298,10 +298,9 @@ impl Engine<'_> {
         self.cache.move_to(ctx);
         self.tuning.threads = threads;
         self.info.threads = threads;
-        if !self.expect_costs_of(threads) {
-            self.status
-                .send_replace(EngineStatus::Ready(self.info.clone()));
-        }
+        self.expect_costs_of(threads);
+        self.status
+            .send_replace(EngineStatus::Ready(self.info.clone()));
         tracing::debug!(
             threads,
             tokens = self.cache.len(),
@@ -311,14 +310,11 @@ impl Engine<'_> {
     }
 
     /// Takes what `threads` threads cost on the quiet machine as the costs
-    /// now; whether the status was republished (the input budget moved).
-    fn expect_costs_of(&mut self, threads: usize) -> bool {
-        match self.tuning.expected(threads) {
-            Some(costs) => {
-                self.costs = costs;
-                self.follow_speed()
-            }
-            None => false,
+    /// now; the input budget follows.
+    fn expect_costs_of(&mut self, threads: usize) {
+        if let Some(costs) = self.tuning.expected(threads) {
+            self.costs = costs;
+            self.follow_speed();
         }
     }
 }
@@ -398,7 +394,6 @@ mod tests {
         Tuning {
             threads: 2,
             candidates: vec![2, 1],
-            most: 2,
             quiet,
             retune: false,
             memo: None,
