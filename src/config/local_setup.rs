@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use crate::Config;
 use crate::models::{self, Manifest, ModelEntry, PullProgress};
-use crate::providers::local::{EngineOptions, PromptBudget};
+use crate::providers::local::{EngineOptions, LocalEngine, PromptBudget};
 
 /// The model a configuration asks for.
 #[derive(Clone, Debug)]
@@ -93,6 +93,17 @@ pub async fn ensure_present(
             name: entry.name.clone(),
             reason: e.to_string(),
         })
+}
+
+/// Starts the engine `config` asks for: shared with the other windows
+/// running the same one (meeting in the state directory), or this window's own.
+pub fn start_engine(model: &ResolvedModel, path: &Path, config: &Config) -> LocalEngine {
+    let options = engine_options(model, path, config);
+    if config.local.share_engine {
+        LocalEngine::shared(options, &crate::paths::state_dir())
+    } else {
+        LocalEngine::spawn(options)
+    }
 }
 
 pub fn engine_options(model: &ResolvedModel, path: &Path, config: &Config) -> EngineOptions {

@@ -239,6 +239,10 @@ pub struct LocalConfig {
     pub recent_prompts: usize,
     /// Download a manifest model on first use instead of asking for `switchyard models pull`.
     pub auto_pull: bool,
+    /// Editor windows running the same model share one engine: the first
+    /// hosts it, the others send their jobs to it (one model in memory, one
+    /// queue for the machine). Off: every window runs its own.
+    pub share_engine: bool,
 }
 
 impl Default for LocalConfig {
@@ -249,6 +253,7 @@ impl Default for LocalConfig {
             draft_tokens: 8,
             recent_prompts: 4,
             auto_pull: true,
+            share_engine: true,
         }
     }
 }

@@ -11,8 +11,8 @@ use crate::completion::CompletionService;
 use crate::config::Config;
 use crate::local_setup;
 use crate::models::{NoProgress, PullProgress, TerminalProgress};
+use crate::providers::local::ModelInfo;
 use crate::providers::local::chat::EngineSlot;
-use crate::providers::local::{LocalEngine, ModelInfo};
 
 /// What a front end is told of a load: the download, as [`PullProgress`];
 /// the engine starting; how the load ended.
@@ -68,7 +68,7 @@ async fn start(
     let path = local_setup::ensure_present(&model, config.local.auto_pull, report)
         .await
         .map_err(|e| e.to_string())?;
-    let engine = LocalEngine::spawn(local_setup::engine_options(&model, &path, config));
+    let engine = local_setup::start_engine(&model, &path, config);
     completion.set_engine(Some(Arc::new(engine.clone())));
     slot.set(Some(engine.clone()));
     report.loading(&model.name);

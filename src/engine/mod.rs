@@ -14,12 +14,15 @@ mod engine;
 pub mod lookup;
 pub mod prompt;
 pub mod reuse;
+#[cfg(unix)]
+mod shared;
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, mpsc};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
+use serde::{Deserialize, Serialize};
 use tokio::sync::{oneshot, watch};
 
 use crate::cancel::CancelFlag;
@@ -71,14 +74,14 @@ impl EngineOptions {
 }
 
 /// What the engine is doing, published to the editor's status and `$/progress`.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub enum EngineStatus {
     Loading,
     Ready(ModelInfo),
     Failed(String),
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ModelInfo {
     pub name: String,
     pub path: PathBuf,
@@ -94,7 +97,7 @@ pub struct ModelInfo {
 
 /// Prefix and suffix text around the cursor, and the repository context in
 /// front of them; the engine tokenizes and trims them.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FimText {
     pub prefix: String,
     pub suffix: String,
@@ -112,7 +115,7 @@ pub struct FimText {
 
 /// The span of the document at the cursor: the window from its start, and
 /// the document the engine keeps resident for every place in it.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SpanText {
     /// A spanned window (`FimText::spanned`), with the repository context.
     pub window: FimText,
@@ -122,7 +125,7 @@ pub struct SpanText {
 }
 
 /// What a prewarm fills the cache with while the user pauses.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Prewarm {
     /// The window at the cursor that a cold prompt can afford.
     pub window: FimText,
@@ -140,7 +143,7 @@ pub struct Prewarm {
 
 /// A piece of a file the user has been looking at, shown to the model with
 /// its path in front of the FIM prompt.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Snippet {
     pub path: String,
     pub text: String,
@@ -163,7 +166,7 @@ pub struct CompletionJob {
     pub cancel: CancelFlag,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum StopReason {
     /// The model ended the text (end-of-generation or a FIM/control token).
     EndOfText,
@@ -177,7 +180,7 @@ pub enum StopReason {
     Cancelled,
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Generation {
     pub text: String,
     pub stop: StopReason,
@@ -200,7 +203,7 @@ pub struct Generation {
     pub generate_ms: f64,
 }
 
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, thiserror::Error, Serialize, Deserialize)]
 pub enum EngineError {
     #[error("the local model is still loading")]
     Loading,
@@ -281,6 +284,12 @@ impl LocalEngine {
             status,
             thread: Arc::new(Mutex::new(Some(thread))),
         }
+    }
+
+    /// Where windows cannot meet at a socket, each runs its own engine.
+    #[cfg(not(unix))]
+    pub fn shared(options: EngineOptions, _dir: &std::path::Path) -> LocalEngine {
+        LocalEngine::spawn(options)
     }
 
     /// Stops the inference thread after its current step and waits for it, so the

@@ -336,6 +336,11 @@ impl LspClient {
             .unwrap()
     }
 
+    /// Kills the server with SIGKILL, as a crash ends it: no shutdown, no cleanup.
+    pub async fn kill(&mut self) {
+        self.child.kill().await.expect("killing the server");
+    }
+
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log_file).unwrap_or_default()
     }

@@ -1,0 +1,67 @@
+//! Editor windows share the machine (ARCHITECTURE.md invariant 24), and a
+//! window that crashes takes no other window's completions down. Real
+//! servers over stdio, one state directory: the first hosts the engine, the
+//! others are its clients. A client killed (SIGKILL, as a crash) in the
+//! middle of a request leaves the host answering; the host killed, a client
+//! takes over and its completions come back.
+
+mod support;
+
+use std::path::Path;
+
+use serde_json::json;
+use support::lsp_client::{LspClient, ServerOptions};
+
+async fn window(state: &Path) -> LspClient {
+    let state = (
+        "SWITCHYARD_STATE_DIR".to_owned(),
+        state.display().to_string(),
+    );
+    let mut client = LspClient::spawn(ServerOptions {
+        env: vec![state],
+        ..ServerOptions::default()
+    })
+    .await;
+    client
+        .initialize(
+            json!({"textDocument": {"inlineCompletion": {}}}),
+            json!({"local": {"auto_pull": false, "threads": 1}}),
+        )
+        .await;
+    client.wait_for_model().await;
+    client
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_window_takes_no_other_windows_completions_down() {
+    let state = tempfile::tempdir().unwrap();
+    let (text, line) = support::sample_with_hole();
+    let (line, character) = (line as u32 - 1, 8);
+
+    let mut a = window(state.path()).await;
+    let mut b = window(state.path()).await;
+    assert!(a.log().contains("hosting the local engine"), "{}", a.log());
+    assert!(b.log().contains("hosted by another window"), "{}", b.log());
+    b.open("file:///work/b.rs", &text).await;
+    b.inline_completion_eventually("file:///work/b.rs", line, character)
+        .await;
+
+    // A client killed while the host runs its request.
+    let mut c = window(state.path()).await;
+    c.open("file:///work/c.rs", &text).await;
+    c.send_inline_completion("file:///work/c.rs", line, character)
+        .await;
+    c.kill().await;
+    a.open("file:///work/a.rs", &text).await;
+    a.inline_completion_eventually("file:///work/a.rs", line, character)
+        .await;
+
+    // The host killed: the remaining window hosts the engine and answers.
+    a.kill().await;
+    b.wait_for_log("choosing a new host").await;
+    b.open("file:///work/b2.rs", &text).await;
+    b.inline_completion_eventually("file:///work/b2.rs", line, character)
+        .await;
+    assert!(b.log().contains("hosting the local engine"), "{}", b.log());
+    b.shutdown().await;
+}
