@@ -23,6 +23,12 @@
 //!   (a build started while editing); `cycle`: started once the model is
 //!   ready, then stopped and started again every `LARGE_HOG_HOLES` holes
 //!   (default 8), so the load comes and goes during the run.
+//! - `LARGE_WINDOWS=2`: a second editor window beside the measured one,
+//!   on the same state directory, opening another of the files every
+//!   `LARGE_WINDOW_EVERY_MS` (8000) and showing its cursor there, so its
+//!   engine fills while the first window is asked; `LARGE_SHARE=false`
+//!   gives each window its own engine (`local.share_engine`). Each window's
+//!   memory (proportional set size) is printed at the end.
 //! - `LARGE_OUT`: a directory for each attempt (JSON lines) and server logs.
 
 #[path = "../tests/support/mod.rs"]
@@ -35,6 +41,9 @@ use serde_json::json;
 use support::cpu_hog::CpuHog;
 use support::env_or;
 use support::infilling::{self, Arrival, Attempt, Task};
+use support::lsp_client::{LspClient, ServerOptions};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
 
 /// The files, by where they are found: a crate in the cargo registry
 /// (at the version Cargo.lock pins) or a module of Python's standard library.
@@ -155,6 +164,81 @@ impl Hog {
     }
 }
 
+/// The second window: how it is run, from the environment.
+#[derive(Clone, Copy, Debug)]
+struct SecondWindow {
+    every: Duration,
+    shares: bool,
+}
+
+impl SecondWindow {
+    fn from_env() -> Option<SecondWindow> {
+        (env_or("LARGE_WINDOWS", "1") == "2").then(|| SecondWindow {
+            every: Duration::from_millis(
+                env_or("LARGE_WINDOW_EVERY_MS", "8000")
+                    .parse()
+                    .expect("LARGE_WINDOW_EVERY_MS"),
+            ),
+            shares: env_or("LARGE_SHARE", "true") == "true",
+        })
+    }
+
+    /// Starts the window beside `first`; it opens files until told to stop,
+    /// then hands itself back.
+    async fn open_beside(
+        self,
+        first: &LspClient,
+        tasks: Vec<Task>,
+    ) -> (oneshot::Sender<()>, JoinHandle<LspClient>) {
+        let state = (
+            "SWITCHYARD_STATE_DIR".to_owned(),
+            first.state_dir().display().to_string(),
+        );
+        let mut window = LspClient::spawn(ServerOptions {
+            env: vec![state],
+            ..ServerOptions::default()
+        })
+        .await;
+        let local = json!({"auto_pull": false, "share_engine": self.shares});
+        window
+            .initialize(
+                json!({"textDocument": {"inlineCompletion": {}}}),
+                json!({"local": local}),
+            )
+            .await;
+        window.wait_for_model().await;
+        let (stop, mut stopped) = oneshot::channel();
+        let opens = tokio::spawn(async move {
+            for (i, task) in tasks.iter().enumerate().cycle() {
+                let uri = format!(
+                    "file:///window-b/{i}/{}",
+                    task.file.as_deref().unwrap_or("task.py")
+                );
+                window.open(&uri, &task.document()).await;
+                let (line, character) = task.cursor();
+                window.reveal_cursor(&uri, line, character).await;
+                if tokio::time::timeout(self.every, &mut stopped).await.is_ok() {
+                    break;
+                }
+            }
+            window
+        });
+        (stop, opens)
+    }
+}
+
+/// A process's proportional set size: its share of every page it maps.
+fn pss_mib(client: &LspClient) -> f64 {
+    let pid = client.pid().expect("the server runs");
+    let rollup = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).unwrap_or_default();
+    let kib: f64 = rollup
+        .lines()
+        .find_map(|l| l.strip_prefix("Pss:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(f64::NAN);
+    kib / 1024.0
+}
+
 async fn run(
     tasks: &[Task],
     budget_ms: u64,
@@ -163,6 +247,15 @@ async fn run(
 ) -> Vec<Attempt> {
     let mut spinning = (hog == Hog::FromStart).then(|| CpuHog::on_cores(1));
     let mut client = infilling::server(json!({"budget_ms": budget_ms})).await;
+    let second = match SecondWindow::from_env() {
+        // Other files than the first window's at the same time: from halfway.
+        Some(second) => {
+            let mut theirs = tasks.to_vec();
+            theirs.rotate_left(tasks.len() / 2);
+            Some(second.open_beside(&client, theirs).await)
+        }
+        None => None,
+    };
     let mut attempts = Vec::new();
     for (i, task) in tasks.iter().enumerate() {
         match (hog.on_at(i), spinning.is_some()) {
@@ -181,6 +274,19 @@ async fn run(
         std::fs::create_dir_all(&dir).expect("LARGE_OUT can be created");
         let path = dir.join(format!("server-{budget_ms}-{arrival:?}.log"));
         std::fs::write(path, client.log()).expect("LARGE_OUT is writable");
+    }
+    let first_mib = pss_mib(&client);
+    if let Some((stop, opens)) = second {
+        let _ = stop.send(());
+        let window = opens.await.expect("the second window's task");
+        let second_mib = pss_mib(&window);
+        println!(
+            "memory (proportional set size): first window {first_mib:.0} MiB, second {second_mib:.0} MiB ({:.0} % of the first)",
+            second_mib / first_mib * 100.0
+        );
+        window.shutdown().await;
+    } else {
+        println!("memory (proportional set size): {first_mib:.0} MiB");
     }
     client.shutdown().await;
     attempts

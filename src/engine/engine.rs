@@ -42,6 +42,7 @@ use super::{
     ChatJob, CompletionJob, EngineError, EngineStatus, FimText, Generation, Job, ModelInfo,
     Snippet, StopReason,
 };
+use crate::EditorWindow;
 use crate::cancel::CancelFlag;
 use aside::ChatTurn;
 use cache::KvCache;
@@ -133,6 +134,12 @@ struct Engine<'m> {
     costs: Costs,
     drafting: Drafting,
     jobs: Queue,
+    /// The window the last completion request came from: where the user is,
+    /// when windows share the engine (none asked yet: every window is).
+    users_window: Option<EditorWindow>,
+    /// A prewarm filling for the user's window: another window's prewarm
+    /// waits for it instead of stopping it.
+    sheltered: Option<EditorWindow>,
     /// What the completion service sizes its windows by; republished when the
     /// speed moves the input budget.
     info: ModelInfo,
@@ -164,10 +171,13 @@ impl Engine<'_> {
                 // Stop before process exit: llama.cpp must not be mid-decode while
                 // its static state is torn down.
                 Job::Shutdown => break,
-                Job::Complete(job, reply) => self.complete(job, reply),
+                Job::Complete(job, reply, window) => {
+                    self.users_window = Some(window);
+                    self.complete(job, reply);
+                }
                 Job::Chat(job, reply) => self.chat(job, reply),
-                Job::Prewarm(prewarm, done) => {
-                    self.prewarm(&prewarm);
+                Job::Prewarm(prewarm, done, window) => {
+                    self.prewarm(&prewarm, window);
                     if let Some(done) = done {
                         let _ = done.send(());
                     }
@@ -182,7 +192,7 @@ impl Engine<'_> {
             tracing::debug!("{what} left: a chat waits");
             return Filled::Preempted;
         }
-        if self.jobs.arrived() {
+        if self.jobs.preempt(self.sheltered) {
             // Before the cache changes: it holds what the last job left.
             return Filled::Preempted;
         }
@@ -257,7 +267,7 @@ impl Engine<'_> {
             .is_some_and(|d| Instant::now() + next_cost >= d)
         {
             Some(Stopped::Deadline)
-        } else if interrupt.preemptible && self.jobs.arrived()
+        } else if interrupt.preemptible && self.jobs.preempt(self.sheltered)
             || interrupt.yields && self.completion_waiting()
         {
             Some(Stopped::Preempted)

@@ -254,12 +254,22 @@ pub(crate) enum Job {
     Complete(
         CompletionJob,
         oneshot::Sender<Result<Generation, EngineError>>,
+        EditorWindow,
     ),
     Chat(ChatJob, oneshot::Sender<Result<Generation, EngineError>>),
     /// Fill the cache without generating, while the user pauses; told when
     /// done (or stopped by a newer job) where someone waits for it.
-    Prewarm(Prewarm, Option<oneshot::Sender<()>>),
+    Prewarm(Prewarm, Option<oneshot::Sender<()>>, EditorWindow),
     Shutdown,
+}
+
+/// The editor window a job comes from, where windows share the engine
+/// (`shared`): the process's own is [`EditorWindow::OWN`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct EditorWindow(pub(crate) u64);
+
+impl EditorWindow {
+    pub(crate) const OWN: EditorWindow = EditorWindow(0);
 }
 
 /// Handle to the inference thread. Cloning shares the thread.
@@ -327,7 +337,8 @@ impl LocalEngine {
 
     /// Runs one completion. Answers at once while the model is not ready.
     pub async fn complete(&self, job: CompletionJob) -> Result<Generation, EngineError> {
-        self.submit(|reply| Job::Complete(job, reply)).await
+        self.submit(|reply| Job::Complete(job, reply, EditorWindow::OWN))
+            .await
     }
 
     /// Answers a chat in the model's own template.
@@ -354,7 +365,9 @@ impl LocalEngine {
     /// Fills the cache for a prompt the user is likely to ask for next. Best effort.
     pub fn prewarm(&self, prewarm: Prewarm) {
         if matches!(self.status(), EngineStatus::Ready(_)) {
-            let _ = self.jobs.send(Job::Prewarm(prewarm, None));
+            let _ = self
+                .jobs
+                .send(Job::Prewarm(prewarm, None, EditorWindow::OWN));
         }
     }
 
@@ -367,7 +380,7 @@ impl LocalEngine {
         }
         let (done, wait) = oneshot::channel();
         self.jobs
-            .send(Job::Prewarm(prewarm, Some(done)))
+            .send(Job::Prewarm(prewarm, Some(done), EditorWindow::OWN))
             .map_err(|_| EngineError::Stopped)?;
         wait.await.map_err(|_| EngineError::Stopped)
     }

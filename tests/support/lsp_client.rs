@@ -336,6 +336,11 @@ impl LspClient {
             .unwrap()
     }
 
+    /// The server's process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.id()
+    }
+
     /// Kills the server with SIGKILL, as a crash ends it: no shutdown, no cleanup.
     pub async fn kill(&mut self) {
         self.child.kill().await.expect("killing the server");

@@ -55,7 +55,8 @@ impl Engine<'_> {
     /// queued, and no fill follows an answer while the chat waits.
     fn answer_waiting_completions(&mut self) {
         self.chat.waiting = true;
-        while let Some(Job::Complete(job, reply)) = self.jobs.take_completion() {
+        while let Some(Job::Complete(job, reply, window)) = self.jobs.take_completion() {
+            self.users_window = Some(window);
             self.complete(job, reply);
         }
         self.chat.waiting = false;

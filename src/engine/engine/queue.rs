@@ -6,7 +6,7 @@ use std::collections::VecDeque;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
 use std::time::Duration;
 
-use super::Job;
+use super::{EditorWindow, Job};
 
 /// Jobs not yet served, in arrival order.
 pub(super) struct Queue {
@@ -37,6 +37,26 @@ impl Queue {
             // Nobody can ask anything any more: background work is pointless.
             Err(TryRecvError::Disconnected) => true,
         }
+    }
+
+    /// Whether a job waits that stops a background fill: any job, except
+    /// that a fill `sheltered` for the user's window lets other windows'
+    /// prewarms wait their turn (a window opening files beside the one the
+    /// user asks in would otherwise take every fill from it).
+    pub(super) fn preempt(&mut self, sheltered: Option<EditorWindow>) -> bool {
+        let Some(users) = sheltered else {
+            return self.arrived();
+        };
+        loop {
+            match self.rx.try_recv() {
+                Ok(job) => self.pending.push_back(job),
+                Err(TryRecvError::Empty) => break,
+                Err(TryRecvError::Disconnected) => return true,
+            }
+        }
+        self.pending
+            .iter()
+            .any(|job| !matches!(job, Job::Prewarm(_, _, from) if *from != users))
     }
 
     /// Whether no job comes for `quiet` (one that does is kept).
@@ -72,5 +92,54 @@ impl Queue {
             .iter()
             .position(|job| matches!(job, Job::Complete(..)))?;
         self.pending.remove(at)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::mpsc;
+
+    use super::*;
+    use crate::cancel::CancelFlag;
+    use crate::{CompletionJob, FimText, Prewarm};
+
+    fn prewarm(from: u64) -> Job {
+        Job::Prewarm(Prewarm::default(), None, EditorWindow(from))
+    }
+
+    fn completion(from: u64) -> Job {
+        let job = CompletionJob {
+            text: FimText::default(),
+            span: None,
+            max_tokens: 1,
+            stop: Box::new(|_: &str| true),
+            deadline: std::time::Instant::now(),
+            cancel: CancelFlag::default(),
+        };
+        Job::Complete(job, tokio::sync::oneshot::channel().0, EditorWindow(from))
+    }
+
+    #[test]
+    fn a_fill_for_the_users_window_lets_only_other_windows_prewarms_wait() {
+        // (the fill sheltered for, the job waiting, whether it stops the fill)
+        let cases: [(Option<u64>, fn(u64) -> Job, u64, bool); 6] = [
+            (None, prewarm, 1, true),
+            (None, completion, 1, true),
+            (Some(0), prewarm, 1, false),
+            (Some(0), prewarm, 0, true),
+            (Some(0), completion, 1, true),
+            (Some(1), prewarm, 0, false),
+        ];
+        for (sheltered, job, from, stops) in cases {
+            let (send, receive) = mpsc::channel();
+            let mut queue = Queue::new(receive);
+            send.send(job(from)).unwrap();
+            assert_eq!(
+                queue.preempt(sheltered.map(EditorWindow)),
+                stops,
+                "sheltered for {sheltered:?}, a job from window {from}"
+            );
+            assert_eq!(queue.pending.len(), 1, "the job stays queued");
+        }
     }
 }

@@ -57,6 +57,8 @@ pub(crate) fn run(options: EngineOptions, rx: Receiver<Job>, status: watch::Send
         recent: RecentPrompts::new(options.recent_prompts),
         idle: IdleFill::default(),
         chat: ChatTurn::default(),
+        users_window: None,
+        sheltered: None,
         repository: None,
         costs: Costs::measured(&best),
         drafting: Drafting {
@@ -139,7 +141,7 @@ fn fail(status: &watch::Sender<EngineStatus>, rx: Receiver<Job>, reason: String)
     let _ = status.send(EngineStatus::Failed(reason.clone()));
     for job in rx {
         match job {
-            Job::Complete(_, reply) | Job::Chat(_, reply) => {
+            Job::Complete(_, reply, _) | Job::Chat(_, reply) => {
                 let _ = reply.send(Err(EngineError::Failed(reason.clone())));
             }
             Job::Prewarm(..) => {}

@@ -12,7 +12,7 @@ use super::choice::{self, Affordable, CutWindow, Window};
 use super::{Answered, CHUNK, Engine, Filled};
 use crate::prompt::{self, FimPrompt, PromptBudget};
 use crate::reuse;
-use crate::{CompletionJob, EngineError, FimText, Generation, Prewarm, SpanText};
+use crate::{CompletionJob, EditorWindow, EngineError, FimText, Generation, Prewarm, SpanText};
 
 /// What a request leaves of its time for the answer: this many generated
 /// tokens (a line of code). A window the cache lacks more of than decodes in
@@ -32,9 +32,21 @@ impl Engine<'_> {
     /// Makes the span's document resident and fills the span's window from
     /// it when the user is idle, then the spans around it (`idle`); between
     /// keystrokes, fills whichever window the cache makes cheaper. A newer
-    /// job makes the rest of a prewarm moot.
-    pub(super) fn prewarm(&mut self, prewarm: &Prewarm) {
+    /// job makes the rest of a prewarm moot. Another window than the user's
+    /// (invariant 24) gets its span filled, but neither grows outward nor
+    /// takes the idle fill from the user's.
+    pub(super) fn prewarm(&mut self, prewarm: &Prewarm, window: EditorWindow) {
+        let users = self.users_window.is_none_or(|users| users == window);
+        self.sheltered = users.then_some(window);
+        self.prewarm_for(prewarm, users);
+        self.sheltered = None;
+    }
+
+    fn prewarm_for(&mut self, prewarm: &Prewarm, users: bool) {
         match &prewarm.span {
+            Some(span) if prewarm.resident && !users => {
+                let _ = self.fill_span_once(span);
+            }
             Some(span) if prewarm.resident => {
                 self.idle.arrive(span.clone(), prewarm.neighbours.clone());
                 self.fill_span(span.clone());
@@ -68,17 +80,24 @@ impl Engine<'_> {
     /// newer job stops it; it goes on once the engine is idle again, unless a
     /// request elsewhere has moved the fill there by then.
     pub(super) fn fill_span(&mut self, span: SpanText) {
+        if self.fill_span_once(&span) == Filled::Preempted {
+            self.idle.resume(span);
+        }
+    }
+
+    /// Makes `span`'s document resident and fills its window, once.
+    fn fill_span_once(&mut self, span: &SpanText) -> Filled {
         let document = self.document_prompt(&span.window, &span.document);
-        let mut filled = match document {
+        let filled = match document {
             Some(prompt) => self.fill_in_background(&prompt, "resident document"),
             None => Filled::Done,
         };
-        if filled == Filled::Done {
-            let prompt = self.build_prompt(&span.window);
-            filled = self.fill_in_background(&prompt, "span window");
-        }
-        if filled == Filled::Preempted {
-            self.idle.resume(span);
+        match filled {
+            Filled::Done => {
+                let prompt = self.build_prompt(&span.window);
+                self.fill_in_background(&prompt, "span window")
+            }
+            stopped => stopped,
         }
     }
 

@@ -119,7 +119,8 @@ fn send_jobs(peer: &Peer, jobs: &Receiver<Job>, sent: &SentJobs, host_left: &Ato
 /// Keeps what stays here of `job` under `id`, and says what to send of it.
 fn register(id: u64, job: Job, sent: &SentJobs) -> ToHost {
     let (message, kept) = match job {
-        Job::Complete(job, reply) => {
+        // The host knows which window a connection is.
+        Job::Complete(job, reply, _) => {
             let message = ToHost::Complete {
                 id,
                 text: job.text,
@@ -154,7 +155,7 @@ fn register(id: u64, job: Job, sent: &SentJobs) -> ToHost {
             };
             (message, kept)
         }
-        Job::Prewarm(prewarm, done) => {
+        Job::Prewarm(prewarm, done, _) => {
             let message = ToHost::Prewarm {
                 id,
                 prewarm,

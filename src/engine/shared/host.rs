@@ -16,7 +16,9 @@ use tokio::sync::{oneshot, watch};
 
 use super::wire::{self, Peer, ToClient, ToHost};
 use crate::cancel::CancelFlag;
-use crate::{ChatJob, CompletionJob, EngineError, EngineOptions, EngineStatus, Job, StopRule};
+use crate::{
+    ChatJob, CompletionJob, EditorWindow, EngineError, EngineOptions, EngineStatus, Job, StopRule,
+};
 
 /// How long the engine waits for a window's stop rule: a window that does
 /// not answer (stopped, swapping) ends its own answer, not everyone's.
@@ -92,11 +94,13 @@ fn accept_windows(
     clients: Clients,
 ) {
     let accept = move || {
-        for stream in listener.incoming().flatten() {
+        // The host's own jobs are `EditorWindow::OWN`, 0.
+        for (number, stream) in (1..).zip(listener.incoming().flatten()) {
             let (jobs, status, clients) = (jobs.clone(), status.clone(), clients.clone());
+            let window = EditorWindow(number);
             let _ = std::thread::Builder::new()
                 .name("switchyard-engine-window".into())
-                .spawn(move || serve_window(stream, jobs, &status, &clients));
+                .spawn(move || serve_window(stream, window, jobs, (&status, &clients)));
         }
     };
     let _ = std::thread::Builder::new()
@@ -134,9 +138,9 @@ type RunningJobs = Arc<Mutex<HashMap<u64, Running>>>;
 /// then what it left running is cancelled (a crashed window stops costing).
 fn serve_window(
     stream: UnixStream,
+    window: EditorWindow,
     jobs: Sender<Job>,
-    status: &watch::Receiver<EngineStatus>,
-    clients: &Clients,
+    (status, clients): (&watch::Receiver<EngineStatus>, &Clients),
 ) {
     let Ok(writer) = stream.try_clone() else {
         return;
@@ -146,7 +150,7 @@ fn serve_window(
     let running = RunningJobs::default();
     let mut reader = BufReader::new(stream);
     while let Ok(Some(message)) = wire::receive::<ToHost>(&mut reader) {
-        if let Some(job) = take(message, &peer, &running)
+        if let Some(job) = take(message, window, &peer, &running)
             && jobs.send(job).is_err()
         {
             break;
@@ -160,7 +164,7 @@ fn serve_window(
 
 /// The engine job a message asks for, if any; cancels and stop-rule answers
 /// go to the job they name.
-fn take(message: ToHost, peer: &Peer, running: &RunningJobs) -> Option<Job> {
+fn take(message: ToHost, window: EditorWindow, peer: &Peer, running: &RunningJobs) -> Option<Job> {
     let mut jobs = running.lock().unwrap_or_else(|p| p.into_inner());
     match message {
         ToHost::Complete {
@@ -187,7 +191,11 @@ fn take(message: ToHost, peer: &Peer, running: &RunningJobs) -> Option<Job> {
                 deadline: wire::deadline_in(within_us),
                 cancel,
             };
-            Some(Job::Complete(job, answer_later(peer, id, running, None)))
+            Some(Job::Complete(
+                job,
+                answer_later(peer, id, running, None),
+                window,
+            ))
         }
         ToHost::Chat {
             id,
@@ -230,6 +238,7 @@ fn take(message: ToHost, peer: &Peer, running: &RunningJobs) -> Option<Job> {
         } => Some(Job::Prewarm(
             prewarm,
             tells_done.then(|| prewarmed_later(peer.clone(), id)),
+            window,
         )),
         ToHost::Cancel { id } => {
             if let Some(job) = jobs.get(&id) {

@@ -1,4 +1,5 @@
-//! Editor windows share the machine: one engine per machine and model.
+//! Editor windows share the machine: one engine per machine and model
+//! (ARCHITECTURE.md invariant 24).
 //!
 //! Every window's switchyard meets the others at a lock and a socket in the
 //! state directory, named by the engine's options (the same model, sizes
@@ -15,9 +16,10 @@ mod client;
 mod host;
 mod wire;
 
-use std::fs::{File, TryLockError};
+use std::fs::{File, Permissions, TryLockError};
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::io;
+use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, Receiver, Sender};
@@ -163,6 +165,9 @@ impl MeetingPlace {
         // A socket left by a host that crashed: the lock says nobody serves it.
         let _ = std::fs::remove_file(&self.socket);
         let listener = UnixListener::bind(&self.socket)?;
+        // The engine's caches hold this user's documents: no other user's
+        // process may ask it for completions.
+        std::fs::set_permissions(&self.socket, Permissions::from_mode(0o600))?;
         Ok(Role::Host(Hosting {
             lock,
             listener,
