@@ -1,9 +1,9 @@
 //! Editor windows share the machine (ARCHITECTURE.md invariant 24), and a
 //! window that crashes takes no other window's completions down. Real
 //! servers over stdio, one state directory: the first hosts the engine, the
-//! others are its clients. A client killed (SIGKILL, as a crash) in the
-//! middle of a request leaves the host answering; the host killed, a client
-//! takes over and its completions come back.
+//! others are its clients. A client killed (SIGKILL, as a crash) or stopped
+//! (SIGSTOP) in the middle of a request leaves the host answering; the host
+//! killed, a client takes over and its completions come back.
 
 mod support;
 
@@ -32,6 +32,14 @@ async fn window(state: &Path) -> LspClient {
     client
 }
 
+fn signal(window: &LspClient, signal: &str) {
+    let pid = window.pid().expect("the window runs").to_string();
+    let sent = std::process::Command::new("kill")
+        .args([signal, &pid])
+        .status();
+    assert!(sent.is_ok_and(|s| s.success()), "kill {signal} {pid}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crashed_window_takes_no_other_windows_completions_down() {
     let state = tempfile::tempdir().unwrap();
@@ -55,6 +63,20 @@ async fn a_crashed_window_takes_no_other_windows_completions_down() {
     a.open("file:///work/a.rs", &text).await;
     a.inline_completion_eventually("file:///work/a.rs", line, character)
         .await;
+
+    // A client stopped (SIGSTOP: suspended, swapped out) while the host runs
+    // its request: its stop rule never answers, and the host answers the
+    // others all the same.
+    let mut d = window(state.path()).await;
+    d.open("file:///work/d.rs", &text).await;
+    d.send_inline_completion("file:///work/d.rs", line, character)
+        .await;
+    signal(&d, "-STOP");
+    a.open("file:///work/a2.rs", &text).await;
+    a.inline_completion_eventually("file:///work/a2.rs", line, character)
+        .await;
+    signal(&d, "-CONT");
+    d.kill().await;
 
     // The host killed: the remaining window hosts the engine and answers.
     a.kill().await;

@@ -122,7 +122,8 @@ mod tests {
     #[test]
     fn a_fill_for_the_users_window_lets_only_other_windows_prewarms_wait() {
         // (the fill sheltered for, the job waiting, whether it stops the fill)
-        let cases: [(Option<u64>, fn(u64) -> Job, u64, bool); 6] = [
+        type Case = (Option<u64>, fn(u64) -> Job, u64, bool);
+        let cases: [Case; 6] = [
             (None, prewarm, 1, true),
             (None, completion, 1, true),
             (Some(0), prewarm, 1, false),

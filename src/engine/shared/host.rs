@@ -8,6 +8,7 @@ use std::fs::File;
 use std::io::BufReader;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -17,7 +18,8 @@ use tokio::sync::{oneshot, watch};
 use super::wire::{self, Peer, ToClient, ToHost};
 use crate::cancel::CancelFlag;
 use crate::{
-    ChatJob, CompletionJob, EditorWindow, EngineError, EngineOptions, EngineStatus, Job, StopRule,
+    ChatJob, CompletionJob, EditorWindow, EngineError, EngineOptions, EngineStatus, FimText, Job,
+    SpanText, StopRule,
 };
 
 /// How long the engine waits for a window's stop rule: a window that does
@@ -72,16 +74,15 @@ pub(super) fn serve(
 ) {
     tracing::info!(socket = %hosting.socket.display(), "hosting the local engine for every window");
     let clients = Clients::default();
-    accept_windows(
-        hosting.listener,
-        sender,
-        status.subscribe(),
-        clients.clone(),
-    );
+    let closing = Arc::new(AtomicBool::new(false));
+    let accepting = (status.subscribe(), clients.clone(), closing.clone());
+    accept_windows(hosting.listener, sender, accepting);
     tell_status_changes(status.subscribe(), clients.clone());
     crate::engine::run(options, jobs, status);
-    // New windows find no socket; those here choose among themselves once
-    // the lock is free.
+    // The accepting thread wakes to a last connection and ends; new windows
+    // find no socket; those here choose among themselves once the lock is free.
+    closing.store(true, Ordering::Release);
+    let _ = UnixStream::connect(&hosting.socket);
     let _ = std::fs::remove_file(&hosting.socket);
     clients.broadcast(&ToClient::Closing);
     drop(hosting.lock);
@@ -90,12 +91,14 @@ pub(super) fn serve(
 fn accept_windows(
     listener: UnixListener,
     jobs: Sender<Job>,
-    status: watch::Receiver<EngineStatus>,
-    clients: Clients,
+    (status, clients, closing): (watch::Receiver<EngineStatus>, Clients, Arc<AtomicBool>),
 ) {
     let accept = move || {
         // The host's own jobs are `EditorWindow::OWN`, 0.
         for (number, stream) in (1..).zip(listener.incoming().flatten()) {
+            if closing.load(Ordering::Acquire) {
+                break;
+            }
             let (jobs, status, clients) = (jobs.clone(), status.clone(), clients.clone());
             let window = EditorWindow(number);
             let _ = std::thread::Builder::new()
@@ -125,14 +128,60 @@ fn tell_status_changes(mut status: watch::Receiver<EngineStatus>, clients: Clien
         .spawn(tell);
 }
 
-/// A client window's jobs still running here.
+/// A client window's job running here.
 struct Running {
     cancel: CancelFlag,
     /// Where the window's stop-rule answers go (completions only).
     stops: Option<Sender<bool>>,
 }
 
-type RunningJobs = Arc<Mutex<HashMap<u64, Running>>>;
+/// A client window's jobs still running here, by the id the window gave them.
+#[derive(Clone, Default)]
+struct RunningJobs(Arc<Mutex<HashMap<u64, Running>>>);
+
+impl RunningJobs {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Running>> {
+        self.0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Keeps job `id` until it is answered; its cancel flag.
+    fn start(&self, id: u64, stops: Option<Sender<bool>>) -> CancelFlag {
+        let cancel = CancelFlag::default();
+        self.lock().insert(
+            id,
+            Running {
+                cancel: cancel.clone(),
+                stops,
+            },
+        );
+        cancel
+    }
+
+    fn answered(&self, id: u64) {
+        self.lock().remove(&id);
+    }
+
+    fn cancel(&self, id: u64) {
+        if let Some(job) = self.lock().get(&id) {
+            job.cancel.cancel();
+        }
+    }
+
+    fn stop_rule_says(&self, id: u64, stops: bool) {
+        if let Some(answers) = self.lock().get(&id).and_then(|job| job.stops.as_ref()) {
+            let _ = answers.send(stops);
+        }
+    }
+
+    /// The window left: what it had running stops costing.
+    fn cancel_all(&self) {
+        for (_, job) in self.lock().drain() {
+            job.cancel.cancel();
+        }
+    }
+}
 
 /// Serves one client window until it leaves or sends what is not a message;
 /// then what it left running is cancelled (a crashed window stops costing).
@@ -157,15 +206,12 @@ fn serve_window(
         }
     }
     clients.leave(&peer);
-    for (_, job) in running.lock().unwrap_or_else(|p| p.into_inner()).drain() {
-        job.cancel.cancel();
-    }
+    running.cancel_all();
 }
 
 /// The engine job a message asks for, if any; cancels and stop-rule answers
 /// go to the job they name.
 fn take(message: ToHost, window: EditorWindow, peer: &Peer, running: &RunningJobs) -> Option<Job> {
-    let mut jobs = running.lock().unwrap_or_else(|p| p.into_inner());
     match message {
         ToHost::Complete {
             id,
@@ -174,28 +220,8 @@ fn take(message: ToHost, window: EditorWindow, peer: &Peer, running: &RunningJob
             max_tokens,
             within_us,
         } => {
-            let (stops, answers) = mpsc::channel();
-            let cancel = CancelFlag::default();
-            jobs.insert(
-                id,
-                Running {
-                    cancel: cancel.clone(),
-                    stops: Some(stops),
-                },
-            );
-            let job = CompletionJob {
-                text,
-                span,
-                max_tokens,
-                stop: asks_the_window(peer.clone(), id, answers),
-                deadline: wire::deadline_in(within_us),
-                cancel,
-            };
-            Some(Job::Complete(
-                job,
-                answer_later(peer, id, running, None),
-                window,
-            ))
+            let wanted = (text, span, max_tokens, within_us);
+            Some(completion(wanted, id, window, (peer, running)))
         }
         ToHost::Chat {
             id,
@@ -205,26 +231,14 @@ fn take(message: ToHost, window: EditorWindow, peer: &Peer, running: &RunningJob
             first_token_within_us,
             streams,
         } => {
-            let cancel = CancelFlag::default();
-            jobs.insert(
-                id,
-                Running {
-                    cancel: cancel.clone(),
-                    stops: None,
-                },
-            );
+            let (pieces, streamed) = tokio::sync::mpsc::unbounded_channel();
             let job = ChatJob {
                 messages,
                 max_tokens,
                 deadline: wire::deadline_in(within_us),
                 first_token_by: first_token_within_us.map(wire::deadline_in),
-                cancel,
-                pieces: None,
-            };
-            let (pieces, streamed) = tokio::sync::mpsc::unbounded_channel();
-            let job = ChatJob {
+                cancel: running.start(id, None),
                 pieces: streams.then_some(pieces),
-                ..job
             };
             Some(Job::Chat(
                 job,
@@ -235,24 +249,39 @@ fn take(message: ToHost, window: EditorWindow, peer: &Peer, running: &RunningJob
             id,
             prewarm,
             tells_done,
-        } => Some(Job::Prewarm(
-            prewarm,
-            tells_done.then(|| prewarmed_later(peer.clone(), id)),
-            window,
-        )),
+        } => {
+            let done = tells_done.then(|| prewarmed_later(peer.clone(), id));
+            Some(Job::Prewarm(prewarm, done, window))
+        }
         ToHost::Cancel { id } => {
-            if let Some(job) = jobs.get(&id) {
-                job.cancel.cancel();
-            }
+            running.cancel(id);
             None
         }
         ToHost::Stops { id, stops } => {
-            if let Some(answers) = jobs.get(&id).and_then(|job| job.stops.as_ref()) {
-                let _ = answers.send(stops);
-            }
+            running.stop_rule_says(id, stops);
             None
         }
     }
+}
+
+/// Completion `id` of `window`: its stop rule asks the window's, its
+/// cancel flag is the window's to set, its answer goes back to it.
+fn completion(
+    (text, span, max_tokens, within_us): (FimText, Option<SpanText>, usize, u64),
+    id: u64,
+    window: EditorWindow,
+    (peer, running): (&Peer, &RunningJobs),
+) -> Job {
+    let (stops, answers) = mpsc::channel();
+    let job = CompletionJob {
+        text,
+        span,
+        max_tokens,
+        stop: asks_the_window(peer.clone(), id, answers),
+        deadline: wire::deadline_in(within_us),
+        cancel: running.start(id, Some(stops)),
+    };
+    Job::Complete(job, answer_later(peer, id, running, None), window)
 }
 
 /// A stop rule that asks the window's own rule, and stops where it cannot.
@@ -287,10 +316,7 @@ fn answer_later(
             let _ = peer.send(&ToClient::Piece { id, text });
         }
         let answer = answer.blocking_recv().unwrap_or(Err(EngineError::Stopped));
-        running
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&id);
+        running.answered(id);
         let _ = peer.send(&ToClient::Answer { id, answer });
     };
     let _ = std::thread::Builder::new()

@@ -72,15 +72,22 @@ pub(super) enum ToClient {
     Closing,
 }
 
+/// A peer that reads nothing for this long (stopped, swapping) is let go:
+/// the engine thread, which asks stop rules, must never wait on one window.
+const WRITE_TIMEOUT: Duration = Duration::from_millis(500);
+
 /// The writing half of a connection, shared by the threads that answer on it.
 #[derive(Clone, Debug)]
 pub(super) struct Peer(Arc<Mutex<UnixStream>>);
 
 impl Peer {
     pub(super) fn new(stream: UnixStream) -> Peer {
+        let _ = stream.set_write_timeout(Some(WRITE_TIMEOUT));
         Peer(Arc::new(Mutex::new(stream)))
     }
 
+    /// Sends `message`; a failed send ends the connection both ways, so the
+    /// reading side sees the end and lets go of what the peer had running.
     pub(super) fn send(&self, message: &impl Serialize) -> io::Result<()> {
         let mut line = serde_json::to_vec(message)?;
         line.push(b'\n');
@@ -88,7 +95,11 @@ impl Peer {
             .0
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        stream.write_all(&line)
+        let sent = stream.write_all(&line);
+        if sent.is_err() {
+            let _ = stream.shutdown(std::net::Shutdown::Both);
+        }
+        sent
     }
 
     /// Whether both are the same connection.
