@@ -296,19 +296,17 @@ fn is_placeholder(value: &str) -> bool {
 /// A value that names where the secret is rather than holding it.
 fn is_reference(value: &str) -> bool {
     let lower = value.to_ascii_lowercase();
-    [
-        "env",
-        "environ",
-        "getenv",
-        "process.",
-        "os.",
-        "config.",
-        "settings.",
-        "self.",
-        "this.",
-    ]
-    .iter()
-    .any(|p| lower.starts_with(p))
+    // A whole word: `env("DB")` and `environ["DB"]` name a place; a random
+    // password that happens to begin "env" (`enVwLx4A`) does not.
+    let names_environment = ["env", "environ", "getenv"].iter().any(|word| {
+        lower
+            .strip_prefix(word)
+            .is_some_and(|rest| !rest.starts_with(|c: char| c.is_ascii_alphanumeric()))
+    });
+    names_environment
+        || ["process.", "os.", "config.", "settings.", "self.", "this."]
+            .iter()
+            .any(|p| lower.starts_with(p))
         || value.contains("::")
         || ["/", "./", "../", "~/"]
             .iter()
@@ -405,5 +403,16 @@ mod tests {
         assert_eq!(redact(env).count, 2, "{}", redact(env).text);
         let code = "let token = self.next_token();\nlet key = format!(\"{}\", id);\nmax_tokens = 256\nAPI_KEY = os.environ[\"API_KEY\"]\npassword: \"${DB_PASSWORD}\"\n";
         assert_eq!(redact(code).count, 0, "{}", redact(code).text);
+    }
+
+    /// Found by the property test in tests/privacy.rs: a password beginning
+    /// "env" was taken for a reference to the environment.
+    #[test]
+    fn a_password_that_begins_like_a_reference_is_still_one() {
+        let leaked = "DB_PASSWORD=\"enVwLx4A\"\n";
+        assert_eq!(redact(leaked).count, 1, "{}", redact(leaked).text);
+        let references =
+            "DB_PASSWORD=env(\"DB\")\nDB_PASSWORD=environ[\"DB\"]\nDB_PASSWORD=getenv(\"DB\")\n";
+        assert_eq!(redact(references).count, 0, "{}", redact(references).text);
     }
 }
