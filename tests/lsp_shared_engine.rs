@@ -32,6 +32,20 @@ async fn window(state: &Path) -> LspClient {
     client
 }
 
+/// Opens `uri` and asks for a completion at the place, without waiting.
+async fn asks(window: &mut LspClient, uri: &str, (text, line, character): (&str, u32, u32)) {
+    window.open(uri, text).await;
+    window.send_inline_completion(uri, line, character).await;
+}
+
+/// Opens `uri` and asks at the place until a suggestion comes.
+async fn completes(window: &mut LspClient, uri: &str, (text, line, character): (&str, u32, u32)) {
+    window.open(uri, text).await;
+    window
+        .inline_completion_eventually(uri, line, character)
+        .await;
+}
+
 fn signal(window: &LspClient, signal: &str) {
     let pid = window.pid().expect("the window runs").to_string();
     let sent = std::process::Command::new("kill")
@@ -50,40 +64,29 @@ async fn a_crashed_window_takes_no_other_windows_completions_down() {
     let mut b = window(state.path()).await;
     assert!(a.log().contains("hosting the local engine"), "{}", a.log());
     assert!(b.log().contains("hosted by another window"), "{}", b.log());
-    b.open("file:///work/b.rs", &text).await;
-    b.inline_completion_eventually("file:///work/b.rs", line, character)
-        .await;
+    let place = (text.as_str(), line, character);
+    completes(&mut b, "file:///work/b.rs", place).await;
 
     // A client killed while the host runs its request.
     let mut c = window(state.path()).await;
-    c.open("file:///work/c.rs", &text).await;
-    c.send_inline_completion("file:///work/c.rs", line, character)
-        .await;
+    asks(&mut c, "file:///work/c.rs", place).await;
     c.kill().await;
-    a.open("file:///work/a.rs", &text).await;
-    a.inline_completion_eventually("file:///work/a.rs", line, character)
-        .await;
+    completes(&mut a, "file:///work/a.rs", place).await;
 
     // A client stopped (SIGSTOP: suspended, swapped out) while the host runs
     // its request: its stop rule never answers, and the host answers the
     // others all the same.
     let mut d = window(state.path()).await;
-    d.open("file:///work/d.rs", &text).await;
-    d.send_inline_completion("file:///work/d.rs", line, character)
-        .await;
+    asks(&mut d, "file:///work/d.rs", place).await;
     signal(&d, "-STOP");
-    a.open("file:///work/a2.rs", &text).await;
-    a.inline_completion_eventually("file:///work/a2.rs", line, character)
-        .await;
+    completes(&mut a, "file:///work/a2.rs", place).await;
     signal(&d, "-CONT");
     d.kill().await;
 
     // The host killed: the remaining window hosts the engine and answers.
     a.kill().await;
     b.wait_for_log("choosing a new host").await;
-    b.open("file:///work/b2.rs", &text).await;
-    b.inline_completion_eventually("file:///work/b2.rs", line, character)
-        .await;
+    completes(&mut b, "file:///work/b2.rs", place).await;
     assert!(b.log().contains("hosting the local engine"), "{}", b.log());
     b.shutdown().await;
 }

@@ -171,10 +171,7 @@ impl Engine<'_> {
                 // Stop before process exit: llama.cpp must not be mid-decode while
                 // its static state is torn down.
                 Job::Shutdown => break,
-                Job::Complete(job, reply, window) => {
-                    self.users_window = Some(window);
-                    self.complete(job, reply);
-                }
+                Job::Complete(job, reply, window) => self.complete(job, reply, window),
                 Job::Chat(job, reply) => self.chat(job, reply),
                 Job::Prewarm(prewarm, done, window) => {
                     self.prewarm(&prewarm, window);

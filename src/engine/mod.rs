@@ -283,11 +283,22 @@ pub struct LocalEngine {
 impl LocalEngine {
     /// Starts the inference thread, which loads the model and then serves jobs.
     pub fn spawn(options: EngineOptions) -> LocalEngine {
+        LocalEngine::on_thread(move |_, rx, status| engine::run(options, rx, status))
+    }
+
+    /// A handle to a thread running `serve` on the handle's jobs (a sender
+    /// of them too, for what it serves beside the handle) and its status.
+    pub(crate) fn on_thread(
+        serve: impl FnOnce(mpsc::Sender<Job>, mpsc::Receiver<Job>, watch::Sender<EngineStatus>)
+        + Send
+        + 'static,
+    ) -> LocalEngine {
         let (jobs, rx) = mpsc::channel();
         let (status_tx, status) = watch::channel(EngineStatus::Loading);
+        let sender = jobs.clone();
         let thread = std::thread::Builder::new()
             .name("switchyard-inference".into())
-            .spawn(move || engine::run(options, rx, status_tx))
+            .spawn(move || serve(sender, rx, status_tx))
             .expect("spawning the inference thread");
         LocalEngine {
             jobs,

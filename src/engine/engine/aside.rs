@@ -56,8 +56,7 @@ impl Engine<'_> {
     fn answer_waiting_completions(&mut self) {
         self.chat.waiting = true;
         while let Some(Job::Complete(job, reply, window)) = self.jobs.take_completion() {
-            self.users_window = Some(window);
-            self.complete(job, reply);
+            self.complete(job, reply, window);
         }
         self.chat.waiting = false;
     }

@@ -142,11 +142,14 @@ impl Engine<'_> {
         (self.costs.token.as_secs_f64() / prompt_token.max(1e-9)) as usize
     }
 
+    /// Answers `window`'s request, which makes it the user's window.
     pub(super) fn complete(
         &mut self,
         mut job: CompletionJob,
         reply: oneshot::Sender<Result<Generation, EngineError>>,
+        window: EditorWindow,
     ) {
+        self.users_window = Some(window);
         if job.cancel.is_cancelled() {
             let _ = reply.send(Ok(Generation::cancelled()));
             return;

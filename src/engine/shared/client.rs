@@ -45,9 +45,7 @@ struct SentJobs(Arc<Mutex<HashMap<u64, Sent>>>);
 
 impl SentJobs {
     fn lock(&self) -> MutexGuard<'_, HashMap<u64, Sent>> {
-        self.0
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        wire::locked(&self.0)
     }
 }
 

@@ -40,9 +40,7 @@ struct Clients(Arc<Mutex<Vec<Peer>>>);
 
 impl Clients {
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Peer>> {
-        self.0
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        wire::locked(&self.0)
     }
 
     /// Adds `peer`, telling it the status now; under the same lock as a
@@ -141,9 +139,7 @@ struct RunningJobs(Arc<Mutex<HashMap<u64, Running>>>);
 
 impl RunningJobs {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Running>> {
-        self.0
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        wire::locked(&self.0)
     }
 
     /// Keeps job `id` until it is answered; its cancel flag.

@@ -22,8 +22,7 @@ use std::io;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::sync::mpsc::{self, Receiver, Sender};
-use std::sync::{Arc, Mutex};
+use std::sync::mpsc::{Receiver, Sender};
 use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
@@ -55,18 +54,9 @@ impl LocalEngine {
     /// window hosting it.
     pub fn shared(options: EngineOptions, dir: &Path) -> LocalEngine {
         let place = MeetingPlace::for_engine(&options, dir);
-        let (jobs, rx) = mpsc::channel();
-        let (status_tx, status) = watch::channel(EngineStatus::Loading);
-        let sender = jobs.clone();
-        let thread = std::thread::Builder::new()
-            .name("switchyard-inference".into())
-            .spawn(move || share(options, &place, (sender, rx), status_tx))
-            .expect("spawning the inference thread");
-        LocalEngine {
-            jobs,
-            status,
-            thread: Arc::new(Mutex::new(Some(thread))),
-        }
+        LocalEngine::on_thread(move |sender, rx, status| {
+            share(options, &place, (sender, rx), status)
+        })
     }
 }
 

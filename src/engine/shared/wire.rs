@@ -5,7 +5,7 @@
 
 use std::io::{self, BufRead, Write};
 use std::os::unix::net::UnixStream;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use serde::de::DeserializeOwned;
@@ -91,10 +91,7 @@ impl Peer {
     pub(super) fn send(&self, message: &impl Serialize) -> io::Result<()> {
         let mut line = serde_json::to_vec(message)?;
         line.push(b'\n');
-        let mut stream = self
-            .0
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut stream = locked(&self.0);
         let sent = stream.write_all(&line);
         if sent.is_err() {
             let _ = stream.shutdown(std::net::Shutdown::Both);
@@ -106,6 +103,14 @@ impl Peer {
     pub(super) fn is(&self, other: &Peer) -> bool {
         Arc::ptr_eq(&self.0, &other.0)
     }
+}
+
+/// `mutex` locked; a thread that panicked holding it left nothing half-done
+/// that matters here (a map of jobs, a list of peers, a stream).
+pub(super) fn locked<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// The next message, `None` at the end of the connection. A line that is
