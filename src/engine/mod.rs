@@ -283,7 +283,12 @@ pub struct LocalEngine {
 impl LocalEngine {
     /// Starts the inference thread, which loads the model and then serves jobs.
     pub fn spawn(options: EngineOptions) -> LocalEngine {
-        LocalEngine::on_thread(move |_, rx, status| engine::run(options, rx, status))
+        LocalEngine::on_thread(move |sender, rx, status| {
+            // The thread must not hold its own queue open: the last handle
+            // dropped without a shutdown ends it (before the process exits).
+            drop(sender);
+            engine::run(options, rx, status)
+        })
     }
 
     /// A handle to a thread running `serve` on the handle's jobs (a sender
