@@ -12,8 +12,10 @@
 //! Run: `cargo bench --bench completion_large_files` (after
 //! `models/fetch-test-model.sh` and `cargo fetch`). Settings (environment):
 //! - `LARGE_ARRIVALS=resident,silent`: `resident` reveals the cursor and
-//!   keeps the file open until the engine has made the span there resident
-//!   (or 60 s); `silent` says nothing of the cursor and waits `LARGE_COLD_MS`.
+//!   keeps the file open until the engine has prepared the place (the span
+//!   there resident and the answer there generated ahead; or 60 s);
+//!   `silent` says nothing of the cursor and waits `LARGE_COLD_MS`. The
+//!   "decoded at request" column counts the answers generated ahead.
 //! - `LARGE_COLD_MS=3000`: how long a silent arrival's file is open first.
 //! - `LARGE_BUDGETS_MS=1000,10000`: the autocomplete budgets (10 s: the
 //!   unbounded run the 1 s one is compared with).
@@ -301,7 +303,7 @@ fn print_row(label: &str, attempts: &[Attempt]) {
         .map(|(r, n)| format!("{n}× {r}"))
         .collect();
     println!(
-        "| {label} | {} | {:.1} | {:.1} | {:.1} | {} / {} | {} / {} | {} |",
+        "| {label} | {} | {:.1} | {:.1} | {:.1} | {} / {} | {} / {}, {} ahead | {} |",
         score.tasks,
         score.exact * 100.0,
         score.similarity * 100.0,
@@ -310,6 +312,7 @@ fn print_row(label: &str, attempts: &[Attempt]) {
         score.p95.as_millis(),
         score.to_decode.0,
         score.to_decode.1,
+        score.ahead,
         reasons.join("; ")
     );
 }

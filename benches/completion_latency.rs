@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use cpu_hog::CpuHog;
 use ropey::Rope;
 use switchyard::cancel::CancelFlag;
-use switchyard::completion::{CompletionRequest, CompletionService, NoSuggestion, Origin};
+use switchyard::completion::{CompletionRequest, CompletionService, NoSuggestion, Origin, Warmth};
 use switchyard::config::Config;
 use switchyard::local_setup;
 use switchyard::providers::local::{LocalEngine, ModelInfo};
@@ -134,7 +134,7 @@ async fn run_script(service: &CompletionService, budget: Duration, every: usize)
         match step {
             Step::ClearLineFrom { line_text } => session.clear_line_from(line_text),
             Step::Pause => {
-                service.prewarm(DOC, &session.rope, session.cursor, false);
+                service.prewarm(DOC, &session.rope, session.cursor, Warmth::Window);
                 tokio::time::sleep(Duration::from_millis(400)).await;
             }
             Step::Type(text) => {

@@ -393,6 +393,7 @@ async fn switching_back_to_a_place_in_a_resident_document_is_warm() {
             }),
             resident: true,
             neighbours: Vec::new(),
+            answer: None,
         })
         .await
         .unwrap();
@@ -476,6 +477,7 @@ async fn a_resident_document_serves_new_places_like_a_fresh_context() {
             }),
             resident: true,
             neighbours: Vec::new(),
+            answer: None,
         })
         .await
         .unwrap();
@@ -576,6 +578,7 @@ async fn any_place_in_a_resident_span_decodes_only_its_suffix_section() {
             span: Some(span),
             resident: true,
             neighbours,
+            answer: None,
         })
         .await
         .unwrap();

@@ -3,10 +3,11 @@
 //! answered from a warm cache gives the tokens the same prompt gives from
 //! an empty one. The warm engine meets every road a cache takes: a revealed
 //! cursor (the span's document made resident, its tail lent to the FIM
-//! prompt), the spans around it filled in idle time and restored, a recent
-//! prompt restored on coming back to a file, and typing (the suffix moved
-//! by a RoPE shift). The cold engine builds a fresh context for every
-//! request. A binary of its own: the two engines take a core each.
+//! prompt, the answer there generated ahead), the spans around it filled in
+//! idle time and restored, a recent prompt restored on coming back to a
+//! file, and typing (the suffix moved by a RoPE shift). The cold engine
+//! builds a fresh context for every request. A binary of its own: the two
+//! engines take a core each.
 
 mod support;
 
@@ -24,6 +25,13 @@ const SUFFIX: usize = 48;
 const SPANS_PER_FILE: usize = 4;
 /// What is typed at each span's first place, a character at a time.
 const TYPED: &str = "sel";
+/// The answer at a revealed cursor is generated ahead to the request's
+/// limits (`job`'s): one line, this many tokens.
+const AHEAD: AnswerAhead = AnswerAhead {
+    max_tokens: MAX_TOKENS,
+    lines: 1,
+};
+const MAX_TOKENS: usize = 12;
 
 /// Real files: this repository's own sources, which every checkout has,
 /// and a dependency's from the cargo registry where it is unpacked.
@@ -120,7 +128,7 @@ fn job(text: FimText, span: SpanText) -> CompletionJob {
     CompletionJob {
         text,
         span: Some(span),
-        max_tokens: 12,
+        max_tokens: MAX_TOKENS,
         stop: Box::new(|s: &str| s.contains('\n')),
         // Both engines answer from the span's window: it decodes in time.
         deadline: Instant::now() + Duration::from_secs(1200),
@@ -166,6 +174,7 @@ async fn visit(engines: &mut Engines, windows: &Windows, name: &str, rope: &Rope
             span: Some(span),
             resident: true,
             neighbours: windows.around(rope, cursor),
+            answer: Some(AHEAD),
         })
         .await
         .unwrap();
@@ -235,7 +244,7 @@ async fn a_warm_cache_answers_as_an_empty_one_at_a_hundred_places_in_real_files(
     }
 
     let (mut identical, mut differing) = (0, Vec::new());
-    let mut warm_decoded = 0;
+    let (mut warm_decoded, mut ahead) = (0, 0);
     let count = engines.compared.len();
     for Compared { place, warm, cold } in engines.compared {
         let cold = cold.await.unwrap();
@@ -244,6 +253,7 @@ async fn a_warm_cache_answers_as_an_empty_one_at_a_hundred_places_in_real_files(
             "{place}: both engines answer the same prompt"
         );
         warm_decoded += warm.tokens_to_decode;
+        ahead += usize::from(warm.tokens_ahead > 0);
         // The same up to the first near tie either met: rounding in
         // llama.cpp's kernels differs with the batch's shape and where the
         // cache's cells lie, and may flip a choice won by a hair.
@@ -270,11 +280,17 @@ async fn a_warm_cache_answers_as_an_empty_one_at_a_hundred_places_in_real_files(
         }
     }
     println!(
-        "{count} places: {identical} identical, {} the same up to a near tie; warm decoded {warm_decoded} prompt tokens",
+        "{count} places: {identical} identical, {} the same up to a near tie; warm decoded {warm_decoded} prompt tokens, {ahead} answered ahead",
         differing.len()
     );
     for line in &differing {
         println!("  {line}");
     }
     assert!(count >= 100, "{count} places compared");
+    // Each revealed cursor's request: all but those whose answer is empty.
+    let revealed = (files.len() + 1) * SPANS_PER_FILE;
+    assert!(
+        ahead >= revealed * 3 / 4,
+        "{ahead} of {revealed} revealed cursors answered ahead"
+    );
 }

@@ -24,6 +24,8 @@ pub mod tracking;
 pub mod typethrough;
 mod warming;
 
+pub use warming::Warmth;
+
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
@@ -426,14 +428,7 @@ impl CompletionService {
         if let Err(off) = self.turned_on(request, &config) {
             return (Err(off), None);
         }
-        let rope = &request.rope;
-        let cursor = request.cursor.min(rope.len_chars());
-        let line = rope.char_to_line(cursor);
-        let line_before = rope.slice(rope.line_to_char(line)..cursor).to_string();
-        let lookahead = rope
-            .slice(cursor..(cursor + 2_000).min(rope.len_chars()))
-            .to_string();
-        let situation = Situation::new(&line_before, &lookahead);
+        let (line, line_before, situation) = situation_at(&request.rope, request.cursor);
         if let Some(reason) = situation.skip_reason()
             && request.trigger == Trigger::Automatic
         {
@@ -441,7 +436,7 @@ impl CompletionService {
         }
         let spot = Spot {
             line,
-            line_count: rope.len_lines(),
+            line_count: request.rope.len_lines(),
             line_before: &line_before,
             line_after: &situation.line_after,
         };
@@ -561,6 +556,18 @@ struct Asked<'a> {
     spot: Spot<'a>,
 }
 
+/// The cursor's line, the text before it on that line, and its situation.
+fn situation_at(rope: &Rope, cursor: usize) -> (usize, String, Situation) {
+    let cursor = cursor.min(rope.len_chars());
+    let line = rope.char_to_line(cursor);
+    let line_before = rope.slice(rope.line_to_char(line)..cursor).to_string();
+    let lookahead = rope
+        .slice(cursor..(cursor + 2_000).min(rope.len_chars()))
+        .to_string();
+    let situation = Situation::new(&line_before, &lookahead);
+    (line, line_before, situation)
+}
+
 /// The prewarm of the window as it will be once `suggestion` is accepted.
 fn accepted(text: FimText, span: Option<SpanText>, suggestion: &str) -> Prewarm {
     let accepted = |text: FimText| FimText {
@@ -575,6 +582,7 @@ fn accepted(text: FimText, span: Option<SpanText>, suggestion: &str) -> Prewarm 
         }),
         resident: false,
         neighbours: Vec::new(),
+        answer: None,
     }
 }
 

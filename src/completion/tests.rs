@@ -169,6 +169,7 @@ impl FimEngine for SlowEngine {
                 prompt_digest: 0,
                 prompt_ms: 0.0,
                 generate_ms: 0.0,
+                tokens_ahead: 0,
             })
         })
     }

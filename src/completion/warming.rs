@@ -5,15 +5,33 @@
 use ropey::Rope;
 use tokio::time::Instant;
 
-use super::{CompletionService, DeferredPrewarm, NoSuggestion, Trigger, WARM_LIMIT};
+use super::{CompletionService, DeferredPrewarm, NoSuggestion, Trigger, WARM_LIMIT, situation_at};
 use crate::cancel::CancelFlag;
-use crate::providers::local::{CompletionJob, Generation, Prewarm};
+use crate::entry::ChainEntry;
+use crate::providers::local::{AnswerAhead, CompletionJob, Generation, Prewarm};
+
+/// How much a prewarm prepares where the user pauses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Warmth {
+    /// The window at the cursor (between keystrokes).
+    Window,
+    /// The document resident, then the spans around it (the user is idle).
+    Resident,
+    /// Resident, and the answer at the cursor generated ahead: the user
+    /// arrived there (a revealed cursor) and reads before typing.
+    Answered,
+}
+
+/// Lines a multi-line answer is generated ahead to: a request whose stop
+/// rule wants more decodes live. Tokens beyond the first lines are seldom
+/// wanted, and each costs a decode step.
+const LINES_AHEAD: usize = 8;
 
 impl CompletionService {
-    /// Fills the engine's cache for a likely next request (after an edit, debounced),
-    /// first keeping the document `resident` when asked (see `Prewarm`).
-    /// While the model loads, the latest such request waits for [`Self::model_ready`].
-    pub fn prewarm(&self, doc: &str, rope: &Rope, cursor: usize, resident: bool) {
+    /// Fills the engine's cache for a likely next request at `cursor` (see
+    /// [`Warmth`]). While the model loads, the latest such request waits
+    /// for [`Self::model_ready`].
+    pub fn prewarm(&self, doc: &str, rope: &Rope, cursor: usize, warmth: Warmth) {
         let config = self.config();
         if !config.enabled {
             return;
@@ -21,6 +39,7 @@ impl CompletionService {
         match self.engine() {
             Ok((engine, info)) => {
                 let placed = self.place(doc, rope, cursor, &info, Trigger::Automatic);
+                let resident = warmth != Warmth::Window;
                 let neighbours = match resident {
                     true => self.spans_around(doc, rope, cursor, &info),
                     false => Vec::new(),
@@ -30,6 +49,10 @@ impl CompletionService {
                     span: self.span(doc, rope, cursor, &info, Trigger::Automatic),
                     resident,
                     neighbours,
+                    answer: match warmth {
+                        Warmth::Answered => self.answer_ahead(rope, cursor),
+                        _ => None,
+                    },
                 });
             }
             Err(_) => {
@@ -44,6 +67,25 @@ impl CompletionService {
         }
     }
 
+    /// How far to generate the answer at `cursor` ahead of its request, where
+    /// the local model would be asked there: a line where the request would
+    /// want one, else the first lines.
+    fn answer_ahead(&self, rope: &Rope, cursor: usize) -> Option<AnswerAhead> {
+        let config = self.config();
+        let (_, _, situation) = situation_at(rope, cursor);
+        let local_first = config.chain.first().is_none_or(ChainEntry::is_local);
+        if !local_first || situation.skip_reason().is_some() {
+            return None;
+        }
+        Some(AnswerAhead {
+            max_tokens: config.output_tokens,
+            lines: match situation.single_line {
+                true => 1,
+                false => LINES_AHEAD,
+            },
+        })
+    }
+
     /// Runs the prewarm deferred while the model was loading.
     pub fn model_ready(&self) {
         let deferred = self
@@ -52,7 +94,7 @@ impl CompletionService {
             .expect("deferred prewarm lock")
             .take();
         if let Some(DeferredPrewarm { doc, rope, cursor }) = deferred {
-            self.prewarm(&doc, &rope, cursor, true);
+            self.prewarm(&doc, &rope, cursor, Warmth::Resident);
         }
         self.publish_status();
     }

@@ -13,7 +13,7 @@ use std::time::Duration;
 use dashmap::DashMap;
 use ropey::Rope;
 
-use crate::completion::CompletionService;
+use crate::completion::{CompletionService, Warmth};
 
 /// What the user did before a pause.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -72,13 +72,16 @@ impl Prewarming {
                 return;
             }
             let cursor = place.cursor.unwrap_or_else(|| opening_cursor(&place.rope));
-            let resident = pause == Pause::Arrived;
-            service.prewarm(&doc, &place.rope, cursor, resident);
+            let warmth = match pause {
+                Pause::Arrived => Warmth::Resident,
+                Pause::Edited => Warmth::Window,
+            };
+            service.prewarm(&doc, &place.rope, cursor, warmth);
             tokio::time::sleep(service.context_refresh_idle()).await;
             if all.load(Ordering::Relaxed) == any {
                 let changed = service.refresh_context(&doc, &place.rope, cursor);
-                if changed || !resident {
-                    service.prewarm(&doc, &place.rope, cursor, true);
+                if let Some(warmth) = once_idle(pause, place.cursor.is_some(), changed) {
+                    service.prewarm(&doc, &place.rope, cursor, warmth);
                 }
             }
         });
@@ -89,6 +92,19 @@ impl Prewarming {
     pub(super) fn closed(&self, doc: &str) {
         self.activity.remove(doc);
         self.any_activity.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// What to prewarm once the user has been idle everywhere and the
+/// repository context was refreshed (`changed`): the document resident where
+/// it is not yet or its context changed; where the user arrived at a known
+/// cursor and reads, also the answer there, generated ahead with the context
+/// as it now stays (a refresh after it would make it moot).
+fn once_idle(pause: Pause, cursor_known: bool, changed: bool) -> Option<Warmth> {
+    match (pause, cursor_known, changed) {
+        (Pause::Arrived, true, _) => Some(Warmth::Answered),
+        (Pause::Edited, _, _) | (_, _, true) => Some(Warmth::Resident),
+        (Pause::Arrived, false, false) => None,
     }
 }
 
@@ -111,10 +127,11 @@ mod tests {
     use crate::config::AutocompleteConfig;
     use crate::providers::local::{CompletionJob, EngineError, Generation, ModelInfo, Prewarm};
 
-    /// Records whether each prewarm kept its document resident.
+    /// Records whether each prewarm kept its document resident, and
+    /// whether it generated the answer ahead.
     #[derive(Default)]
     struct Recording {
-        resident: Mutex<Vec<bool>>,
+        resident: Mutex<Vec<(bool, bool)>>,
     }
 
     impl FimEngine for Recording {
@@ -126,7 +143,11 @@ mod tests {
         }
 
         fn prewarm(&self, prewarm: Prewarm) {
-            self.resident.lock().unwrap().push(prewarm.resident);
+            let answered = prewarm.answer.is_some();
+            self.resident
+                .lock()
+                .unwrap()
+                .push((prewarm.resident, answered));
         }
 
         fn model(&self) -> Result<ModelInfo, EngineError> {
@@ -161,6 +182,27 @@ mod tests {
         tokio::time::sleep(Duration::from_secs(10)).await;
     }
 
+    #[test]
+    fn once_idle_the_answer_ahead_waits_for_the_context_to_settle() {
+        use Pause::*;
+        // (pause, cursor known, context changed, what is prewarmed)
+        let cases = [
+            (Arrived, true, false, Some(Warmth::Answered)),
+            (Arrived, true, true, Some(Warmth::Answered)),
+            (Arrived, false, true, Some(Warmth::Resident)),
+            (Arrived, false, false, None),
+            (Edited, true, false, Some(Warmth::Resident)),
+            (Edited, true, true, Some(Warmth::Resident)),
+        ];
+        for (pause, cursor_known, changed, expected) in cases {
+            assert_eq!(
+                once_idle(pause, cursor_known, changed),
+                expected,
+                "{pause:?}, cursor known {cursor_known}, context changed {changed}"
+            );
+        }
+    }
+
     #[tokio::test(start_paused = true)]
     async fn only_the_last_of_quick_pauses_prewarms_and_the_document_fills_once_idle() {
         let engine = Arc::new(Recording::default());
@@ -169,8 +211,24 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(50)).await;
         prewarming.paused(&completion, "file:///a.rs", place(), Pause::Edited);
         settle().await;
-        // The edit's window at once, then the whole document once idle.
-        assert_eq!(*engine.resident.lock().unwrap(), [false, true]);
+        // The edit's window at once, then the whole document once idle;
+        // no answer ahead after an edit (the edit's request asked there).
+        assert_eq!(
+            *engine.resident.lock().unwrap(),
+            [(false, false), (true, false)]
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn arriving_at_a_known_cursor_generates_the_answer_there_once_idle() {
+        let engine = Arc::new(Recording::default());
+        let (completion, prewarming) = (service(&engine), Prewarming::default());
+        prewarming.paused(&completion, "file:///a.rs", place(), Pause::Arrived);
+        settle().await;
+        assert_eq!(
+            *engine.resident.lock().unwrap(),
+            [(true, false), (true, true)]
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -193,7 +251,8 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(300)).await;
         prewarming.paused(&completion, "file:///b.rs", None, Pause::Edited);
         settle().await;
-        // a.rs prewarmed once, resident; no refresh after b.rs was active.
-        assert_eq!(*engine.resident.lock().unwrap(), [true]);
+        // a.rs prewarmed once, resident; no refresh (nor answer ahead)
+        // after b.rs was active.
+        assert_eq!(*engine.resident.lock().unwrap(), [(true, false)]);
     }
 }

@@ -12,6 +12,7 @@
 //! `prefill`, which window a job brings into it in `window`, the resident
 //! document in `resident`, a chat's yielding to completions in `aside`.
 
+mod ahead;
 mod aside;
 mod cache;
 mod choice;
@@ -128,6 +129,8 @@ struct Engine<'m> {
     recent: RecentPrompts,
     /// What to fill once no job waits, nearest the user first.
     idle: IdleFill,
+    /// The last answer generated ahead, where the user arrived.
+    ahead: Option<ahead::Ahead>,
     chat: ChatTurn,
     /// The last repository context block, its document path and its tokens.
     repository: Option<(Arc<[Snippet]>, String, Vec<i32>)>,

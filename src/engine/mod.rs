@@ -139,6 +139,20 @@ pub struct Prewarm {
     /// documents are filled next while memory allows, and kept among the
     /// recent prompts (the fill grows outward from where the user is).
     pub neighbours: Vec<SpanText>,
+    /// With `resident`: the user has arrived at the cursor, so the answer
+    /// there is generated once the span is filled, and a request with the
+    /// same prompt is answered from it (invariant 23: the same tokens).
+    #[serde(default)]
+    pub answer: Option<AnswerAhead>,
+}
+
+/// How far an answer generated ahead goes: the request's stop rule is not
+/// known yet, so it stops at the end of the text, after `max_tokens`, or once
+/// `lines` lines are complete; a request whose rule wants more decodes live.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AnswerAhead {
+    pub max_tokens: usize,
+    pub lines: usize,
 }
 
 /// A piece of a file the user has been looking at, shown to the model with
@@ -201,6 +215,10 @@ pub struct Generation {
     pub prompt_digest: u64,
     pub prompt_ms: f64,
     pub generate_ms: f64,
+    /// Tokens of the answer generated ahead, while the user paused at the
+    /// place (see `Prewarm::answer`), rather than when the request came.
+    #[serde(default)]
+    pub tokens_ahead: usize,
 }
 
 #[derive(Debug, thiserror::Error, Serialize, Deserialize)]
@@ -246,6 +264,7 @@ impl Generation {
             prompt_digest: 0,
             prompt_ms: 0.0,
             generate_ms: 0.0,
+            tokens_ahead: 0,
         }
     }
 }

@@ -162,8 +162,11 @@ pub struct Attempt {
 /// What the engine did for one request, from the server's log.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Work {
-    /// Prompt tokens the cache lacked when the request came.
+    /// Prompt tokens the cache lacked when the request came (none where
+    /// the answer was generated ahead).
     pub to_decode: Option<usize>,
+    /// Answered from the answer generated ahead, decoding nothing.
+    pub ahead: bool,
     /// Tokens generated for a shown suggestion, and its characters.
     pub generated: Option<usize>,
     pub chars: Option<usize>,
@@ -181,8 +184,12 @@ impl Work {
                 .filter(|l| l.contains(event))
                 .find_map(|l| logged_number(l, key))
         };
+        let ahead = lines
+            .iter()
+            .any(|l| l.contains("answered from the answer ahead"));
         Work {
-            to_decode: field("prompt synced", "to_decode"),
+            to_decode: field("prompt synced", "to_decode").or(ahead.then_some(0)),
+            ahead,
             generated: field(" generated=", "generated"),
             chars: field(" generated=", "chars"),
         }
@@ -204,7 +211,9 @@ pub enum Arrival {
     /// Nothing tells the server where the cursor is before the request.
     Silent,
     /// The cursor is revealed and the file stays open until the engine has
-    /// made the span there resident (its log says so), or a minute passed.
+    /// prepared the place: the span there resident and, once the repository
+    /// context settled, the answer there generated ahead (its log says so),
+    /// or a minute passed.
     Resident,
 }
 
@@ -238,7 +247,7 @@ pub async fn attempt(
             let opened = client.log().len();
             let resident = |log: &str| {
                 log.get(opened..)
-                    .is_some_and(|l| l.contains("span window done"))
+                    .is_some_and(|l| l.contains("answer ahead"))
             };
             let patience = super::timing::Deadline::after(RESIDENT_PATIENCE);
             while !resident(&client.log()) && !patience.passed() {
@@ -364,6 +373,8 @@ pub struct Score {
     pub p95: Duration,
     /// Prompt tokens the cache lacked at request time: median and p95.
     pub to_decode: (usize, usize),
+    /// Answers generated ahead of their request.
+    pub ahead: usize,
     /// Tokens generated per character shown, over the shown suggestions.
     pub tokens_per_char: f64,
 }
@@ -395,6 +406,7 @@ pub fn score(attempts: &[Attempt]) -> Score {
         p50: percentile(&latencies, 0.5),
         p95: percentile(&latencies, 0.95),
         to_decode: (percentile(&to_decode, 0.5), percentile(&to_decode, 0.95)),
+        ahead: attempts.iter().filter(|a| a.work.ahead).count(),
         tokens_per_char: generated as f64 / chars.max(1) as f64,
     }
 }

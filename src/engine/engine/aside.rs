@@ -20,7 +20,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::generate::Generated;
+use super::generate::{Asker, Generated};
 use super::prefill::{Prefill, SyncError};
 use super::{CHUNK, Engine, Interrupt, Job, Stopped};
 use crate::prompt::FimPrompt;
@@ -96,8 +96,12 @@ impl Engine<'_> {
         interrupt: &Interrupt,
     ) -> Result<(), EngineError> {
         let mut bytes = Vec::new();
+        let asker = match interrupt.yields {
+            true => Asker::Chat,
+            false => Asker::Request,
+        };
         loop {
-            match self.generate(job, answer, &mut bytes, interrupt.yields)? {
+            match self.generate(job, answer, &mut bytes, asker)? {
                 Generated::Ended => return Ok(()),
                 Generated::Yielded => {}
             }

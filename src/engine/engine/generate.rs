@@ -19,6 +19,17 @@ pub(super) enum Generated {
     Yielded,
 }
 
+/// Whose answer is generated, which says what stops it early.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Asker {
+    /// A request: its cancel flag and deadline.
+    Request,
+    /// A chat: also yields to a completion that waits (see `aside`).
+    Chat,
+    /// An answer ahead of its request (see `ahead`): any job stops it.
+    Ahead,
+}
+
 /// What comes before the next generated token.
 enum Flow {
     Go,
@@ -33,15 +44,15 @@ impl Engine<'_> {
     /// stands only where greedy sampling picks it from the batch's logits, so the
     /// text is the same as one token at a time, in fewer decode steps.
     ///
-    /// Generates until the answer ends, or (a chat that `yields`) until a
-    /// completion waits: `Yielded`, to go on with the same `answer` and
-    /// `bytes` once the cache holds its tokens again.
+    /// Generates until the answer ends, or (a chat) until a completion
+    /// waits: `Yielded`, to go on with the same `answer` and `bytes` once
+    /// the cache holds its tokens again.
     pub(super) fn generate(
         &mut self,
         job: &mut CompletionJob,
         answer: &mut Generation,
         bytes: &mut Vec<u8>,
-        yields: bool,
+        asker: Asker,
     ) -> Result<Generated, EngineError> {
         let mut sampler = LlamaSampler::greedy();
         let set_aside = match self.cache.residency() {
@@ -53,15 +64,15 @@ impl Engine<'_> {
         let interrupt = Interrupt {
             cancel: Some(&job.cancel),
             deadline: Some(job.deadline),
-            preemptible: false,
-            yields,
+            preemptible: asker == Asker::Ahead,
+            yields: asker == Asker::Chat,
         };
         loop {
             if answer.tokens_generated >= max_tokens {
                 answer.stop = StopReason::MaxTokens;
                 break;
             }
-            match self.before_token(&interrupt, answer.tokens_generated) {
+            match self.before_token(&interrupt, asker, answer.tokens_generated) {
                 Flow::Go => {}
                 Flow::Stop(stop) => {
                     answer.stop = stop;
@@ -86,9 +97,10 @@ impl Engine<'_> {
     }
 
     /// Whether the next token may be generated, by the interrupt's rules.
-    fn before_token(&mut self, interrupt: &Interrupt, generated: usize) -> Flow {
+    fn before_token(&mut self, interrupt: &Interrupt, asker: Asker, generated: usize) -> Flow {
         match self.check(interrupt, self.costs.token) {
             Some(Stopped::Deadline) => Flow::Stop(StopReason::Deadline),
+            Some(Stopped::Preempted) if asker == Asker::Ahead => Flow::Stop(StopReason::Cancelled),
             // The first piece goes out before a chat yields.
             Some(Stopped::Preempted) if generated > 0 => Flow::Yield,
             Some(Stopped::Preempted) | None => Flow::Go,

@@ -56,6 +56,7 @@ pub(crate) fn run(options: EngineOptions, rx: Receiver<Job>, status: watch::Send
         reuse_cache: options.reuse_cache,
         recent: RecentPrompts::new(options.recent_prompts),
         idle: IdleFill::default(),
+        ahead: None,
         chat: ChatTurn::default(),
         users_window: None,
         sheltered: None,

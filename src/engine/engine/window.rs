@@ -49,7 +49,10 @@ impl Engine<'_> {
             }
             Some(span) if prewarm.resident => {
                 self.idle.arrive(span.clone(), prewarm.neighbours.clone());
-                self.fill_span(span.clone());
+                let filled = self.fill_span(span.clone());
+                if let (Filled::Done, Some(limits)) = (filled, prewarm.answer) {
+                    self.answer_ahead(&span.window, limits);
+                }
                 // Outward, while no job comes (then once the engine is idle).
                 while !self.jobs.arrived() && self.fill_idle() {}
             }
@@ -64,7 +67,8 @@ impl Engine<'_> {
                     Some(held) => held,
                     None => {
                         let affordable = self.build_prompt(&prewarm.window);
-                        self.choose_window(affordable, span, None).0
+                        let spanned = self.build_prompt(&span.window);
+                        self.choose_window(affordable, spanned, None).0
                     }
                 };
                 self.fill_in_background(&prompt, "prewarm");
@@ -79,10 +83,12 @@ impl Engine<'_> {
     /// Makes `span`'s document resident, then fills its window from it. A
     /// newer job stops it; it goes on once the engine is idle again, unless a
     /// request elsewhere has moved the fill there by then.
-    pub(super) fn fill_span(&mut self, span: SpanText) {
-        if self.fill_span_once(&span) == Filled::Preempted {
+    pub(super) fn fill_span(&mut self, span: SpanText) -> Filled {
+        let filled = self.fill_span_once(&span);
+        if filled == Filled::Preempted {
             self.idle.resume(span);
         }
+        filled
     }
 
     /// Makes `span`'s document resident and fills its window, once.
@@ -101,17 +107,16 @@ impl Engine<'_> {
         }
     }
 
-    /// The window to bring into the cache: the span's where the cache holds
-    /// enough of it that it costs no more than the `affordable` one, or, for
-    /// a request, still decodes before its `deadline`. Returns the prompt and
-    /// whether it is the span's.
+    /// The window to bring into the cache: the span's (`spanned`) where the
+    /// cache holds enough of it that it costs no more than the `affordable`
+    /// one, or, for a request, still decodes before its `deadline`. Returns
+    /// the prompt and whether it is the span's.
     fn choose_window(
         &mut self,
         affordable: FimPrompt,
-        span: &SpanText,
+        spanned: FimPrompt,
         deadline: Option<Instant>,
     ) -> (FimPrompt, bool) {
-        let spanned = self.build_prompt(&span.window);
         let span_cost = self.cost(&spanned);
         let decodable = deadline.map(|d| self.decodable_before(d));
         match choice::takes_span(span_cost, self.cost(&affordable), decodable) {
@@ -155,9 +160,22 @@ impl Engine<'_> {
             return;
         }
         let span = job.span.take();
+        let spanned = span.as_ref().map(|span| self.build_prompt(&span.window));
+        if let Some(answer) = spanned
+            .as_ref()
+            .and_then(|spanned| self.answered_ahead(spanned, &mut job))
+        {
+            tracing::debug!(
+                tokens = answer.tokens_ahead,
+                "answered from the answer ahead"
+            );
+            let _ = reply.send(Ok(answer));
+            self.idle.served_in_span();
+            return;
+        }
         let affordable = self.build_prompt(&job.text);
-        let (wanted, spanned) = match &span {
-            Some(span) => self.choose_window(affordable, span, Some(job.deadline)),
+        let (wanted, spanned) = match spanned {
+            Some(spanned) => self.choose_window(affordable, spanned, Some(job.deadline)),
             None => (affordable, false),
         };
         let asked = self.in_time(&job.text, &wanted, job.deadline);
@@ -257,7 +275,7 @@ impl Engine<'_> {
         cost
     }
 
-    fn build_prompt(&mut self, text: &FimText) -> FimPrompt {
+    pub(super) fn build_prompt(&mut self, text: &FimText) -> FimPrompt {
         let budget = match text.spanned {
             true => self.span_budget(),
             false => self.budget,
