@@ -69,17 +69,14 @@ impl CompletionService {
     }
 
     /// The span at `cursor` (see `context::span`), sized to the configured
-    /// input whatever the measured speed, so its start stays put; its suffix
-    /// is what a request of `trigger` affords.
-    pub(super) fn span(
-        &self,
-        doc: &str,
-        rope: &Rope,
-        cursor: usize,
-        info: &ModelInfo,
-        trigger: Trigger,
-    ) -> Option<SpanText> {
-        let (budget, block_chars) = self.span_sizes(info, trigger);
+    /// input and suffix whatever the measured speed: its start stays put,
+    /// and its window is the same prompt from one reading of the speed to
+    /// the next, so what was filled or answered ahead for it still serves.
+    /// Its suffix costs nothing once the document is resident (the tail is
+    /// lent); where the span is cold, the request takes the affordable
+    /// window instead (the engine's choice).
+    pub(super) fn span(&self, doc: &str, rope: &Rope, cursor: usize) -> Option<SpanText> {
+        let (budget, block_chars) = self.span_sizes();
         let span = span::at(rope, cursor, budget, block_chars)?;
         Some(self.span_text(doc, span))
     }
@@ -87,31 +84,20 @@ impl CompletionService {
     /// The spans of the blocks around `cursor`'s, nearest first (see
     /// `span::around`): the engine fills them once the cursor's own span is
     /// resident, as far as memory allows.
-    pub(super) fn spans_around(
-        &self,
-        doc: &str,
-        rope: &Rope,
-        cursor: usize,
-        info: &ModelInfo,
-    ) -> Vec<SpanText> {
-        let (budget, block_chars) = self.span_sizes(info, Trigger::Automatic);
+    pub(super) fn spans_around(&self, doc: &str, rope: &Rope, cursor: usize) -> Vec<SpanText> {
+        let (budget, block_chars) = self.span_sizes();
         span::around(rope, cursor, budget, block_chars, NEIGHBOUR_SPANS)
             .into_iter()
             .map(|span| self.span_text(doc, span))
             .collect()
     }
 
-    /// A span's window budget, and its blocks' size: from the configured
-    /// sizes alone (half the largest prefix), so the starts stay put.
-    fn span_sizes(&self, info: &ModelInfo, trigger: Trigger) -> (WindowBudget, usize) {
+    /// A span's window budget, and its blocks' size (half its prefix): from
+    /// the configured sizes alone.
+    fn span_sizes(&self) -> (WindowBudget, usize) {
         let config = self.config();
-        let suffix = self.suffix_tokens(&config, info, trigger);
-        let budget = WindowBudget::for_input(config.input_tokens, suffix);
-        let block_chars = WindowBudget::for_input(config.input_tokens, config.suffix_tokens)
-            .prefix_tokens
-            * CHARS_PER_TOKEN
-            / 2;
-        (budget, block_chars)
+        let budget = WindowBudget::for_input(config.input_tokens, config.suffix_tokens);
+        (budget, budget.prefix_tokens * CHARS_PER_TOKEN / 2)
     }
 
     fn span_text(&self, doc: &str, span: span::Span) -> SpanText {

@@ -23,8 +23,8 @@ pub enum Warmth {
 }
 
 /// Lines a multi-line answer is generated ahead to: a request whose stop
-/// rule wants more decodes live. Tokens beyond the first lines are seldom
-/// wanted, and each costs a decode step.
+/// rule wants more gets these, as if cut by a token limit (a live answer in
+/// a 1 s budget has fewer). Each line costs decode steps in the background.
 const LINES_AHEAD: usize = 8;
 
 impl CompletionService {
@@ -41,12 +41,12 @@ impl CompletionService {
                 let placed = self.place(doc, rope, cursor, &info, Trigger::Automatic);
                 let resident = warmth != Warmth::Window;
                 let neighbours = match resident {
-                    true => self.spans_around(doc, rope, cursor, &info),
+                    true => self.spans_around(doc, rope, cursor),
                     false => Vec::new(),
                 };
                 engine.prewarm(Prewarm {
                     window: self.fim_text(doc, placed),
-                    span: self.span(doc, rope, cursor, &info, Trigger::Automatic),
+                    span: self.span(doc, rope, cursor),
                     resident,
                     neighbours,
                     answer: match warmth {
@@ -110,7 +110,7 @@ impl CompletionService {
         cursor: usize,
     ) -> Result<Generation, NoSuggestion> {
         let (engine, info) = self.engine()?;
-        let text = match self.span(doc, rope, cursor, &info, Trigger::Automatic) {
+        let text = match self.span(doc, rope, cursor) {
             Some(span) => span.window,
             None => {
                 let placed = self.place(doc, rope, cursor, &info, Trigger::Automatic);

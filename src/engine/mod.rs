@@ -148,7 +148,8 @@ pub struct Prewarm {
 
 /// How far an answer generated ahead goes: the request's stop rule is not
 /// known yet, so it stops at the end of the text, after `max_tokens`, or once
-/// `lines` lines are complete; a request whose rule wants more decodes live.
+/// `lines` lines are complete; a request whose rule wants more gets these,
+/// ended as by a token limit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AnswerAhead {
     pub max_tokens: usize,

@@ -32,22 +32,24 @@ pub(super) struct Ahead {
 impl Ahead {
     /// Where a request's `stop` rule and `max_tokens` end this answer, as a
     /// live generation checks them (the token limit before each token, the
-    /// rule after it): how many tokens, and why. `None` where the request
-    /// wants more than was generated ahead.
-    fn ends(&self, max_tokens: usize, stop: &mut StopRule) -> Option<(usize, StopReason)> {
+    /// rule after it): how many tokens, and why. Where the request wants
+    /// more than was generated ahead (more lines), the answer ends there as
+    /// at a token limit: a longer piece of the same answer than a live
+    /// generation cut by the deadline gives.
+    fn ends(&self, max_tokens: usize, stop: &mut StopRule) -> (usize, StopReason) {
         for (generated, text) in self.texts.iter().enumerate() {
             if generated >= max_tokens {
-                return Some((generated, StopReason::MaxTokens));
+                return (generated, StopReason::MaxTokens);
             }
             if stop(text) {
-                return Some((generated + 1, StopReason::Rule));
+                return (generated + 1, StopReason::Rule);
             }
         }
         let generated = self.texts.len();
-        if generated >= max_tokens {
-            return Some((generated, StopReason::MaxTokens));
+        match self.stop {
+            StopReason::EndOfText if generated < max_tokens => (generated, StopReason::EndOfText),
+            _ => (generated, StopReason::MaxTokens),
         }
-        (self.stop == StopReason::EndOfText).then_some((generated, StopReason::EndOfText))
     }
 }
 
@@ -117,8 +119,7 @@ impl Engine<'_> {
         }
     }
 
-    /// `job`'s answer from the one generated ahead for `prompt`, where there
-    /// is one and the job's stop rule ends within it.
+    /// `job`'s answer from the one generated ahead for `prompt`, if any.
     pub(super) fn answered_ahead(
         &self,
         prompt: &FimPrompt,
@@ -126,7 +127,7 @@ impl Engine<'_> {
     ) -> Option<Generation> {
         let digest = prompt.digest();
         let ahead = self.ahead.as_ref().filter(|ahead| ahead.digest == digest)?;
-        let (tokens, stop) = ahead.ends(job.max_tokens, &mut job.stop)?;
+        let (tokens, stop) = ahead.ends(job.max_tokens, &mut job.stop);
         let text = match tokens {
             0 => String::new(),
             n => ahead.texts[n - 1].clone(),
@@ -163,36 +164,39 @@ mod tests {
         let never = |_: &str| false;
         // (the answer ahead, how it ended, the request's rule and token limit, where it ends)
         type Case = (&'static [&'static str], StopReason, fn(&str) -> bool, usize);
-        let cases: [(Case, Option<(usize, StopReason)>); 7] = [
+        let cases: [(Case, (usize, StopReason)); 7] = [
             // The request's rule ends it within what was generated.
             (
                 (&["a", "ab\n"], StopReason::Rule, line, 9),
-                Some((2, StopReason::Rule)),
+                (2, StopReason::Rule),
             ),
             (
                 (&["a", "a\n", "a\nb"], StopReason::EndOfText, line, 9),
-                Some((2, StopReason::Rule)),
+                (2, StopReason::Rule),
             ),
             // The model ended the text: so would it live.
             (
                 (&["a", "ab"], StopReason::EndOfText, line, 9),
-                Some((2, StopReason::EndOfText)),
+                (2, StopReason::EndOfText),
             ),
             (
                 (&[], StopReason::EndOfText, never, 9),
-                Some((0, StopReason::EndOfText)),
+                (0, StopReason::EndOfText),
             ),
             // The request's token limit comes first, even before the end.
             (
                 (&["a", "ab", "abc"], StopReason::Rule, never, 2),
-                Some((2, StopReason::MaxTokens)),
+                (2, StopReason::MaxTokens),
             ),
             (
                 (&["a", "ab"], StopReason::EndOfText, never, 2),
-                Some((2, StopReason::MaxTokens)),
+                (2, StopReason::MaxTokens),
             ),
-            // The request wants more than the lines or tokens generated ahead.
-            ((&["a\n", "a\nb\n"], StopReason::Rule, never, 9), None),
+            // The request wants more lines than were generated ahead: cut.
+            (
+                (&["a\n", "a\nb\n"], StopReason::Rule, never, 9),
+                (2, StopReason::MaxTokens),
+            ),
         ];
         for ((texts, stopped, rule, max_tokens), expected) in cases {
             let mut rule: StopRule = Box::new(rule);
