@@ -480,7 +480,7 @@ impl CompletionService {
         let cursor = request.cursor.min(rope.len_chars());
         let placed = self.place(doc, rope, cursor, info, request.trigger);
         let text = self.fim_text(doc, placed);
-        let span = self.span(doc, rope, cursor);
+        let span = self.span(doc, rope, cursor, info, request.trigger);
         let rule = asked.situation.clone();
         let job = CompletionJob {
             text: text.clone(),

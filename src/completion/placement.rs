@@ -69,14 +69,18 @@ impl CompletionService {
     }
 
     /// The span at `cursor` (see `context::span`), sized to the configured
-    /// input and suffix whatever the measured speed: its start stays put,
-    /// and its window is the same prompt from one reading of the speed to
-    /// the next, so what was filled or answered ahead for it still serves.
-    /// Its suffix costs nothing once the document is resident (the tail is
-    /// lent); where the span is cold, the request takes the affordable
-    /// window instead (the engine's choice).
-    pub(super) fn span(&self, doc: &str, rope: &Rope, cursor: usize) -> Option<SpanText> {
-        let (budget, block_chars) = self.span_sizes();
+    /// input whatever the measured speed, so its start stays put; its suffix
+    /// is what a request of `trigger` affords, rounded down to a power of
+    /// two (see [`span_suffix`]).
+    pub(super) fn span(
+        &self,
+        doc: &str,
+        rope: &Rope,
+        cursor: usize,
+        info: &ModelInfo,
+        trigger: Trigger,
+    ) -> Option<SpanText> {
+        let (budget, block_chars) = self.span_sizes(info, trigger);
         let span = span::at(rope, cursor, budget, block_chars)?;
         Some(self.span_text(doc, span))
     }
@@ -84,26 +88,76 @@ impl CompletionService {
     /// The spans of the blocks around `cursor`'s, nearest first (see
     /// `span::around`): the engine fills them once the cursor's own span is
     /// resident, as far as memory allows.
-    pub(super) fn spans_around(&self, doc: &str, rope: &Rope, cursor: usize) -> Vec<SpanText> {
-        let (budget, block_chars) = self.span_sizes();
+    pub(super) fn spans_around(
+        &self,
+        doc: &str,
+        rope: &Rope,
+        cursor: usize,
+        info: &ModelInfo,
+    ) -> Vec<SpanText> {
+        let (budget, block_chars) = self.span_sizes(info, Trigger::Automatic);
         span::around(rope, cursor, budget, block_chars, NEIGHBOUR_SPANS)
             .into_iter()
             .map(|span| self.span_text(doc, span))
             .collect()
     }
 
-    /// A span's window budget, and its blocks' size (half its prefix): from
-    /// the configured sizes alone.
-    fn span_sizes(&self) -> (WindowBudget, usize) {
+    /// A span's window budget, and its blocks' size: from the configured
+    /// sizes alone (half the largest prefix), so the starts stay put.
+    fn span_sizes(&self, info: &ModelInfo, trigger: Trigger) -> (WindowBudget, usize) {
         let config = self.config();
-        let budget = WindowBudget::for_input(config.input_tokens, config.suffix_tokens);
-        (budget, budget.prefix_tokens * CHARS_PER_TOKEN / 2)
+        let affordable = self.suffix_tokens(&config, info, trigger);
+        let suffix = span_suffix(config.suffix_tokens, affordable);
+        let budget = WindowBudget::for_input(config.input_tokens, suffix);
+        let block_chars = WindowBudget::for_input(config.input_tokens, config.suffix_tokens)
+            .prefix_tokens
+            * CHARS_PER_TOKEN
+            / 2;
+        (budget, block_chars)
     }
 
     fn span_text(&self, doc: &str, span: span::Span) -> SpanText {
         SpanText {
             window: self.with_context(doc, span.window),
             document: span.document,
+        }
+    }
+}
+
+/// A span's suffix tokens: the `configured` ones where the speed affords
+/// them, else the `affordable` ones rounded down to a power of two. The
+/// suffix is decoded afresh at each new place, so it follows the measured
+/// speed, but in steps: the span's window stays the same prompt while
+/// readings wander (idle ones spread 148-283 tokens/s here), so what was
+/// filled or answered ahead for it still serves.
+fn span_suffix(configured: usize, affordable: usize) -> usize {
+    match affordable {
+        n if n >= configured => configured,
+        0 => 0,
+        n => 1 << n.ilog2(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_spans_suffix_follows_the_speed_in_steps() {
+        // (configured, affordable at the measured speed, the span's)
+        let cases = [
+            (128, 128, 128),
+            (100, 128, 100),
+            (128, 91, 64),
+            (128, 70, 64),
+            (128, 52, 32),
+            (128, 16, 16),
+            (0, 0, 0),
+        ];
+        for (configured, affordable, expected) in cases {
+            assert_eq!(
+                super::span_suffix(configured, affordable),
+                expected,
+                "{configured} configured, {affordable} affordable"
+            );
         }
     }
 }

@@ -41,12 +41,12 @@ impl CompletionService {
                 let placed = self.place(doc, rope, cursor, &info, Trigger::Automatic);
                 let resident = warmth != Warmth::Window;
                 let neighbours = match resident {
-                    true => self.spans_around(doc, rope, cursor),
+                    true => self.spans_around(doc, rope, cursor, &info),
                     false => Vec::new(),
                 };
                 engine.prewarm(Prewarm {
                     window: self.fim_text(doc, placed),
-                    span: self.span(doc, rope, cursor),
+                    span: self.span(doc, rope, cursor, &info, Trigger::Automatic),
                     resident,
                     neighbours,
                     answer: match warmth {
@@ -110,7 +110,7 @@ impl CompletionService {
         cursor: usize,
     ) -> Result<Generation, NoSuggestion> {
         let (engine, info) = self.engine()?;
-        let text = match self.span(doc, rope, cursor) {
+        let text = match self.span(doc, rope, cursor, &info, Trigger::Automatic) {
             Some(span) => span.window,
             None => {
                 let placed = self.place(doc, rope, cursor, &info, Trigger::Automatic);
