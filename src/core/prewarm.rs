@@ -4,7 +4,9 @@
 //! cursor), and after an edit only once the user is idle: a prewarm between
 //! two keystrokes refills the window at the cursor, which the next keystroke
 //! reuses, not the whole document after it. The repository context changes
-//! only while the user is idle everywhere.
+//! only while the user is idle everywhere; once it has, where the user
+//! arrived at a known cursor (a revealed one), the answer there is generated
+//! ahead of the request they are about to make.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -131,7 +133,7 @@ mod tests {
     /// whether it generated the answer ahead.
     #[derive(Default)]
     struct Recording {
-        resident: Mutex<Vec<(bool, bool)>>,
+        prewarms: Mutex<Vec<(bool, bool)>>,
     }
 
     impl FimEngine for Recording {
@@ -144,7 +146,7 @@ mod tests {
 
         fn prewarm(&self, prewarm: Prewarm) {
             let answered = prewarm.answer.is_some();
-            self.resident
+            self.prewarms
                 .lock()
                 .unwrap()
                 .push((prewarm.resident, answered));
@@ -214,7 +216,7 @@ mod tests {
         // The edit's window at once, then the whole document once idle;
         // no answer ahead after an edit (the edit's request asked there).
         assert_eq!(
-            *engine.resident.lock().unwrap(),
+            *engine.prewarms.lock().unwrap(),
             [(false, false), (true, false)]
         );
     }
@@ -226,7 +228,7 @@ mod tests {
         prewarming.paused(&completion, "file:///a.rs", place(), Pause::Arrived);
         settle().await;
         assert_eq!(
-            *engine.resident.lock().unwrap(),
+            *engine.prewarms.lock().unwrap(),
             [(true, false), (true, true)]
         );
     }
@@ -240,7 +242,7 @@ mod tests {
         prewarming.paused(&completion, "file:///b.bin", place(), Pause::Arrived);
         prewarming.paused(&completion, "file:///b.bin", None, Pause::Edited);
         settle().await;
-        assert!(engine.resident.lock().unwrap().is_empty());
+        assert!(engine.prewarms.lock().unwrap().is_empty());
     }
 
     #[tokio::test(start_paused = true)]
@@ -253,6 +255,6 @@ mod tests {
         settle().await;
         // a.rs prewarmed once, resident; no refresh (nor answer ahead)
         // after b.rs was active.
-        assert_eq!(*engine.resident.lock().unwrap(), [(true, false)]);
+        assert_eq!(*engine.prewarms.lock().unwrap(), [(true, false)]);
     }
 }
