@@ -4,9 +4,9 @@
 //! cursor), and after an edit only once the user is idle: a prewarm between
 //! two keystrokes refills the window at the cursor, which the next keystroke
 //! reuses, not the whole document after it. The repository context changes
-//! only while the user is idle everywhere; once it has, where the user
-//! arrived at a known cursor (a revealed one), the answer there is generated
-//! ahead of the request they are about to make.
+//! only while the user is idle everywhere. Where the user arrived at a
+//! known cursor (a revealed one), the answer there is generated ahead of
+//! the request they are about to make, and again if the context changes.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -74,9 +74,10 @@ impl Prewarming {
                 return;
             }
             let cursor = place.cursor.unwrap_or_else(|| opening_cursor(&place.rope));
-            let warmth = match pause {
-                Pause::Arrived => Warmth::Resident,
-                Pause::Edited => Warmth::Window,
+            let warmth = match (pause, place.cursor) {
+                (Pause::Arrived, Some(_)) => Warmth::Answered,
+                (Pause::Arrived, None) => Warmth::Resident,
+                (Pause::Edited, _) => Warmth::Window,
             };
             service.prewarm(&doc, &place.rope, cursor, warmth);
             tokio::time::sleep(service.context_refresh_idle()).await;
@@ -100,13 +101,13 @@ impl Prewarming {
 /// What to prewarm once the user has been idle everywhere and the
 /// repository context was refreshed (`changed`): the document resident where
 /// it is not yet or its context changed; where the user arrived at a known
-/// cursor and reads, also the answer there, generated ahead with the context
-/// as it now stays (a refresh after it would make it moot).
+/// cursor and reads, also the answer there again, for the prompt the new
+/// context makes (the one generated on arrival answers the old one).
 fn once_idle(pause: Pause, cursor_known: bool, changed: bool) -> Option<Warmth> {
     match (pause, cursor_known, changed) {
-        (Pause::Arrived, true, _) => Some(Warmth::Answered),
+        (Pause::Arrived, true, true) => Some(Warmth::Answered),
         (Pause::Edited, _, _) | (_, _, true) => Some(Warmth::Resident),
-        (Pause::Arrived, false, false) => None,
+        (Pause::Arrived, _, false) => None,
     }
 }
 
@@ -185,11 +186,11 @@ mod tests {
     }
 
     #[test]
-    fn once_idle_the_answer_ahead_waits_for_the_context_to_settle() {
+    fn once_idle_the_answer_ahead_follows_a_changed_context() {
         use Pause::*;
         // (pause, cursor known, context changed, what is prewarmed)
         let cases = [
-            (Arrived, true, false, Some(Warmth::Answered)),
+            (Arrived, true, false, None),
             (Arrived, true, true, Some(Warmth::Answered)),
             (Arrived, false, true, Some(Warmth::Resident)),
             (Arrived, false, false, None),
@@ -222,14 +223,16 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn arriving_at_a_known_cursor_generates_the_answer_there_once_idle() {
+    async fn arriving_at_a_known_cursor_generates_the_answer_there() {
         let engine = Arc::new(Recording::default());
         let (completion, prewarming) = (service(&engine), Prewarming::default());
         prewarming.paused(&completion, "file:///a.rs", place(), Pause::Arrived);
         settle().await;
+        // On arrival, and again once the place joined the repository
+        // context (the prompt changed).
         assert_eq!(
             *engine.prewarms.lock().unwrap(),
-            [(true, false), (true, true)]
+            [(true, true), (true, true)]
         );
     }
 
@@ -253,8 +256,8 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(300)).await;
         prewarming.paused(&completion, "file:///b.rs", None, Pause::Edited);
         settle().await;
-        // a.rs prewarmed once, resident; no refresh (nor answer ahead)
-        // after b.rs was active.
-        assert_eq!(*engine.prewarms.lock().unwrap(), [(true, false)]);
+        // a.rs prewarmed once, resident, its answer ahead (the cursor is
+        // known); no refresh after b.rs was active.
+        assert_eq!(*engine.prewarms.lock().unwrap(), [(true, true)]);
     }
 }

@@ -211,9 +211,8 @@ pub enum Arrival {
     /// Nothing tells the server where the cursor is before the request.
     Silent,
     /// The cursor is revealed and the file stays open until the engine has
-    /// prepared the place: the span there resident and, once the repository
-    /// context settled, the answer there generated ahead (its log says so),
-    /// or a minute passed.
+    /// prepared the place: the span there resident and the answer there
+    /// generated ahead (its log says so), or a minute passed.
     Resident,
 }
 
@@ -246,8 +245,9 @@ pub async fn attempt(
             client.reveal_cursor(&uri, line, character).await;
             let opened = client.log().len();
             let resident = |log: &str| {
-                log.get(opened..)
-                    .is_some_and(|l| l.contains("answer ahead"))
+                log.get(opened..).is_some_and(|l| {
+                    l.contains("answer ahead done") || l.contains("answer ahead kept")
+                })
             };
             let patience = super::timing::Deadline::after(RESIDENT_PATIENCE);
             while !resident(&client.log()) && !patience.passed() {

@@ -13,7 +13,7 @@ use super::generate::Asker;
 use super::{Engine, Interrupt};
 use crate::cancel::CancelFlag;
 use crate::prompt::FimPrompt;
-use crate::{AnswerAhead, CompletionJob, FimText, Generation, StopReason, StopRule};
+use crate::{AnswerAhead, CompletionJob, EngineError, FimText, Generation, StopReason, StopRule};
 
 /// An answer ahead has no request's deadline; this bounds a runaway one.
 const AHEAD_LIMIT: Duration = Duration::from_secs(60);
@@ -81,6 +81,39 @@ impl Engine<'_> {
             tracing::debug!("answer ahead stopped: {e}");
             return;
         }
+        let started = Instant::now();
+        let generated = self.generate_ahead(limits);
+        let (stop, tokens) = match &generated {
+            Ok((answer, _)) => (answer.stop, answer.tokens_generated),
+            Err(_) => (StopReason::Cancelled, 0),
+        };
+        let whole = matches!(
+            stop,
+            StopReason::EndOfText | StopReason::Rule | StopReason::MaxTokens
+        );
+        tracing::debug!(
+            tokens,
+            ms = started.elapsed().as_millis(),
+            ?stop,
+            "answer ahead {}",
+            if whole { "done" } else { "stopped" }
+        );
+        if let (Ok((answer, texts)), true) = (generated, whole) {
+            self.ahead = Some(Ahead {
+                digest,
+                texts,
+                stop,
+                near_tie_at: answer.near_tie_at,
+            });
+        }
+    }
+
+    /// Generates from the prompt the cache holds, within `limits`: the
+    /// answer, and its text after each token.
+    fn generate_ahead(
+        &mut self,
+        limits: AnswerAhead,
+    ) -> Result<(Generation, Vec<String>), EngineError> {
         let texts = Arc::new(Mutex::new(Vec::new()));
         let seen = texts.clone();
         let mut job = CompletionJob {
@@ -94,29 +127,11 @@ impl Engine<'_> {
             deadline: Instant::now() + AHEAD_LIMIT,
             cancel: CancelFlag::default(),
         };
-        let (mut answer, started) = (Generation::cancelled(), Instant::now());
-        let generated = self.generate(&mut job, &mut answer, &mut Vec::new(), Asker::Ahead);
+        let mut answer = Generation::cancelled();
+        self.generate(&mut job, &mut answer, &mut Vec::new(), Asker::Ahead)?;
         drop(job);
         let texts = std::mem::take(&mut *texts.lock().expect("texts lock"));
-        let whole = matches!(
-            answer.stop,
-            StopReason::EndOfText | StopReason::Rule | StopReason::MaxTokens
-        );
-        tracing::debug!(
-            tokens = answer.tokens_generated,
-            ms = started.elapsed().as_millis(),
-            stop = ?answer.stop,
-            "answer ahead {}",
-            if whole { "done" } else { "stopped" }
-        );
-        if generated.is_ok() && whole {
-            self.ahead = Some(Ahead {
-                digest,
-                texts,
-                stop: answer.stop,
-                near_tie_at: answer.near_tie_at,
-            });
-        }
+        Ok((answer, texts))
     }
 
     /// `job`'s answer from the one generated ahead for `prompt`, if any.
