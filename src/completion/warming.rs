@@ -11,7 +11,7 @@ use crate::entry::ChainEntry;
 use crate::providers::local::{AnswerAhead, CompletionJob, Generation, Prewarm};
 
 /// How much a prewarm prepares where the user pauses.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Warmth {
     /// The window at the cursor (between keystrokes).
     Window,

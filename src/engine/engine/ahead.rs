@@ -140,8 +140,12 @@ impl Engine<'_> {
         prompt: &FimPrompt,
         job: &mut CompletionJob,
     ) -> Option<Generation> {
+        // Most requests find none: no digest of their prompt is taken then.
+        let ahead = self.ahead.as_ref()?;
         let digest = prompt.digest();
-        let ahead = self.ahead.as_ref().filter(|ahead| ahead.digest == digest)?;
+        if ahead.digest != digest {
+            return None;
+        }
         let (tokens, stop) = ahead.ends(job.max_tokens, &mut job.stop);
         let text = match tokens {
             0 => String::new(),
