@@ -150,7 +150,7 @@ async fn run_script(service: &CompletionService, budget: Duration, every: usize)
                         cursor: session.cursor,
                         deadline: tokio::time::Instant::now() + budget,
                         cancel: CancelFlag::default(),
-                        kept_local: None,
+                        document: None,
                         trigger: Default::default(),
                         language: None,
                     };
@@ -287,7 +287,7 @@ async fn cold_first_completion(service: &CompletionService) -> f64 {
             cursor,
             deadline: tokio::time::Instant::now() + Duration::from_secs(1),
             cancel: CancelFlag::default(),
-            kept_local: None,
+            document: None,
             trigger: Default::default(),
             language: None,
         };
@@ -319,7 +319,7 @@ async fn switch_back(service: &CompletionService) -> String {
         cursor,
         deadline: tokio::time::Instant::now() + Duration::from_secs(30),
         cancel: CancelFlag::default(),
-        kept_local: None,
+        document: None,
         trigger: Default::default(),
         language: None,
     };

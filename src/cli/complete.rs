@@ -84,9 +84,7 @@ async fn complete(
     if let Ok(cwd) = std::env::current_dir() {
         core.set_roots(vec![cwd]);
     }
-    let kept_local = std::path::absolute(&path)
-        .ok()
-        .and_then(|path| core.kept_local(&path));
+    let document = std::path::absolute(&path).ok();
     let info = session.load_engine().await?;
     let doc = format!("file://{}", path.display());
 
@@ -106,7 +104,7 @@ async fn complete(
         cursor,
         deadline: tokio::time::Instant::now() + budget,
         cancel: CancelFlag::default(),
-        kept_local,
+        document,
         trigger: Default::default(),
         language: None,
     };

@@ -97,9 +97,9 @@ pub struct CompletionRequest {
     pub cursor: usize,
     pub deadline: Instant,
     pub cancel: CancelFlag,
-    /// The path rule that keeps the document on the machine, if one does: no
-    /// remote entry sees it (the router's plan judges).
-    pub kept_local: Option<String>,
+    /// The document's path, which the rules in force are judged by (the
+    /// router judges, at every remote attempt).
+    pub document: Option<std::path::PathBuf>,
     pub trigger: Trigger,
     /// The document's language id, for `autocomplete.languages` (`None`:
     /// no language rule applies).
@@ -183,8 +183,8 @@ pub struct RemoteAsk<'a> {
     /// The text around the cursor.
     pub text: &'a FimText,
     pub doc: &'a str,
-    /// The path rule that keeps the document on the machine, if one does.
-    pub kept_local: Option<&'a str>,
+    /// The document's path, which the rules in force are judged by.
+    pub document: Option<&'a std::path::Path>,
     pub deadline: Instant,
 }
 
@@ -403,7 +403,7 @@ impl CompletionService {
         let asking = RemoteAsk {
             text: &text,
             doc: &request.doc,
-            kept_local: request.kept_local.as_deref(),
+            document: request.document.as_deref(),
             deadline,
         };
         let (raw, entry) = remote.complete(asking, &cancel).await?;

@@ -44,7 +44,7 @@ fn request(doc: &str, text: &str, deadline: Instant) -> CompletionRequest {
         cursor,
         deadline,
         cancel: CancelFlag::default(),
-        kept_local: None,
+        document: None,
         trigger: Default::default(),
         language: None,
     }
@@ -122,7 +122,7 @@ async fn mid_word_is_skipped_without_asking_the_engine() {
         cursor: 7,
         deadline: Instant::now() + Duration::from_secs(1),
         cancel: CancelFlag::default(),
-        kept_local: None,
+        document: None,
         trigger: Default::default(),
         language: None,
     };

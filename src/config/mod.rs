@@ -315,6 +315,16 @@ pub fn failed_closed_notice(reason: &str) -> String {
 }
 
 impl Config {
+    /// Why only the local model may serve anything, if it may: the mode is
+    /// on, or the configuration failed closed.
+    pub fn local_only_reason(&self) -> Option<String> {
+        match (&self.fail_closed, self.local_only) {
+            (Some(reason), _) => Some(format!("local-only mode is on: {reason}")),
+            (None, true) => Some("local-only mode is on".into()),
+            (None, false) => None,
+        }
+    }
+
     /// Configured providers over the well-known defaults.
     pub fn all_providers(&self) -> BTreeMap<String, ProviderConfig> {
         let mut all = default_providers();

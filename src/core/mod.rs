@@ -34,7 +34,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use tokio::sync::watch;
 
 use crate::config::{Config, ConfigError, ConfigLayers, ResilienceConfig};
-use crate::privacy::rules::LocalOnlyRules;
+use crate::privacy::rules::{InForce, LocalOnlyRules, RulesInForce};
 use crate::providers::local::chat::EngineSlot;
 use crate::resilience::Resilience;
 use crate::router::status::{ParkedStatus, StatusReport};
@@ -62,11 +62,13 @@ pub struct Core {
     /// The configuration in force; consumers borrow it or follow it.
     config: watch::Sender<Arc<Config>>,
     router: RwLock<Arc<Router>>,
-    /// The workspace roots (their `.switchyardignore` files add path rules),
-    /// and the rules that keep documents local, rebuilt when either or the
-    /// privacy settings change.
+    /// The workspace roots (their `.switchyardignore` files add path rules).
     roots: RwLock<Vec<PathBuf>>,
-    path_rules: RwLock<Arc<LocalOnlyRules>>,
+    /// Local-only mode and the rules that keep documents local, put in
+    /// force with every change (the path rules rebuilt when the roots, an
+    /// ignore file or the privacy settings change); every router's remote
+    /// attempts ask them as they send.
+    rules: RulesInForce,
 }
 
 /// What the core's lock holds.
@@ -123,8 +125,12 @@ impl Core {
         lasting.audit = Arc::new(AuditLog::open());
         crate::privacy::redact::prepare();
         configure_beacons(&lasting, &config.resilience);
+        lasting.rules.change(|_| InForce {
+            local_only: config.local_only_reason(),
+            documents: Arc::new(LocalOnlyRules::new(&config.privacy, &[]).0),
+        });
+        let rules = lasting.rules.clone();
         let router = Arc::new(Router::new(&config, local.clone(), lasting.clone()));
-        let path_rules = LocalOnlyRules::new(&config.privacy, &[]).0;
         Core {
             local,
             config_path,
@@ -136,7 +142,7 @@ impl Core {
             config: watch::channel(Arc::new(config)).0,
             router: RwLock::new(router),
             roots: RwLock::default(),
-            path_rules: RwLock::new(Arc::new(path_rules)),
+            rules,
         }
     }
 
@@ -154,23 +160,16 @@ impl Core {
         for problem in problems {
             tracing::warn!("path rules: {problem}");
         }
-        *self.path_rules.write().expect("path rules lock") = Arc::new(rules);
-    }
-
-    /// Why the document at `path` may be served only by the local model, if
-    /// a rule in force now says so.
-    pub fn kept_local(&self, path: &std::path::Path) -> Option<String> {
-        let rules = self.path_rules.read().expect("path rules lock").clone();
-        rules.rule_for(path)
+        let documents = Arc::new(rules);
+        self.rules.change(|now| InForce {
+            local_only: now.local_only.clone(),
+            documents,
+        });
     }
 
     /// The rule that makes the workspace local-only, if one does.
     pub fn workspace_rule(&self) -> Option<String> {
-        self.path_rules
-            .read()
-            .expect("path rules lock")
-            .workspace
-            .clone()
+        self.rules.now().documents.workspace.clone()
     }
 
     /// Where the local engine is, for the router's local entry.
@@ -217,6 +216,12 @@ impl Core {
             );
             configure_beacons(&held.lasting, &config.resilience);
         }
+        // In force before anything else: an attempt of a task already
+        // running asks these as it sends, whichever router it runs on.
+        self.rules.change(|now| InForce {
+            local_only: config.local_only_reason(),
+            documents: now.documents.clone(),
+        });
         let router = Arc::new(Router::new(
             &config,
             self.local.clone(),
@@ -350,11 +355,11 @@ impl crate::completion::RemoteFim for Core {
             let crate::completion::RemoteAsk {
                 text,
                 doc,
-                kept_local,
+                document,
                 deadline,
             } = ask;
             self.router()
-                .autocomplete_remote(text, doc, kept_local, deadline, cancel)
+                .autocomplete_remote(text, (doc, document), deadline, cancel)
                 .await
         })
     }

@@ -266,7 +266,7 @@ impl Parking {
         }
     }
 
-    /// The parked task as a request, with the path rule in force now.
+    /// The parked task as a request about its document.
     fn request_again(
         &self,
         front_end: &'static str,
@@ -280,8 +280,11 @@ impl Parking {
             .unwrap_or_default();
         TaskRequest {
             continuation: checkpoint.partial.clone(),
-            local_only_rule: file.and_then(|path| self.core.kept_local(&path)),
-            origin: Origin { front_end, subject },
+            origin: Origin {
+                front_end,
+                subject,
+                document: file,
+            },
             ..TaskRequest::new(
                 checkpoint.kind,
                 checkpoint.system.clone(),

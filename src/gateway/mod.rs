@@ -290,6 +290,7 @@ fn task(router: &Router, headers: &HeaderMap, body: Value) -> Result<TaskRequest
         origin: Origin {
             front_end: "gateway",
             subject: caller.chars().take(120).collect(),
+            document: None,
         },
         redact: router.config().privacy.redact_gateway,
         streamed: request.stream,
@@ -351,7 +352,9 @@ fn route_error(e: &RouteError) -> Response {
             Some("content_refused"),
             &message,
         ),
-        RouteError::LocalOnly(_) | RouteError::KeptLocal { .. } => error(
+        RouteError::LocalOnly(_)
+        | RouteError::KeptLocal { .. }
+        | RouteError::StoppedByRule { .. } => error(
             StatusCode::SERVICE_UNAVAILABLE,
             "service_unavailable",
             Some("local_only"),

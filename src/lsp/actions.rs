@@ -324,8 +324,8 @@ impl Backend {
             origin: Origin {
                 front_end: "lsp",
                 subject: uri.as_str().to_owned(),
+                document: uri.to_file_path().map(|path| path.into_owned()),
             },
-            local_only_rule: self.kept_local(uri),
             ..TaskRequest::new(kind, system, parts)
         };
         let run = async {

@@ -62,7 +62,7 @@ impl Backend {
             cursor,
             deadline: tokio::time::Instant::now() + self.completion().budget(trigger),
             cancel,
-            kept_local: self.kept_local(uri),
+            document: uri.to_file_path().map(|path| path.into_owned()),
             trigger,
             language: Some(doc.language_id),
         };

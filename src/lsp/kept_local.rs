@@ -1,13 +1,13 @@
 //! The editor's side of the documents that never leave the machine: the
-//! core's local-only rules (`privacy::rules::LocalOnlyRules`, kept by the
-//! core) asked about the editor's documents, the workspace roots they are
-//! relative to, and the watch on `.switchyardignore` files.
+//! workspace roots the core's local-only rules are relative to, and the
+//! watch on `.switchyardignore` files. The router judges the rules for each
+//! document, at every remote attempt.
 
 use std::path::PathBuf;
 
 use tower_lsp_server::ls_types::{
     DidChangeWatchedFilesParams, DidChangeWatchedFilesRegistrationOptions, FileSystemWatcher,
-    GlobPattern, InitializeParams, Registration, Uri,
+    GlobPattern, InitializeParams, Registration,
 };
 
 use super::backend::Backend;
@@ -31,11 +31,6 @@ pub(super) fn workspace_roots(params: &InitializeParams) -> Vec<PathBuf> {
 }
 
 impl Backend {
-    /// Why `uri` may be served only by the local model, if a rule says so.
-    pub(super) fn kept_local(&self, uri: &Uri) -> Option<String> {
-        self.core().kept_local(&uri.to_file_path()?)
-    }
-
     /// Asks the client to say when a `.switchyardignore` changes, where it
     /// can watch files; without that, the files are read again only when
     /// the configuration changes.

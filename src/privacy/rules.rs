@@ -4,6 +4,7 @@
 //! request, whatever the task.
 
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
 
 use ignore::Match;
 use ignore::gitignore::{Gitignore, GitignoreBuilder};
@@ -185,6 +186,59 @@ impl LocalOnlyRules {
         self.paths
             .matching(path)
             .map(|rule| format!("{} matches the local-only path rule {rule}", path.display()))
+    }
+}
+
+/// The rules in force at one moment: local-only mode (why it is on, where
+/// it is) and what keeps documents local. The core puts a new value in
+/// force with every change; every remote attempt reads it as it sends.
+pub struct InForce {
+    /// Why nothing may leave the machine now: the mode is on, or the
+    /// configuration failed closed.
+    pub local_only: Option<String>,
+    pub documents: Arc<LocalOnlyRules>,
+}
+
+impl InForce {
+    /// Why the task about `document` (`None`: no document, as from the
+    /// gateway) may not send anything to a remote model now, if a rule says so.
+    pub fn forbids(&self, document: Option<&Path>) -> Option<String> {
+        self.local_only
+            .clone()
+            .or_else(|| self.documents.rule_for(document?))
+    }
+}
+
+/// The one place the rules in force live, shared by the core (which swaps
+/// them whole) and everything that sends (which reads them at each send).
+#[derive(Clone)]
+pub struct RulesInForce(Arc<RwLock<Arc<InForce>>>);
+
+impl RulesInForce {
+    pub fn new(rules: InForce) -> RulesInForce {
+        RulesInForce(Arc::new(RwLock::new(Arc::new(rules))))
+    }
+
+    /// The rules in force now.
+    pub fn now(&self) -> Arc<InForce> {
+        self.0.read().expect("rules lock").clone()
+    }
+
+    /// Puts rules in force, made from the ones in force now.
+    pub fn change(&self, change: impl FnOnce(&InForce) -> InForce) {
+        let mut rules = self.0.write().expect("rules lock");
+        *rules = Arc::new(change(&rules));
+    }
+}
+
+impl Default for RulesInForce {
+    /// No local-only mode, the default path rules.
+    fn default() -> RulesInForce {
+        let privacy = crate::config::PrivacyConfig::default();
+        RulesInForce::new(InForce {
+            local_only: None,
+            documents: Arc::new(LocalOnlyRules::new(&privacy, &[]).0),
+        })
     }
 }
 

@@ -115,7 +115,7 @@ async fn complete_snippet(
             cursor,
             deadline: tokio::time::Instant::now() + budget,
             cancel: CancelFlag::default(),
-            kept_local: None,
+            document: None,
         })
         .await;
     Ok(LocalReport {

@@ -33,6 +33,9 @@ pub(super) enum Failure {
     /// A healthy answer that cannot be joined to the answer it was asked to
     /// continue (`seam`): nothing is wrong with the entry.
     Unjoinable(Unjoinable),
+    /// Not sent: a rule in force now (put there after the task began) keeps
+    /// the request on the machine. The rule as the user should read it.
+    Forbidden(String),
 }
 
 /// An attempt that ended without an answer.
@@ -267,7 +270,7 @@ pub(super) async fn call(
         Ok(_) | Err(Failure::Unjoinable(_)) => beacon.finish(Outcome::Ok, false),
         Err(Failure::Failed(failed)) => beacon.finish(failed.outcome, failed.slow),
         // A cancelled attempt is judged by what it saw (the beacon's drop rule).
-        Err(Failure::Cancelled | Failure::OverBudget(_)) => {}
+        Err(Failure::Cancelled | Failure::OverBudget(_) | Failure::Forbidden(_)) => {}
     }
     (result, seen.rate_limits)
 }

@@ -3,6 +3,7 @@
 //! same pipeline within a share of the completion budget, never waiting to
 //! retry.
 
+use std::path::Path;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -22,20 +23,20 @@ use crate::task::TaskKind;
 
 impl Router {
     /// Autocomplete from the remote entries before `local` in
-    /// `autocomplete.chain`, as the plan clears and orders them for a
-    /// document `kept_local` by a path rule or not, each tried until
-    /// `deadline`. `None` when none answered: the local engine then serves
+    /// `autocomplete.chain`, as the plan clears and orders them for the
+    /// document (`doc` as the audit names it, its path as the rules in force
+    /// judge it), each tried until `deadline`. `None` when none answered: the local engine then serves
     /// this request, and the next ones while the remote's beacon stays over
     /// the budget.
     pub async fn autocomplete_remote(
         &self,
         text: &FimText,
-        doc: &str,
-        kept_local: Option<&str>,
+        (doc, document): (&str, Option<&Path>),
         deadline: Instant,
         cancel: &CancellationToken,
     ) -> Option<(String, ModelRef)> {
-        let ask = Ask::task(TaskKind::Autocomplete).kept_local(kept_local);
+        let kept_local = document.and_then(|path| self.rules.now().documents.rule_for(path));
+        let ask = Ask::task(TaskKind::Autocomplete).kept_local(kept_local.as_deref());
         // A verdict only makes an entry a last resort, which autocomplete does
         // not use: a plan with nothing cleared stays so after a refresh.
         if self.plan(ask).now().is_none() {
@@ -44,7 +45,7 @@ impl Router {
         self.resilience.verdicts.refresh().await;
         let plan = self.plan(ask);
         let profile = self.profile(TaskKind::Autocomplete);
-        let request = fim_request(text, doc);
+        let request = fim_request(text, doc, document);
         for candidate in plan.order() {
             // No waiting: a miss goes to the next entry or the local engine at once.
             let mut run = RunState::new(deadline, Duration::ZERO, String::new(), true);
@@ -73,7 +74,7 @@ impl Router {
 }
 
 /// The fill-in-the-middle request for the text around the cursor.
-fn fim_request(text: &FimText, doc: &str) -> TaskRequest {
+fn fim_request(text: &FimText, doc: &str, document: Option<&Path>) -> TaskRequest {
     let parts = PromptParts {
         before: text.prefix.clone(),
         after: text.suffix.clone(),
@@ -84,6 +85,7 @@ fn fim_request(text: &FimText, doc: &str) -> TaskRequest {
         origin: Origin {
             front_end: "lsp",
             subject: doc.to_owned(),
+            document: document.map(Path::to_path_buf),
         },
         ..TaskRequest::new(TaskKind::Autocomplete, prompts::FIM_SYSTEM, parts)
     }

@@ -22,6 +22,7 @@ use super::seam::{Form, Seam};
 use crate::config::Config;
 use crate::config::follow::sleep_or_change;
 use crate::entry::ModelRef;
+use crate::privacy::audit::AuditRecord;
 use crate::providers::{ChatMessage, ChatRequest, Role, Usage};
 use crate::resilience::breaker::Phase;
 use crate::task::{TaskKind, Tier};
@@ -56,6 +57,10 @@ impl Router {
         let every = Duration::from_millis(self.config.resilience.canary_interval_ms.max(1));
         let mut results = Vec::new();
         for (candidate, reason) in due {
+            // Local-only mode put in force during the round: nothing more leaves.
+            if self.rules.now().local_only.is_some() {
+                break;
+            }
             let turn = candidate.key.breaker_key();
             if !self.resilience.breakers.canary_turn(&turn, every).await {
                 continue; // another process sends this one
@@ -168,6 +173,7 @@ impl Router {
             )
             .await
             .map_err(|starved| starved.to_string())?;
+        self.audit.record(&canary_record(entry, &request));
         let mut beacon = Beaconed::new(self.beacons.clone(), entry.clone(), &deadlines);
         let mut seam = Seam::new(Form::Fresh, "", "");
         let (result, rate_limits) = attempt::call(
@@ -209,6 +215,27 @@ impl Router {
     }
 }
 
+/// The outbound audit's line for a canary: every remote request has one.
+fn canary_record(entry: &ModelRef, request: &ChatRequest) -> AuditRecord {
+    let bytes = request.system.as_ref().map_or(0, String::len)
+        + request
+            .messages
+            .iter()
+            .map(|m| m.content.len())
+            .sum::<usize>();
+    AuditRecord {
+        at_ms: crate::clock::now_ms(),
+        task: "canary".into(),
+        front_end: "canary".into(),
+        provider: entry.provider.clone(),
+        model: entry.model.clone(),
+        subject: "the known-token health check".into(),
+        bytes,
+        estimated_tokens: bytes / 4,
+        redactions: 0,
+    }
+}
+
 /// The prompt whose one right answer is [`TOKEN`].
 fn known_token_request(entry: &ModelRef) -> ChatRequest {
     ChatRequest {
@@ -241,6 +268,7 @@ fn healthy(
         Err(Failure::Cancelled) => Err("cancelled".into()),
         Err(Failure::OverBudget(e)) => Err(e.to_string()),
         Err(Failure::Unjoinable(why)) => Err(why.0),
+        Err(Failure::Forbidden(rule)) => Err(rule),
     }
 }
 

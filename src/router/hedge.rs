@@ -106,10 +106,13 @@ pub(super) enum HedgeRan {
 
 impl HedgeRan {
     /// Whether the hedge's entry was really tried: it answered or failed on
-    /// its own (not merely cancelled for losing the race), so the chain need
-    /// not try it again.
+    /// its own (not merely cancelled for losing the race) or was kept back
+    /// by a rule, so the chain need not try it again.
     pub(super) fn tried(&self) -> bool {
-        matches!(self, HedgeRan::Yes | HedgeRan::Failed(Failure::Failed(_)))
+        matches!(
+            self,
+            HedgeRan::Yes | HedgeRan::Failed(Failure::Failed(_) | Failure::Forbidden(_))
+        )
     }
 }
 

@@ -1,7 +1,7 @@
 //! What outlives each router: a configuration change builds a new router
 //! over the same beacons, status channel, parked list, canary results,
 //! shared resilience state, outbound audit, and what the
-//! routers learned from the traffic they served.
+//! routers learned from the traffic they served, and the rules in force.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -13,6 +13,7 @@ use super::beacon::Beacons;
 use super::canary::CanaryResult;
 use super::status::{ParkedStatus, Served, StatusReport};
 use crate::privacy::audit::AuditLog;
+use crate::privacy::rules::RulesInForce;
 use crate::resilience::Resilience;
 use crate::task::TaskKind;
 
@@ -27,6 +28,9 @@ pub struct Lasting {
     /// The outbound audit (in memory only unless opened on its file).
     pub audit: Arc<AuditLog>,
     pub learned: Arc<Learned>,
+    /// Local-only mode and the path rules as in force now, which every
+    /// remote attempt asks as it sends (the core puts changes in force).
+    pub rules: RulesInForce,
 }
 
 /// What the routers learned from the traffic they served, kept across a
@@ -53,6 +57,7 @@ impl Lasting {
             resilience,
             audit: Arc::new(AuditLog::in_memory()),
             learned: Arc::default(),
+            rules: RulesInForce::default(),
         }
     }
 }

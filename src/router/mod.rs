@@ -46,6 +46,7 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::watch;
 
 use crate::config::{Config, ProviderConfig};
+use crate::privacy::rules::{InForce, LocalOnlyRules};
 use crate::providers::Provider;
 use crate::providers::local::chat::{EngineSlot, LOCAL, LocalProvider};
 use crate::resilience::Resilience;
@@ -75,6 +76,8 @@ pub struct Router {
     /// The latest canary results, newest last.
     canaries: Arc<Mutex<Vec<canary::CanaryResult>>>,
     audit: Arc<crate::privacy::audit::AuditLog>,
+    /// Asked by every remote attempt as it sends, not only when its task began.
+    rules: crate::privacy::rules::RulesInForce,
 }
 
 /// What the shared state says, read asynchronously and shown synchronously.
@@ -108,6 +111,10 @@ impl Router {
     /// mode where the configuration says so (`switchyard probe`).
     pub fn standalone(config: &Config) -> Router {
         let lasting = Lasting::new(Arc::new(Resilience::in_memory()));
+        lasting.rules.change(|_| InForce {
+            local_only: config.local_only_reason(),
+            documents: Arc::new(LocalOnlyRules::new(&config.privacy, &[]).0),
+        });
         Router::new(config, EngineSlot::default(), lasting)
     }
 
@@ -132,6 +139,7 @@ impl Router {
             parked: lasting.parked,
             canaries: lasting.canaries,
             audit: lasting.audit,
+            rules: lasting.rules,
         };
         router.publish();
         router
@@ -140,7 +148,7 @@ impl Router {
     /// Only the local model serves: the mode is on, or the configuration
     /// failed closed.
     pub fn local_only(&self) -> bool {
-        self.config.local_only || self.config.fail_closed.is_some()
+        self.config.local_only_reason().is_some()
     }
 
     pub fn subscribe(&self) -> watch::Receiver<StatusReport> {

@@ -66,8 +66,11 @@ impl Router {
         };
         let mut last_error: Option<String> = None;
         for retry in 0u32.. {
+            self.still_allowed(&serving)?;
             let admission = self.breakered(&serving, run, &last_error).await?;
             let governed = self.governed(&serving, run, &last_error).await?;
+            // Asked again as it sends: the quota wait may be long.
+            self.still_allowed(&serving)?;
             if retry == 0 {
                 self.resilience
                     .retries
@@ -87,6 +90,20 @@ impl Router {
             }
         }
         unreachable!("the retry loop returns")
+    }
+
+    /// Whether the rules in force now let this request leave for a remote
+    /// entry: local-only mode or a path rule put in force after the task
+    /// began stops every further attempt, whichever router the task began on.
+    fn still_allowed(&self, serving: &Serving<'_>) -> Result<(), Failure> {
+        if serving.entry.candidate.entry.is_local() {
+            return Ok(());
+        }
+        let document = serving.request.origin.document.as_deref();
+        match self.rules.now().forbids(document) {
+            Some(rule) => Err(Failure::Forbidden(rule)),
+            None => Ok(()),
+        }
     }
 
     /// The entry's provider, shared-state identity and quota.

@@ -1,5 +1,7 @@
 //! What a front end asks the router for, and what it gets back.
 
+use std::path::PathBuf;
+
 use crate::context::chat::{OverBudget, PromptParts};
 use crate::entry::ModelRef;
 use crate::providers::{ChatMessage, Usage};
@@ -25,20 +27,22 @@ pub struct TaskRequest {
     /// Replace secrets before the prompt leaves for a remote entry, and put
     /// them back in the answer.
     pub redact: bool,
-    /// A path rule keeps this task's text on the machine: only the local
-    /// model may serve it. The rule as the user should read it.
-    pub local_only_rule: Option<String>,
     /// The caller is shown the text as it streams, so text already shown
     /// cannot be taken back: a continuation that cannot be joined to it ends
     /// the task instead of being replaced by a whole answer.
     pub streamed: bool,
 }
 
-/// Who asked for a task: the front end, and the document (or gateway caller).
+/// Who asked for a task: the front end, and the document (or gateway
+/// caller). The router judges the rules in force for the document's path at
+/// every attempt; a request carries no rule of its own.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Origin {
     pub front_end: &'static str,
+    /// As the outbound audit names it.
     pub subject: String,
+    /// The document's path, which path rules are judged by.
+    pub document: Option<PathBuf>,
 }
 
 impl TaskRequest {
@@ -53,7 +57,6 @@ impl TaskRequest {
             max_tokens: None,
             origin: Origin::default(),
             redact: true,
-            local_only_rule: None,
             streamed: false,
         }
     }
@@ -131,8 +134,27 @@ pub enum RouteError {
         could_not(.tried)
     )]
     KeptLocal { rule: String, tried: Vec<Attempt> },
+    /// A rule put in force after the task began (local-only mode turned on,
+    /// a path rule added) stopped it before its next remote attempt.
+    #[error(
+        "{rule} (since this task began): nothing more of it was sent to a remote model{}",
+        stopped_at(.partial)
+    )]
+    StoppedByRule {
+        rule: String,
+        tried: Vec<Attempt>,
+        /// Output streamed before it stopped.
+        partial: String,
+    },
     #[error("cancelled")]
     Cancelled,
+}
+
+fn stopped_at(partial: &str) -> String {
+    match partial.chars().count() {
+        0 => String::new(),
+        n => format!(", and its answer stops after the {n} characters that had come"),
+    }
 }
 
 fn could_not(tried: &[Attempt]) -> String {

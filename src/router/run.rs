@@ -3,7 +3,6 @@
 //! hands the request to the next candidate, an exhausted tier downshifts, and
 //! a prompt too long for every entry is trimmed and sent again.
 
-use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::Router;
@@ -31,6 +30,9 @@ struct Pass {
     trouble: Vec<(Tier, ModelRef, String)>,
     /// Entries that said the prompt is too long.
     too_long: Vec<ModelRef>,
+    /// The rule put in force since the task began that kept an attempt from
+    /// being sent.
+    forbidden: Option<String>,
 }
 
 impl Pass {
@@ -108,9 +110,14 @@ impl Router {
         cancel: CancellationToken,
         progress: OnProgress<'_>,
     ) -> Result<Answer, RouteError> {
+        // The path rule keeping the document local when the task begins
+        // plans it; whatever is put in force later stops its next attempt.
+        let kept_local = (request.origin.document.as_deref())
+            .and_then(|document| self.rules.now().documents.rule_for(document));
         match (
-            self.route(&request, cancel, progress).await,
-            request.local_only_rule.clone(),
+            self.route(&request, kept_local.as_deref(), cancel, progress)
+                .await,
+            kept_local,
         ) {
             (Ok(mut answer), _) => {
                 if request.redact {
@@ -132,21 +139,17 @@ impl Router {
     async fn route(
         &self,
         request: &TaskRequest,
+        kept_local: Option<&str>,
         cancel: CancellationToken,
         progress: OnProgress<'_>,
     ) -> Result<Answer, RouteError> {
         let kind = request.kind;
         let profile = self.profile(kind);
-        let mut run = RunState::new(
-            Instant::now() + profile.total_ceiling() + profile.wait_budget(),
-            profile.wait_budget(),
-            request.continuation.clone(),
-            kind != TaskKind::Refactor,
-        );
+        let mut run = RunState::begin(&profile, request);
         self.resilience.verdicts.refresh().await;
         let ask = Ask::task(kind)
             .pinned(request.pin.as_ref())
-            .kept_local(request.local_only_rule.as_deref());
+            .kept_local(kept_local);
         let mut plan = self.plan(ask);
         if plan.refused_by_local_only() {
             return Err(RouteError::LocalOnly(kind.as_str()));
@@ -171,6 +174,9 @@ impl Router {
                 Err(Walked::Exhausted(pass)) => pass,
             };
             tried.extend(pass.tried);
+            if let Some(rule) = pass.forbidden {
+                return Err(run.stopped_by(rule, tried));
+            }
             if !trims_further(&pass.too_long, request, &profile, run.input_scale) {
                 break;
             }
@@ -379,6 +385,12 @@ impl Pass {
         }
     }
 
+    /// Notes an attempt a rule put in force since the task began kept back.
+    fn forbidden(&mut self, candidate: &Candidate, rule: String) {
+        self.note(candidate, format!("not sent: {rule}"), false);
+        self.forbidden = Some(rule);
+    }
+
     /// Notes what a race showed; returns the side that served.
     fn after_race<'c>(
         &mut self,
@@ -387,8 +399,12 @@ impl Pass {
         hedge_ran: HedgeRan,
         profile: &TaskProfile,
     ) -> Cleared<'c> {
-        if let HedgeRan::Failed(Failure::Failed(failed)) = hedge_ran {
-            self.note(&hedge, format!("hedge: {}", failed.reason), true);
+        match hedge_ran {
+            HedgeRan::Failed(Failure::Failed(failed)) => {
+                self.note(&hedge, format!("hedge: {}", failed.reason), true)
+            }
+            HedgeRan::Failed(Failure::Forbidden(rule)) => self.forbidden(&hedge, rule),
+            _ => {}
         }
         match side {
             Side::Primary => primary,
@@ -419,6 +435,11 @@ impl Pass {
             }
             Failure::Unjoinable(why) => {
                 self.note(served, why.0, true);
+                return Ok(());
+            }
+            Failure::Forbidden(rule) => {
+                // A local entry later in the plan may still serve.
+                self.forbidden(served, rule);
                 return Ok(());
             }
             Failure::Failed(failed) => failed,

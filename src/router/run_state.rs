@@ -7,8 +7,9 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::hedge::Racer;
-use super::request::OnProgress;
+use super::request::{Attempt, OnProgress, RouteError, TaskRequest};
 use crate::resilience::backoff::WaitBudget;
+use crate::task::{TaskKind, TaskProfile};
 
 /// What one task has left as it walks its plan.
 pub(super) struct RunState {
@@ -43,6 +44,26 @@ impl RunState {
             input_scale: 1.0,
             interactive,
             alternative: false,
+        }
+    }
+
+    /// A task's state as it begins: its whole ceiling and wait budget ahead.
+    pub fn begin(profile: &TaskProfile, request: &TaskRequest) -> RunState {
+        RunState::new(
+            Instant::now() + profile.total_ceiling() + profile.wait_budget(),
+            profile.wait_budget(),
+            request.continuation.clone(),
+            request.kind != TaskKind::Refactor,
+        )
+    }
+
+    /// How the task ends when a rule put in force since it began kept its
+    /// next attempt back: with the answer streamed so far.
+    pub fn stopped_by(self, rule: String, tried: Vec<Attempt>) -> RouteError {
+        RouteError::StoppedByRule {
+            rule,
+            tried,
+            partial: self.partial,
         }
     }
 

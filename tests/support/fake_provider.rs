@@ -46,6 +46,21 @@ fn continuation(full: &str, manner: &Manner, body: &Value) -> Behaviour {
     }
 }
 
+/// A door a test opens once: replies held at it go on from then.
+#[derive(Clone, Debug, Default)]
+pub struct Gate(Arc<tokio::sync::watch::Sender<bool>>);
+
+impl Gate {
+    pub fn open(&self) {
+        self.0.send_replace(true);
+    }
+
+    async fn passed(&self) {
+        let mut open = self.0.subscribe();
+        let _ = open.wait_for(|open| *open).await;
+    }
+}
+
 /// Input tokens every fake answer reports.
 pub const FAKE_INPUT_TOKENS: u64 = 12;
 
@@ -70,6 +85,10 @@ pub enum Behaviour {
         delay: Duration,
         then: Box<Behaviour>,
     },
+    /// Holds the response before its headers until `gate` opens (whatever
+    /// the time: a test orders events this way, not by sleeping), then
+    /// behaves as `then`.
+    Gated { gate: Gate, then: Box<Behaviour> },
     /// Sends headers and the opening events at once, then waits `delay` before the first delta.
     SlowFirstToken { delay: Duration, text: String },
     /// Sends `after_chunks` deltas of `text`, goes silent for `stall`, then finishes normally.
@@ -164,6 +183,14 @@ impl Behaviour {
         }
     }
 
+    /// This behaviour once `gate` opens.
+    pub fn after_gate(self, gate: &Gate) -> Self {
+        Behaviour::Gated {
+            gate: gate.clone(),
+            then: Box::new(self),
+        }
+    }
+
     /// How this behaviour answers a canary: a model that answers at all
     /// follows the canary's instruction and repeats its token; faults stay faults.
     fn answering_canary(self) -> Self {
@@ -184,6 +211,10 @@ impl Behaviour {
             },
             Behaviour::WithRateLimits { limits, then } => Behaviour::WithRateLimits {
                 limits,
+                then: Box::new(then.answering_canary()),
+            },
+            Behaviour::Gated { gate, then } => Behaviour::Gated {
+                gate,
                 then: Box::new(then.answering_canary()),
             },
             // A canary carries no prefill: a continuing model just answers it.
@@ -235,6 +266,10 @@ impl Behaviour {
             }
             Behaviour::LatencyBeforeHeaders { delay, then } => Behaviour::LatencyBeforeHeaders {
                 delay,
+                then: Box::new(then.for_request(body)),
+            },
+            Behaviour::Gated { gate, then } => Behaviour::Gated {
+                gate,
                 then: Box::new(then.for_request(body)),
             },
             Behaviour::WithRateLimits { limits, then } => Behaviour::WithRateLimits {

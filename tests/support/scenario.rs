@@ -499,6 +499,23 @@ impl Rig {
         reply
     }
 
+    /// The language server, for a scenario that talks to it while a
+    /// request is under way.
+    pub fn lsp(&mut self) -> &mut LspClient {
+        match &mut self.driver {
+            Driver::Lsp(client) => client,
+            Driver::Gateway(_) => panic!("{:?} is not the language server", self.front),
+        }
+    }
+
+    /// The gateway, for a scenario that changes it while a request is under way.
+    pub fn gateway(&self) -> &Gateway {
+        match &self.driver {
+            Driver::Gateway(gateway) => gateway,
+            Driver::Lsp(_) => panic!("{:?} is not the gateway", self.front),
+        }
+    }
+
     /// `n` requests sent at once (the language server gets them pipelined).
     pub async fn ask_concurrently(&mut self, n: usize) -> Vec<Reply> {
         let sent = Instant::now();
@@ -702,12 +719,12 @@ async fn start_lsp(config: Value) -> LspClient {
     client
 }
 
-fn explain_params() -> Value {
+pub fn explain_params() -> Value {
     let range = json!({"start": {"line": 2, "character": 0}, "end": {"line": 9, "character": 0}});
     json!({"command": "switchyard.explain", "arguments": [URI, range]})
 }
 
-fn explain_result(response: Value) -> Result<Served, Failed> {
+pub fn explain_result(response: Value) -> Result<Served, Failed> {
     let result = &response["result"];
     match result["provider"].as_str() {
         Some(provider) => Ok(Served {

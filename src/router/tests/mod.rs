@@ -6,6 +6,7 @@ mod fleet;
 mod plan;
 mod policy;
 mod routing;
+mod said_no;
 mod yielding;
 
 use std::collections::VecDeque;

@@ -150,7 +150,14 @@ proptest::proptest! {
             };
             assert_eq!(now, planned, "the plan after a shared-state refresh differs: {states:?}");
             calls.lock().unwrap().clear();
-            let request = TaskRequest { local_only_rule: rule.map(str::to_owned), ..explain() };
+            // The default path rules keep both documents local.
+            let document = match rule {
+                Some("secrets/**") => "/w/secrets/key.rs",
+                Some(_) => "/w/.env",
+                None => "/w/src/main.rs",
+            };
+            let origin = crate::Origin { document: Some(document.into()), ..Default::default() };
+            let request = TaskRequest { origin, ..explain() };
             let served = run(&router, request).await;
             let first = calls.lock().unwrap().first().cloned();
             let tried = first.map(|provider: String| {

@@ -452,8 +452,7 @@ async fn autocomplete_never_waits_to_retry() {
     let served = router
         .autocomplete_remote(
             &text,
-            "file:///a.rs",
-            None,
+            ("file:///a.rs", None),
             deadline,
             &CancellationToken::new(),
         )
@@ -486,8 +485,7 @@ async fn the_local_first_window_keeps_completions_local() {
     let served = router
         .autocomplete_remote(
             &text,
-            "file:///a.rs",
-            None,
+            ("file:///a.rs", None),
             deadline,
             &CancellationToken::new(),
         )

@@ -19,6 +19,8 @@ pub(super) enum Wire {
 /// A behaviour flattened into what to send.
 pub(super) struct Reply {
     head_delay: Duration,
+    /// Held before the headers until it opens.
+    gate: Option<super::Gate>,
     limits: Option<FakeRateLimits>,
     body: ReplyBody,
 }
@@ -98,6 +100,7 @@ pub(super) fn plan(behaviour: Behaviour) -> Reply {
     };
     let reply = |body| Reply {
         head_delay: Duration::ZERO,
+        gate: None,
         limits: None,
         body,
     };
@@ -114,6 +117,10 @@ pub(super) fn plan(behaviour: Behaviour) -> Reply {
         }),
         Behaviour::LatencyBeforeHeaders { delay, then } => Reply {
             head_delay: delay,
+            ..plan(*then)
+        },
+        Behaviour::Gated { gate, then } => Reply {
+            gate: Some(gate),
             ..plan(*then)
         },
         Behaviour::SlowFirstToken { delay, text } => stream(Answer {
@@ -212,6 +219,9 @@ pub(super) async fn respond(
     bearer: &str,
     keep_open: bool,
 ) -> std::io::Result<()> {
+    if let Some(gate) = &reply.gate {
+        gate.passed().await;
+    }
     pause(reply.head_delay).await;
     let mut headers = match (&reply.limits, wire) {
         (Some(limits), Wire::Anthropic) => anthropic::rate_limit_headers(limits),
