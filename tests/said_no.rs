@@ -185,3 +185,73 @@ async fn nothing_more_leaves_after_the_gateway_is_made_local_only() {
 async fn nothing_more_leaves_after_a_streamed_gateway_request_is_made_local_only() {
     every_road(Front::GatewayStream).await;
 }
+
+/// A language server whose completions and canaries go to the two fakes.
+async fn editor(extra: serde_json::Value, primary: &FakeProvider, secondary: &FakeProvider) -> Rig {
+    let setup = Setup {
+        extra,
+        ..Setup::default()
+    };
+    Rig::start(Front::Lsp, &Profile::current(), setup, primary, secondary).await
+}
+
+/// Remote autocomplete: the first remote entry fails once the user said no;
+/// the second is not asked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_remote_completion_asks_no_other_remote_after_the_user_says_no() {
+    let gate = Gate::default();
+    let primary = FakeProvider::with_default(Behaviour::ServerError.after_gate(&gate)).await;
+    let secondary = FakeProvider::with_default(Behaviour::ok("map.len()")).await;
+    // The longest budget, so the first entry's attempt is still under way
+    // when the user says no: the question is what comes after it.
+    let chain = json!({"autocomplete": {
+        "chain": ["primary/fim", "secondary/fim", "local"],
+        "budget_ms": 10_000
+    }});
+    let mut rig = editor(chain, &primary, &secondary).await;
+    let client = rig.lsp();
+    let at = json!({"textDocument": {"uri": support::scenario::URI}, "position": {"line": 7, "character": 4}});
+    let id = client.send_request("textDocument/completion", at).await;
+    let asked = async || match primary.user_request_count() {
+        0 => Err(()),
+        _ => Ok(()),
+    };
+    assert!(eventually(PATIENCE, asked).await.is_ok(), "never asked");
+    say_no_in_the_editor(client).await;
+    let before = primary.request_count() + secondary.request_count();
+    gate.open();
+    let response = client.response(id).await;
+    let log = client.log();
+    assert!(response.get("error").is_none(), "{response}\n{log}");
+    let after = primary.request_count() + secondary.request_count() - before;
+    assert_eq!(after, 0, "{after} requests after the user said no\n{log}");
+    assert_eq!(secondary.user_request_count(), 0, "{log}");
+}
+
+/// Canaries: a round under way when the user says no sends no more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_canary_round_sends_nothing_more_after_the_user_says_no() {
+    let gate = Gate::default();
+    let primary = FakeProvider::with_default(Behaviour::ok(ANSWER).after_gate(&gate)).await;
+    let secondary = FakeProvider::with_default(Behaviour::ok(ANSWER)).await;
+    // The primaries of the large and the medium tier are both on `primary`:
+    // one round watches both, one after the other.
+    let watch = json!({"resilience": {"primary_canary_ms": 100}});
+    let mut rig = editor(watch, &primary, &secondary).await;
+    let asked = async || match primary.request_count() {
+        0 => Err(()),
+        _ => Ok(()),
+    };
+    assert!(eventually(PATIENCE, asked).await.is_ok(), "no canary came");
+    let client = rig.lsp();
+    say_no_in_the_editor(client).await;
+    let before = primary.request_count() + secondary.request_count();
+    gate.open();
+    // The held canary ends; the round and those after it would send next.
+    client.wait_for_log("canary to primary/").await;
+    let every = Profile::current().canary;
+    tokio::time::sleep(support::timing::scaled(every * 5)).await;
+    let log = client.log();
+    let after = primary.request_count() + secondary.request_count() - before;
+    assert_eq!(after, 0, "{after} canaries after the user said no\n{log}");
+}

@@ -4,7 +4,9 @@
 //! request, whatever the task.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
+
+use tokio::sync::watch;
 
 use ignore::Match;
 use ignore::gitignore::{Gitignore, GitignoreBuilder};
@@ -210,24 +212,37 @@ impl InForce {
 }
 
 /// The one place the rules in force live, shared by the core (which swaps
-/// them whole) and everything that sends (which reads them at each send).
+/// them whole) and everything that sends (which reads them at each send, and
+/// whose waits end when they forbid what it waits to send).
 #[derive(Clone)]
-pub struct RulesInForce(Arc<RwLock<Arc<InForce>>>);
+pub struct RulesInForce(Arc<watch::Sender<Arc<InForce>>>);
 
 impl RulesInForce {
     pub fn new(rules: InForce) -> RulesInForce {
-        RulesInForce(Arc::new(RwLock::new(Arc::new(rules))))
+        RulesInForce(Arc::new(watch::Sender::new(Arc::new(rules))))
     }
 
     /// The rules in force now.
     pub fn now(&self) -> Arc<InForce> {
-        self.0.read().expect("rules lock").clone()
+        self.0.borrow().clone()
     }
 
     /// Puts rules in force, made from the ones in force now.
     pub fn change(&self, change: impl FnOnce(&InForce) -> InForce) {
-        let mut rules = self.0.write().expect("rules lock");
-        *rules = Arc::new(change(&rules));
+        self.0.send_modify(|rules| *rules = Arc::new(change(rules)));
+    }
+
+    /// Waits until the rules in force forbid sending anything about
+    /// `document`; the rule that does.
+    pub async fn forbid(&self, document: Option<&Path>) -> String {
+        let mut rules = self.0.subscribe();
+        let forbidding = rules.wait_for(|now| now.forbids(document).is_some());
+        let rule = forbidding.await.ok().and_then(|now| now.forbids(document));
+        match rule {
+            Some(rule) => rule,
+            // The rules outlive every waiter; were they gone, nothing could change.
+            None => std::future::pending().await,
+        }
     }
 }
 

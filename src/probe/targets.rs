@@ -4,13 +4,13 @@
 
 use std::sync::Arc;
 
-use crate::providers::Provider;
-use crate::router::Router;
 use crate::router::plan::Skip;
+use crate::router::{Direct, Router};
 
-/// One chain entry to probe.
+/// One chain entry to probe: sent to as the router lets it (the rules in
+/// force asked, the outbound audit told).
 pub struct Target {
-    pub provider: Arc<dyn Provider>,
+    pub provider: Arc<Direct>,
     pub model: String,
 }
 
@@ -76,7 +76,7 @@ pub fn select(router: &Router, only: Option<&str>) -> Result<Targets, TargetErro
         .order()
         .filter_map(|cleared| {
             Some(Target {
-                provider: router.provider(cleared)?,
+                provider: Arc::new(router.direct(cleared, "probe")?),
                 model: cleared.entry.model.clone(),
             })
         })

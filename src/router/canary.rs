@@ -22,7 +22,6 @@ use super::seam::{Form, Seam};
 use crate::config::Config;
 use crate::config::follow::sleep_or_change;
 use crate::entry::ModelRef;
-use crate::privacy::audit::AuditRecord;
 use crate::providers::{ChatMessage, ChatRequest, Role, Usage};
 use crate::resilience::breaker::Phase;
 use crate::task::{TaskKind, Tier};
@@ -173,7 +172,8 @@ impl Router {
             )
             .await
             .map_err(|starved| starved.to_string())?;
-        self.audit.record(&canary_record(entry, &request));
+        self.audit
+            .record(&super::direct::own_prompt(entry, &request, "canary"));
         let mut beacon = Beaconed::new(self.beacons.clone(), entry.clone(), &deadlines);
         let mut seam = Seam::new(Form::Fresh, "", "");
         let (result, rate_limits) = attempt::call(
@@ -212,27 +212,6 @@ impl Router {
 
     pub fn canaries(&self) -> Vec<CanaryResult> {
         self.canaries.lock().expect("canaries lock").clone()
-    }
-}
-
-/// The outbound audit's line for a canary: every remote request has one.
-fn canary_record(entry: &ModelRef, request: &ChatRequest) -> AuditRecord {
-    let bytes = request.system.as_ref().map_or(0, String::len)
-        + request
-            .messages
-            .iter()
-            .map(|m| m.content.len())
-            .sum::<usize>();
-    AuditRecord {
-        at_ms: crate::clock::now_ms(),
-        task: "canary".into(),
-        front_end: "canary".into(),
-        provider: entry.provider.clone(),
-        model: entry.model.clone(),
-        subject: "the known-token health check".into(),
-        bytes,
-        estimated_tokens: bytes / 4,
-        redactions: 0,
     }
 }
 

@@ -22,6 +22,7 @@ mod attempt;
 mod autocomplete;
 pub mod beacon;
 pub mod canary;
+mod direct;
 mod hedge;
 pub mod history;
 mod judge;
@@ -40,6 +41,7 @@ mod tests;
 
 use std::collections::{BTreeMap, HashMap};
 
+pub use direct::Direct;
 pub use lasting::{Lasting, Learned};
 use std::sync::{Arc, Mutex};
 

@@ -94,7 +94,8 @@ impl Router {
 
     /// Whether the rules in force now let this request leave for a remote
     /// entry: local-only mode or a path rule put in force after the task
-    /// began stops every further attempt, whichever router the task began on.
+    /// began stops every further attempt, whichever router the task began on
+    /// (ARCHITECTURE.md invariant 25).
     fn still_allowed(&self, serving: &Serving<'_>) -> Result<(), Failure> {
         if serving.entry.candidate.entry.is_local() {
             return Ok(());
@@ -104,6 +105,16 @@ impl Router {
             Some(rule) => Err(Failure::Forbidden(rule)),
             None => Ok(()),
         }
+    }
+
+    /// Resolves once the rules in force keep this request from its entry
+    /// (never for the local one): a wait to send ends there, not at its end.
+    async fn forbidden(&self, serving: &Serving<'_>) -> Failure {
+        if serving.entry.candidate.entry.is_local() {
+            std::future::pending::<()>().await;
+        }
+        let document = serving.request.origin.document.as_deref();
+        Failure::Forbidden(self.rules.forbid(document).await)
     }
 
     /// The entry's provider, shared-state identity and quota.
@@ -192,7 +203,9 @@ impl Router {
             admit_by,
         );
         let reservation = tokio::select! {
+            biased;
             _ = serving.lane.cancel.cancelled() => return Err(Failure::Cancelled),
+            forbidden = self.forbidden(serving) => return Err(forbidden),
             reservation = admitted => reservation,
         };
         run.waits.try_spend(waited_from.elapsed());
@@ -429,8 +442,10 @@ impl Router {
             return circuit_opened();
         }
         tokio::select! {
+            biased;
             _ = serving.lane.cancel.cancelled() => Err(Failure::Cancelled),
             _ = &mut notified => circuit_opened(),
+            forbidden = self.forbidden(serving) => Err(forbidden),
             _ = tokio::time::sleep(delay) => Ok(()),
         }
     }

@@ -476,7 +476,7 @@ impl Router {
     }
 
     /// The provider a cleared candidate is sent to.
-    pub fn provider(&self, cleared: Cleared<'_>) -> Option<Arc<dyn Provider>> {
+    pub(crate) fn provider(&self, cleared: Cleared<'_>) -> Option<Arc<dyn Provider>> {
         self.providers.get(cleared)
     }
 

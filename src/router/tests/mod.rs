@@ -269,6 +269,15 @@ fn request(kind: TaskKind) -> TaskRequest {
     TaskRequest::new(kind, "system", parts)
 }
 
+/// A runtime on a paused clock, for a property test's cases.
+fn paused_clock() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .unwrap()
+}
+
 async fn run(router: &Router, request: TaskRequest) -> Result<Answer, RouteError> {
     router.run(request, CancellationToken::new(), &|_| {}).await
 }

@@ -98,12 +98,7 @@ proptest::proptest! {
         states in proptest::collection::vec(entry_state(), 4),
         rule in proptest::option::of(proptest::sample::select(vec!["secrets/**", ".env"])),
     ) {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .start_paused(true)
-            .build()
-            .unwrap();
-        runtime.block_on(async {
+        paused_clock().block_on(async {
             let names = ["a/x", "b/y", "c/z", "d/w"];
             let entries: Vec<ModelRef> = names.iter().map(|n| ModelRef::parse(n).unwrap()).collect();
             let mut config = chains(&names[..2], &names[2..]);

@@ -165,3 +165,80 @@ async fn the_answer_says_why_it_stopped() {
          remote model, and its answer stops after the 15 characters that had come"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_wait_to_retry_ends_when_the_user_says_no() {
+    let rate_limited = fail_with(429, "rate_limit_error", Some(5));
+    let primary = Scripted::new("primary", vec![rate_limited], ok());
+    let router = router(chains(&[], &["primary/m"]), &[&primary]);
+    let ((result, ended), said_no_at) = tokio::join!(
+        async { (run(&router, explain()).await, Instant::now()) },
+        async {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            say_no(&router, false);
+            Instant::now()
+        }
+    );
+    assert!(
+        matches!(result, Err(RouteError::StoppedByRule { .. })),
+        "{result:?}"
+    );
+    assert_eq!(
+        ended, said_no_at,
+        "the user waits for nothing once they said no"
+    );
+    assert_eq!(primary.calls(), 1);
+}
+
+/// What a provider may do with a request, for the property below.
+fn fault(which: usize) -> Behaviour {
+    match which {
+        0 => ok(),
+        1 => Behaviour::Answer {
+            first_token: Duration::from_secs(15),
+            reason: FinishReason::EndTurn,
+        },
+        2 => fail_with(529, "overloaded_error", Some(3)),
+        3 => fail_with(429, "rate_limit_error", None),
+        4 => Behaviour::Fail(500),
+        5 => Behaviour::Stall("half an answer "),
+        _ => Behaviour::Cut("half an answer "),
+    }
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(128))]
+
+    /// Whatever the providers do, whichever the task, whenever the user says
+    /// no: no provider is called after it (counted as each call is made; the
+    /// paused clock runs on one thread, so the count taken as the rules
+    /// change is exact).
+    #[test]
+    fn no_attempt_is_made_after_the_user_says_no(
+        primary_faults in proptest::collection::vec(0..7usize, 1..4),
+        secondary_fault in 0..7usize,
+        said_no_ms in 0u64..20_000,
+        refactor: bool,
+        path_rule: bool,
+    ) {
+        paused_clock().block_on(async {
+            let script: Vec<Behaviour> = primary_faults.iter().map(|f| fault(*f)).collect();
+            let primary = Scripted::new("primary", script, ok());
+            let secondary = Scripted::new("secondary", vec![fault(secondary_fault)], ok());
+            let mut config = chains(&[], &["primary/m", "secondary/m"]);
+            config.tasks.refactor.tier = Tier::Medium;
+            let router = router(config, &[&primary, &secondary]);
+            let origin = Origin { document: Some("/w/src/a.rs".into()), ..Origin::default() };
+            let kind = if refactor { TaskKind::Refactor } else { TaskKind::Explain };
+            let task = TaskRequest { origin, ..request(kind) };
+            let (result, calls_then) = tokio::join!(run(&router, task), async {
+                tokio::time::sleep(Duration::from_millis(said_no_ms)).await;
+                say_no(&router, path_rule);
+                primary.calls() + secondary.calls()
+            });
+            let calls = primary.calls() + secondary.calls();
+            proptest::prop_assert_eq!(calls, calls_then, "{:?}", result);
+            Ok(())
+        })?;
+    }
+}
