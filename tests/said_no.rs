@@ -8,8 +8,9 @@
 //! the mode is in force. The user is told why the answer ended.
 //!
 //! Events are ordered, not timed: the primary's reply is held at a gate
-//! until the mode is in force, so its fault (or its late answer) always comes
-//! after the user said no, on any machine.
+//! until the mode is in force (on the hedge road, until the hedge's turn has
+//! come too), so its fault or its late answer always comes after the user
+//! said no, on any machine.
 
 mod support;
 
@@ -24,6 +25,10 @@ use support::scenario::{
 
 /// An answer in four deltas, so a cut after two leaves half of it.
 const ANSWER: &str = "HashMap::entry looks the key up once and hands back an Entry: Occupied when the key is present, Vacant when it is not.";
+
+/// What the log says when the hedge's turn comes (the primary's reply is
+/// held until then on the hedge road, so the hedge is really asked for).
+const HEDGING: &str = "hedging with";
 
 /// What the task meets on the primary, once the user has said no.
 #[derive(Clone, Copy, Debug)]
@@ -137,6 +142,9 @@ async fn road(front: Front, road: Road, profile: Profile) {
                 "{what}: never asked"
             );
             say_no_in_the_editor(client).await;
+            if let Road::Hedge = road {
+                client.wait_for_log(HEDGING).await;
+            }
             let before = sent();
             gate.open();
             (explain_result(client.response(id).await), before)
@@ -149,6 +157,14 @@ async fn road(front: Front, road: Road, profile: Profile) {
                     "{what}: never asked"
                 );
                 say_no_to_the_gateway(gateway).await;
+                if let Road::Hedge = road {
+                    let log = || gateway.process.log();
+                    let hedged = eventually(PATIENCE, async || {
+                        log().contains(HEDGING).then_some(()).ok_or(())
+                    })
+                    .await;
+                    assert!(hedged.is_ok(), "{what}: never hedged\n{}", log());
+                }
                 let before = sent();
                 gate.open();
                 before
