@@ -2,13 +2,16 @@
 //! names exists, every numbered invariant is cited at the code that keeps it,
 //! no source file grows past 600 lines (two concerns, usually), no function
 //! outside test code past 60, no module reaches back into a sibling that
-//! reaches it (no cycles), the modules below the front ends know nothing
+//! reaches it (no cycles), no crate depends on one of its own layer or above
+//! (the order ARCHITECTURE.md writes), the modules below the front ends know nothing
 //! of the editor protocol or HTTP serving, and the tests leave time to the
 //! paused clock: no measured time compared in an assertion outside the one
 //! scaling helper, no fixed sleep in an editor test.
 
 #[path = "tidy/functions.rs"]
 mod functions;
+#[path = "tidy/layers.rs"]
+mod layers;
 #[path = "tidy/module_graph.rs"]
 mod module_graph;
 #[path = "tidy/test_timing.rs"]
@@ -290,5 +293,23 @@ fn no_editor_test_sleeps_for_a_fixed_time() {
         found.is_empty(),
         "poll until the effect shows (tests/support/poll.rs, vim.wait with a condition) \
          instead of sleeping: {found:?}"
+    );
+}
+
+#[test]
+fn every_crate_depends_only_on_the_layers_below_it() {
+    let order = layers::order(&architecture());
+    // The check refuses an arrow up, and one within a line.
+    let up = [(
+        "completion".to_owned(),
+        vec!["router".to_owned(), "base".to_owned()],
+    )];
+    assert_eq!(layers::not_down(&order, &up), ["completion → router"]);
+    let crates = layers::workspace(repo());
+    assert!(crates.len() >= 14, "{crates:?}");
+    let wrong = layers::not_down(&order, &crates);
+    assert!(
+        wrong.is_empty(),
+        "against ARCHITECTURE.md's layer order: {wrong:?}"
     );
 }
