@@ -33,6 +33,20 @@ pub struct Parking {
     owner: RwLock<String>,
 }
 
+/// Whether only temporary trouble stopped a task that waits well: a
+/// refactor no model could serve now (open breakers, empty quota, a spent
+/// wait budget) waits for a route instead of failing.
+pub fn parkable(kind: TaskKind, e: &RouteError) -> bool {
+    kind == TaskKind::Refactor
+        && matches!(
+            e,
+            RouteError::NothingHealthy {
+                retry_later: true,
+                ..
+            }
+        )
+}
+
 /// A task no model could finish now but one may later.
 pub struct ParkRequest {
     pub kind: TaskKind,

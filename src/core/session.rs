@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use super::loading::{self, LoadReport};
-use super::parking::{ParkedFront, Parking};
+use super::parking::{self, ParkRequest, ParkedFront, Parking};
 use super::prewarm::{Pause, Place, Prewarming};
 use super::{Core, Reconfigured};
 use crate::completion::CompletionService;
@@ -16,7 +16,8 @@ use crate::completion::controls::Snooze;
 use crate::config::ConfigLayers;
 use crate::context::repository::OpenDocuments;
 use crate::providers::local::ModelInfo;
-use crate::router::{Router, canary};
+use crate::router::{Answer, OnProgress, RouteError, Router, TaskRequest, canary};
+use tokio_util::sync::CancellationToken;
 
 pub struct Session {
     core: Arc<Core>,
@@ -29,6 +30,17 @@ pub struct Session {
     prewarming: Prewarming,
     /// Parked work; `None` where the state directory cannot hold it.
     parking: Option<Arc<Parking>>,
+}
+
+/// How a remote-grade task the session ran ended.
+pub enum Ended {
+    Answered(Answer),
+    /// Only temporary trouble stopped it: it waits for a route, parked.
+    Parked {
+        id: String,
+        note: String,
+    },
+    Failed(RouteError),
 }
 
 /// What a front end brings to a session besides the core.
@@ -104,6 +116,43 @@ impl Session {
         if changed.engine {
             tracing::info!("the local model's settings changed; loading it again");
             self.start_engine();
+        }
+    }
+
+    /// Runs a remote-grade task (explain, refactor, a gateway request) on the
+    /// router in force as it begins. One that only temporary trouble stopped
+    /// is parked where the front end says where its answer goes (`park`) and
+    /// parking is on; the front end only translates how it ended.
+    pub async fn serve(
+        &self,
+        task: TaskRequest,
+        (cancel, progress): (CancellationToken, OnProgress<'_>),
+        park: Option<ParkRequest>,
+    ) -> Ended {
+        let kind = task.kind;
+        let router = self.core.router();
+        let e = match router.run(task, cancel, progress).await {
+            Ok(answer) => return Ended::Answered(answer),
+            Err(e) => e,
+        };
+        let (Some(parking), Some(mut park)) = (&self.parking, park) else {
+            return Ended::Failed(e);
+        };
+        let RouteError::NothingHealthy { partial, .. } = &e else {
+            return Ended::Failed(e);
+        };
+        if !parking::parkable(kind, &e) {
+            return Ended::Failed(e);
+        }
+        park.partial = partial.clone();
+        park.note = e.to_string();
+        let note = park.note.clone();
+        match parking.park(park) {
+            Ok(id) => Ended::Parked { id, note },
+            Err(io) => {
+                tracing::error!("could not park the {}: {io}", kind.as_str());
+                Ended::Failed(e)
+            }
         }
     }
 

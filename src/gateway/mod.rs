@@ -45,7 +45,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::Config;
 use crate::context::chat::PromptParts;
 use crate::core::Core;
-use crate::core::session::Session;
+use crate::core::session::{Ended, Session};
 use crate::entry::{ChainEntry, ModelRef};
 use crate::providers::Secret;
 use crate::router::history::History;
@@ -65,7 +65,8 @@ pub struct GatewayOptions {
 }
 
 struct Gateway {
-    core: Arc<Core>,
+    /// Runs every request's task (the core owns it; the gateway translates).
+    session: Arc<Session>,
     /// Listening beyond loopback: a request needs the token, and without
     /// one configured (an edit took it away) every request is refused.
     beyond_loopback: bool,
@@ -73,9 +74,13 @@ struct Gateway {
 }
 
 impl Gateway {
+    fn core(&self) -> &Arc<Core> {
+        self.session.core()
+    }
+
     /// The router in force now.
     fn router(&self) -> Arc<Router> {
-        self.core.router()
+        self.core().router()
     }
 }
 
@@ -118,9 +123,9 @@ pub async fn run(session: Arc<Session>, options: GatewayOptions) -> Result<(), S
     let history = Arc::new(History::default());
     let recorder = history.clone();
     session.keep_routes_known(move |router| recorder.record(router));
-    tokio::spawn(follow_file(session));
+    tokio::spawn(follow_file(session.clone()));
     let app = app(Arc::new(Gateway {
-        core,
+        session,
         beyond_loopback,
         history,
     }));
@@ -184,7 +189,7 @@ fn error(status: StatusCode, kind: &str, code: Option<&str>, message: &str) -> R
 
 /// Whether the caller may use the gateway, by the token configured now.
 fn authorised(gateway: &Gateway, headers: &HeaderMap) -> bool {
-    let Some(token) = token(&gateway.core.config()) else {
+    let Some(token) = token(&gateway.core().config()) else {
         return !gateway.beyond_loopback;
     };
     headers
@@ -237,7 +242,7 @@ async fn history(State(gateway): State<Arc<Gateway>>, headers: HeaderMap) -> Res
     if !authorised(&gateway, &headers) {
         return unauthorised();
     }
-    let tick_ms = gateway.core.config().resilience.canary_interval_ms;
+    let tick_ms = gateway.core().config().resilience.canary_interval_ms;
     Json(wire::HistoryResponse::new(
         tick_ms,
         &gateway.history.points(),
@@ -396,7 +401,6 @@ async fn chat_completions(
             );
         }
     };
-    // One router serves the whole request, whatever a reload does meanwhile.
     let router = gateway.router();
     let task = match self::task(&router, &headers, body) {
         Ok(task) => task,
@@ -405,8 +409,13 @@ async fn chat_completions(
     let id = format!("chatcmpl-sy{:016x}", fastrand::u64(..));
     if !task.streamed {
         // Dropping this future (the caller hung up) drops the attempt with it.
-        return match router.run(task, CancellationToken::new(), &|_| {}).await {
-            Ok(answer) => Json(openai::completion(
+        let silent = |_| {};
+        let asked = (
+            CancellationToken::new(),
+            &silent as crate::router::OnProgress<'_>,
+        );
+        return match gateway.session.serve(task, asked, None).await {
+            Ended::Answered(answer) => Json(openai::completion(
                 &id,
                 now_secs(),
                 &model_of(&answer),
@@ -414,8 +423,9 @@ async fn chat_completions(
                 answer.usage,
             ))
             .into_response(),
-            Err(e) => route_error(&e),
+            Ended::Failed(e) => route_error(&e),
+            Ended::Parked { .. } => unreachable!("the gateway parks nothing"),
         };
     }
-    stream::stream_completion(router, task, id).await
+    stream::stream_completion(gateway.session.clone(), task, id).await
 }

@@ -14,7 +14,8 @@ use tokio::sync::mpsc::{self, UnboundedReceiver, UnboundedSender};
 use tokio_util::sync::CancellationToken;
 
 use super::{model_of, now_secs, openai, route_error};
-use crate::router::{Answer, Progress, RouteError, Router, TaskRequest};
+use crate::core::session::{Ended, Session};
+use crate::router::{Answer, Progress, RouteError, TaskRequest};
 
 /// What the routed task reports while it runs.
 enum Event {
@@ -33,7 +34,7 @@ impl Drop for CancelOnDrop {
 }
 
 pub(super) async fn stream_completion(
-    router: Arc<Router>,
+    session: Arc<Session>,
     task: TaskRequest,
     id: String,
 ) -> Response {
@@ -41,7 +42,7 @@ pub(super) async fn stream_completion(
     // A caller who hangs up at any point, before the first text too, cancels
     // the routed task: its guards give back probe leases and quota at once.
     let guard = CancelOnDrop(cancel.clone());
-    let mut rx = routed(router, task, cancel);
+    let mut rx = routed(session, task, cancel);
     let mut model = String::new();
     let first = loop {
         match rx.recv().await {
@@ -72,25 +73,28 @@ pub(super) async fn stream_completion(
         .expect("static headers are valid")
 }
 
-/// Runs `task` apart; what it reports comes out of the receiver.
+/// Runs `task` in the session, apart; what it reports comes out of the receiver.
 fn routed(
-    router: Arc<Router>,
+    session: Arc<Session>,
     task: TaskRequest,
     cancel: CancellationToken,
 ) -> UnboundedReceiver<Event> {
     let (events, rx) = mpsc::unbounded_channel();
     tokio::spawn(async move {
         let progress = events.clone();
-        let result = router
-            .run(task, cancel, &move |event| {
-                let event = match event {
-                    Progress::Trying { entry, .. } => Event::Trying(entry.to_string()),
-                    Progress::Delta(text) => Event::Delta(text),
-                    Progress::Received { .. } => return,
-                };
-                let _ = progress.send(event);
-            })
-            .await;
+        let on_progress = move |event| {
+            let event = match event {
+                Progress::Trying { entry, .. } => Event::Trying(entry.to_string()),
+                Progress::Delta(text) => Event::Delta(text),
+                Progress::Received { .. } => return,
+            };
+            let _ = progress.send(event);
+        };
+        let result = match session.serve(task, (cancel, &on_progress), None).await {
+            Ended::Answered(answer) => Ok(answer),
+            Ended::Failed(e) => Err(e),
+            Ended::Parked { .. } => unreachable!("the gateway parks nothing"),
+        };
         let _ = events.send(Event::Done(result));
     });
     rx

@@ -25,6 +25,7 @@ use super::wire::{
 use crate::context::chat::{PromptParts, code_block};
 use crate::core::LocalOnlyError;
 use crate::core::parking::ParkRequest;
+use crate::core::session::Ended;
 use crate::prompts::{EXPLAIN_INSTRUCTION, EXPLAIN_SYSTEM, PRESETS, REFACTOR_SYSTEM};
 use crate::resilience::park::DocumentVersion;
 use crate::router::{Origin, Progress, RouteError, TaskRequest};
@@ -308,18 +309,19 @@ impl Backend {
         progress
     }
 
-    /// Runs a task with cancellable `$/progress` that names the provider being tried.
+    /// Runs a task in the session with cancellable `$/progress` that names
+    /// the provider being tried; `park` says where a parked answer goes.
     async fn routed(
         &self,
         kind: TaskKind,
         system: &str,
         (uri, parts): (&Uri, PromptParts),
-    ) -> std::result::Result<crate::router::Answer, RouteError> {
+        park: Option<ParkRequest>,
+    ) -> Ended {
         let cancel = CancellationToken::new();
         let token = NumberOrString::String(format!("switchyard/{}/{}", kind.as_str(), nanos()));
         let (events, rx) = tokio::sync::mpsc::unbounded_channel();
         let report = self.report(kind, &token, &cancel, rx);
-        let router = self.router();
         let request = TaskRequest {
             origin: Origin {
                 front_end: "lsp",
@@ -329,36 +331,44 @@ impl Backend {
             ..TaskRequest::new(kind, system, parts)
         };
         let run = async {
-            let result = router
-                .run(request, cancel.clone(), &|event| {
-                    let _ = events.send(event);
-                })
+            let on_progress = |event| {
+                let _ = events.send(event);
+            };
+            let ended = self
+                .session
+                .serve(request, (cancel.clone(), &on_progress), park)
                 .await;
             drop(events);
-            result
+            ended
         };
-        let (result, progress) = tokio::join!(run, report);
+        let (ended, progress) = tokio::join!(run, report);
         self.progress_cancels.remove(&token);
         if let Some(progress) = progress {
-            let message = match &result {
-                Ok(answer) => format!("done by {}/{}", answer.route.provider, answer.route.model),
-                Err(e) if parkable(kind, e) => format!("parked: {e}"),
-                Err(e) => e.to_string(),
+            let message = match &ended {
+                Ended::Answered(answer) => {
+                    format!("done by {}/{}", answer.route.provider, answer.route.model)
+                }
+                Ended::Parked { note, .. } => format!("parked: {note}"),
+                Ended::Failed(e) => e.to_string(),
             };
             progress.finish_with_message(message).await;
         }
-        if let Err(e) = &result {
+        if let Ended::Failed(e) = &ended {
             tracing::warn!("{} failed: {e}", kind.as_str());
         }
-        result
+        ended
     }
 
     async fn explain(&self, uri: Uri, range: Range) -> Result<Option<Value>> {
         let (parts, ..) = self.parts(&uri, range, EXPLAIN_INSTRUCTION)?;
-        let answer = self
-            .routed(TaskKind::Explain, EXPLAIN_SYSTEM, (&uri, parts))
+        let answer = match self
+            .routed(TaskKind::Explain, EXPLAIN_SYSTEM, (&uri, parts), None)
             .await
-            .map_err(request_failed)?;
+        {
+            Ended::Answered(answer) => answer,
+            Ended::Failed(e) => return Err(request_failed(e)),
+            Ended::Parked { .. } => unreachable!("an explanation is never parked"),
+        };
         let by = format!(
             "{}/{} ({} tier)",
             answer.route.provider, answer.route.model, answer.route.tier
@@ -401,25 +411,41 @@ impl Backend {
     async fn refactor(&self, uri: Uri, range: Range, instruction: String) -> Result<Option<Value>> {
         let (parts, start, end, version) = self.parts(&uri, range, &instruction)?;
         let original = parts.selection.clone();
+        let park = ParkRequest {
+            kind: TaskKind::Refactor,
+            system: REFACTOR_SYSTEM.into(),
+            parts: parts.clone(),
+            document: DocumentVersion {
+                uri: uri.to_string(),
+                version,
+            },
+            partial: String::new(),
+            note: String::new(),
+            target: Target {
+                uri: uri.clone(),
+                start,
+                end,
+            }
+            .to_value(),
+        };
         let answer = match self
-            .routed(TaskKind::Refactor, REFACTOR_SYSTEM, (&uri, parts.clone()))
+            .routed(
+                TaskKind::Refactor,
+                REFACTOR_SYSTEM,
+                (&uri, parts),
+                Some(park),
+            )
             .await
         {
-            Ok(answer) => answer,
-            Err(e) => {
-                let request = ParkRequest {
-                    kind: TaskKind::Refactor,
-                    system: REFACTOR_SYSTEM.into(),
-                    parts,
-                    document: DocumentVersion {
-                        uri: uri.to_string(),
-                        version,
-                    },
-                    partial: String::new(),
-                    note: e.to_string(),
-                    target: Target { uri, start, end }.to_value(),
+            Ended::Answered(answer) => answer,
+            Ended::Failed(e) => return Err(request_failed(e)),
+            Ended::Parked { id, note } => {
+                self.editor_parking.parked(&note).await;
+                let parked = RefactorParked {
+                    parked: id,
+                    reason: note,
                 };
-                return self.park_or_fail(e, request).await;
+                return Ok(Some(wire::result(RefactorResult::Parked(parked))));
             }
         };
         let mut rewritten = code_block(&answer.text);
@@ -436,35 +462,6 @@ impl Backend {
             model: answer.route.model,
             tier: answer.route.tier.into(),
         }))))
-    }
-
-    /// Parks a refactor no model could serve yet, where parking is on and
-    /// what stopped it is temporary; else its failure.
-    async fn park_or_fail(&self, e: RouteError, mut request: ParkRequest) -> Result<Option<Value>> {
-        let (Some(parking), RouteError::NothingHealthy { partial, .. }) =
-            (self.session.parking(), &e)
-        else {
-            return Err(request_failed(e));
-        };
-        if !parkable(TaskKind::Refactor, &e) {
-            return Err(request_failed(e));
-        }
-        request.partial = partial.clone();
-        let note = request.note.clone();
-        match parking.park(request) {
-            Ok(id) => {
-                self.editor_parking.parked(&note).await;
-                let parked = RefactorParked {
-                    parked: id,
-                    reason: note,
-                };
-                Ok(Some(wire::result(RefactorResult::Parked(parked))))
-            }
-            Err(io) => {
-                tracing::error!("could not park the refactor: {io}");
-                Err(request_failed(e))
-            }
-        }
     }
 
     /// Asks the editor to replace `start..end` of `version` of the document
@@ -507,18 +504,6 @@ impl Backend {
             .unwrap_or(false);
         Ok((applied, count))
     }
-}
-
-/// Long work that only temporary trouble stopped waits for a route instead of failing.
-fn parkable(kind: TaskKind, e: &RouteError) -> bool {
-    kind == TaskKind::Refactor
-        && matches!(
-            e,
-            RouteError::NothingHealthy {
-                retry_later: true,
-                ..
-            }
-        )
 }
 
 fn request_failed(e: RouteError) -> Error {
