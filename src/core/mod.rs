@@ -130,7 +130,8 @@ impl Core {
             documents: Arc::new(LocalOnlyRules::new(&config.privacy, &[]).0),
         });
         let rules = lasting.rules.clone();
-        let router = Arc::new(Router::new(&config, local.clone(), lasting.clone()));
+        let config = Arc::new(config);
+        let router = Arc::new(Router::new(config.clone(), local.clone(), lasting.clone()));
         Core {
             local,
             config_path,
@@ -139,7 +140,7 @@ impl Core {
                 problems,
                 lasting,
             }),
-            config: watch::channel(Arc::new(config)).0,
+            config: watch::channel(config).0,
             router: RwLock::new(router),
             roots: RwLock::default(),
             rules,
@@ -223,7 +224,7 @@ impl Core {
             documents: now.documents.clone(),
         });
         let router = Arc::new(Router::new(
-            &config,
+            config.clone(),
             self.local.clone(),
             held.lasting.clone(),
         ));

@@ -65,7 +65,9 @@ pub struct Router {
     providers: Providers,
     /// Providers left out because their key variable is unset: name -> variable.
     missing_keys: HashMap<String, String>,
-    config: Config,
+    /// The configuration in force, shared with the core that built this
+    /// router (not a copy of it).
+    config: Arc<Config>,
     /// `config.all_providers()`, resolved once: read on every attempt.
     provider_configs: BTreeMap<String, ProviderConfig>,
     beacons: Arc<Beacons>,
@@ -92,7 +94,7 @@ pub(crate) struct SharedViews {
 impl Router {
     /// Builds the configured providers; the API keys come from the environment.
     /// `lasting` outlives routers rebuilt on configuration changes.
-    pub fn new(config: &Config, local: EngineSlot, lasting: Lasting) -> Router {
+    pub fn new(config: Arc<Config>, local: EngineSlot, lasting: Lasting) -> Router {
         let mut providers: HashMap<String, Arc<dyn Provider>> = HashMap::new();
         let mut missing_keys = HashMap::new();
         for (name, settings) in config.all_providers() {
@@ -106,7 +108,8 @@ impl Router {
             }
         }
         providers.insert(LOCAL.into(), Arc::new(LocalProvider::new(local.clone())));
-        Router::with_providers(config, providers, missing_keys, local, lasting)
+        let providers = (providers, missing_keys);
+        Router::assemble(config, providers, local, lasting)
     }
 
     /// A router of its own over in-memory resilience state, in local-only
@@ -117,7 +120,7 @@ impl Router {
             local_only: config.local_only_reason(),
             documents: Arc::new(LocalOnlyRules::new(&config.privacy, &[]).0),
         });
-        Router::new(config, EngineSlot::default(), lasting)
+        Router::new(Arc::new(config.clone()), EngineSlot::default(), lasting)
     }
 
     /// A router over given providers (tests substitute scripted ones).
@@ -128,11 +131,21 @@ impl Router {
         local: EngineSlot,
         lasting: Lasting,
     ) -> Router {
+        let config = Arc::new(config.clone());
+        Router::assemble(config, (providers, missing_keys), local, lasting)
+    }
+
+    fn assemble(
+        config: Arc<Config>,
+        (providers, missing_keys): (HashMap<String, Arc<dyn Provider>>, HashMap<String, String>),
+        local: EngineSlot,
+        lasting: Lasting,
+    ) -> Router {
         let router = Router {
             providers: Providers::new(providers),
             missing_keys,
-            config: config.clone(),
             provider_configs: config.all_providers(),
+            config,
             beacons: lasting.beacons,
             local,
             learned: lasting.learned,
