@@ -43,6 +43,23 @@ pub enum Ended {
     Failed(RouteError),
 }
 
+/// Parks a task with what it streamed and why it stopped; its failure where
+/// the checkpoint cannot be written.
+fn parked(parking: &Parking, mut park: ParkRequest, e: RouteError) -> Ended {
+    if let RouteError::NothingHealthy { partial, .. } = &e {
+        park.partial = partial.clone();
+    }
+    park.note = e.to_string();
+    let note = park.note.clone();
+    match parking.park(park) {
+        Ok(id) => Ended::Parked { id, note },
+        Err(io) => {
+            tracing::error!("could not park the task: {io}");
+            Ended::Failed(e)
+        }
+    }
+}
+
 /// What a front end brings to a session besides the core.
 pub struct Parts {
     /// Where a load of the local engine is told.
@@ -135,24 +152,9 @@ impl Session {
             Ok(answer) => return Ended::Answered(answer),
             Err(e) => e,
         };
-        let (Some(parking), Some(mut park)) = (&self.parking, park) else {
-            return Ended::Failed(e);
-        };
-        let RouteError::NothingHealthy { partial, .. } = &e else {
-            return Ended::Failed(e);
-        };
-        if !parking::parkable(kind, &e) {
-            return Ended::Failed(e);
-        }
-        park.partial = partial.clone();
-        park.note = e.to_string();
-        let note = park.note.clone();
-        match parking.park(park) {
-            Ok(id) => Ended::Parked { id, note },
-            Err(io) => {
-                tracing::error!("could not park the {}: {io}", kind.as_str());
-                Ended::Failed(e)
-            }
+        match (&self.parking, park) {
+            (Some(parking), Some(park)) if parking::parkable(kind, &e) => parked(parking, park, e),
+            _ => Ended::Failed(e),
         }
     }
 
