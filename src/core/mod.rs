@@ -125,10 +125,7 @@ impl Core {
         lasting.audit = Arc::new(AuditLog::open());
         crate::privacy::redact::prepare();
         configure_beacons(&lasting, &config.resilience);
-        lasting.rules.change(|_| InForce {
-            local_only: config.local_only_reason(),
-            documents: Arc::new(LocalOnlyRules::new(&config.privacy, &[]).0),
-        });
+        lasting.rules.change(|_| InForce::of(&config));
         let rules = lasting.rules.clone();
         let config = Arc::new(config);
         let router = Arc::new(Router::new(config.clone(), local.clone(), lasting.clone()));

@@ -32,32 +32,10 @@ pub struct Session {
     parking: Option<Arc<Parking>>,
 }
 
-/// How a remote-grade task the session ran ended.
-pub enum Ended {
-    Answered(Answer),
-    /// Only temporary trouble stopped it: it waits for a route, parked.
-    Parked {
-        id: String,
-        note: String,
-    },
-    Failed(RouteError),
-}
-
-/// Parks a task with what it streamed and why it stopped; its failure where
-/// the checkpoint cannot be written.
-fn parked(parking: &Parking, mut park: ParkRequest, e: RouteError) -> Ended {
-    if let RouteError::NothingHealthy { partial, .. } = &e {
-        park.partial = partial.clone();
-    }
-    park.note = e.to_string();
-    let note = park.note.clone();
-    match parking.park(park) {
-        Ok(id) => Ended::Parked { id, note },
-        Err(io) => {
-            tracing::error!("could not park the task: {io}");
-            Ended::Failed(e)
-        }
-    }
+/// A task the session parked: where to find it, and why it waits.
+pub struct Parked {
+    pub id: String,
+    pub note: String,
 }
 
 /// What a front end brings to a session besides the core.
@@ -137,24 +115,39 @@ impl Session {
     }
 
     /// Runs a remote-grade task (explain, refactor, a gateway request) on the
-    /// router in force as it begins. One that only temporary trouble stopped
-    /// is parked where the front end says where its answer goes (`park`) and
-    /// parking is on; the front end only translates how it ended.
+    /// router in force as it begins; the front end only translates.
     pub async fn serve(
         &self,
         task: TaskRequest,
-        (cancel, progress): (CancellationToken, OnProgress<'_>),
-        park: Option<ParkRequest>,
-    ) -> Ended {
-        let kind = task.kind;
-        let router = self.core.router();
-        let e = match router.run(task, cancel, progress).await {
-            Ok(answer) => return Ended::Answered(answer),
-            Err(e) => e,
+        cancel: CancellationToken,
+        progress: OnProgress<'_>,
+    ) -> Result<Answer, RouteError> {
+        self.core.router().run(task, cancel, progress).await
+    }
+
+    /// Parks a task that only temporary trouble stopped (`e`), where parking
+    /// is on, with what it streamed and why it stopped; `e` back where the
+    /// task does not wait or its checkpoint cannot be written.
+    pub fn park(&self, e: RouteError, mut park: ParkRequest) -> Result<Parked, RouteError> {
+        let kind = park.kind;
+        let Some(parking) = self
+            .parking
+            .as_ref()
+            .filter(|_| parking::parkable(kind, &e))
+        else {
+            return Err(e);
         };
-        match (&self.parking, park) {
-            (Some(parking), Some(park)) if parking::parkable(kind, &e) => parked(parking, park, e),
-            _ => Ended::Failed(e),
+        if let RouteError::NothingHealthy { partial, .. } = &e {
+            park.partial = partial.clone();
+        }
+        park.note = e.to_string();
+        let note = park.note.clone();
+        match parking.park(park) {
+            Ok(id) => Ok(Parked { id, note }),
+            Err(io) => {
+                tracing::error!("could not park the {}: {io}", kind.as_str());
+                Err(e)
+            }
         }
     }
 

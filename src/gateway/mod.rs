@@ -45,7 +45,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::Config;
 use crate::context::chat::PromptParts;
 use crate::core::Core;
-use crate::core::session::{Ended, Session};
+use crate::core::session::Session;
 use crate::entry::{ChainEntry, ModelRef};
 use crate::providers::Secret;
 use crate::router::history::History;
@@ -401,21 +401,20 @@ async fn chat_completions(
             );
         }
     };
-    let router = gateway.router();
-    let task = match self::task(&router, &headers, body) {
+    // The task is read against the router in force now; it runs on the one
+    // in force as it begins (the same, but for a reload in between).
+    let task = match self::task(&gateway.router(), &headers, body) {
         Ok(task) => task,
         Err(response) => return response,
     };
     let id = format!("chatcmpl-sy{:016x}", fastrand::u64(..));
     if !task.streamed {
         // Dropping this future (the caller hung up) drops the attempt with it.
-        let silent = |_| {};
-        let asked = (
-            CancellationToken::new(),
-            &silent as crate::router::OnProgress<'_>,
-        );
-        return match gateway.session.serve(task, asked, None).await {
-            Ended::Answered(answer) => Json(openai::completion(
+        let served = gateway
+            .session
+            .serve(task, CancellationToken::new(), &|_| {});
+        return match served.await {
+            Ok(answer) => Json(openai::completion(
                 &id,
                 now_secs(),
                 &model_of(&answer),
@@ -423,8 +422,7 @@ async fn chat_completions(
                 answer.usage,
             ))
             .into_response(),
-            Ended::Failed(e) => route_error(&e),
-            Ended::Parked { .. } => unreachable!("the gateway parks nothing"),
+            Err(e) => route_error(&e),
         };
     }
     stream::stream_completion(gateway.session.clone(), task, id).await

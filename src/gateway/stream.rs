@@ -14,7 +14,7 @@ use tokio::sync::mpsc::{self, UnboundedReceiver, UnboundedSender};
 use tokio_util::sync::CancellationToken;
 
 use super::{model_of, now_secs, openai, route_error};
-use crate::core::session::{Ended, Session};
+use crate::core::session::Session;
 use crate::router::{Answer, Progress, RouteError, TaskRequest};
 
 /// What the routed task reports while it runs.
@@ -90,11 +90,7 @@ fn routed(
             };
             let _ = progress.send(event);
         };
-        let result = match session.serve(task, (cancel, &on_progress), None).await {
-            Ended::Answered(answer) => Ok(answer),
-            Ended::Failed(e) => Err(e),
-            Ended::Parked { .. } => unreachable!("the gateway parks nothing"),
-        };
+        let result = session.serve(task, cancel, &on_progress).await;
         let _ = events.send(Event::Done(result));
     });
     rx

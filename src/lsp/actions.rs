@@ -24,8 +24,9 @@ use super::wire::{
 };
 use crate::context::chat::{PromptParts, code_block};
 use crate::core::LocalOnlyError;
+use crate::core::parking;
 use crate::core::parking::ParkRequest;
-use crate::core::session::Ended;
+use crate::core::session::Parked;
 use crate::prompts::{EXPLAIN_INSTRUCTION, EXPLAIN_SYSTEM, PRESETS, REFACTOR_SYSTEM};
 use crate::resilience::park::DocumentVersion;
 use crate::router::{Origin, Progress, RouteError, TaskRequest};
@@ -310,14 +311,13 @@ impl Backend {
     }
 
     /// Runs a task in the session with cancellable `$/progress` that names
-    /// the provider being tried; `park` says where a parked answer goes.
+    /// the provider being tried.
     async fn routed(
         &self,
         kind: TaskKind,
         system: &str,
         (uri, parts): (&Uri, PromptParts),
-        park: Option<ParkRequest>,
-    ) -> Ended {
+    ) -> std::result::Result<crate::router::Answer, RouteError> {
         let cancel = CancellationToken::new();
         let token = NumberOrString::String(format!("switchyard/{}/{}", kind.as_str(), nanos()));
         let (events, rx) = tokio::sync::mpsc::unbounded_channel();
@@ -331,44 +331,37 @@ impl Backend {
             ..TaskRequest::new(kind, system, parts)
         };
         let run = async {
-            let on_progress = |event| {
-                let _ = events.send(event);
-            };
-            let ended = self
+            let result = self
                 .session
-                .serve(request, (cancel.clone(), &on_progress), park)
+                .serve(request, cancel.clone(), &|event| {
+                    let _ = events.send(event);
+                })
                 .await;
             drop(events);
-            ended
+            result
         };
-        let (ended, progress) = tokio::join!(run, report);
+        let (result, progress) = tokio::join!(run, report);
         self.progress_cancels.remove(&token);
         if let Some(progress) = progress {
-            let message = match &ended {
-                Ended::Answered(answer) => {
-                    format!("done by {}/{}", answer.route.provider, answer.route.model)
-                }
-                Ended::Parked { note, .. } => format!("parked: {note}"),
-                Ended::Failed(e) => e.to_string(),
+            let message = match &result {
+                Ok(answer) => format!("done by {}/{}", answer.route.provider, answer.route.model),
+                Err(e) if parking::parkable(kind, e) => format!("parked: {e}"),
+                Err(e) => e.to_string(),
             };
             progress.finish_with_message(message).await;
         }
-        if let Ended::Failed(e) = &ended {
+        if let Err(e) = &result {
             tracing::warn!("{} failed: {e}", kind.as_str());
         }
-        ended
+        result
     }
 
     async fn explain(&self, uri: Uri, range: Range) -> Result<Option<Value>> {
         let (parts, ..) = self.parts(&uri, range, EXPLAIN_INSTRUCTION)?;
-        let answer = match self
-            .routed(TaskKind::Explain, EXPLAIN_SYSTEM, (&uri, parts), None)
+        let answer = self
+            .routed(TaskKind::Explain, EXPLAIN_SYSTEM, (&uri, parts))
             .await
-        {
-            Ended::Answered(answer) => answer,
-            Ended::Failed(e) => return Err(request_failed(e)),
-            Ended::Parked { .. } => unreachable!("an explanation is never parked"),
-        };
+            .map_err(request_failed)?;
         let by = format!(
             "{}/{} ({} tier)",
             answer.route.provider, answer.route.model, answer.route.tier
@@ -411,41 +404,25 @@ impl Backend {
     async fn refactor(&self, uri: Uri, range: Range, instruction: String) -> Result<Option<Value>> {
         let (parts, start, end, version) = self.parts(&uri, range, &instruction)?;
         let original = parts.selection.clone();
-        let park = ParkRequest {
-            kind: TaskKind::Refactor,
-            system: REFACTOR_SYSTEM.into(),
-            parts: parts.clone(),
-            document: DocumentVersion {
-                uri: uri.to_string(),
-                version,
-            },
-            partial: String::new(),
-            note: String::new(),
-            target: Target {
-                uri: uri.clone(),
-                start,
-                end,
-            }
-            .to_value(),
-        };
         let answer = match self
-            .routed(
-                TaskKind::Refactor,
-                REFACTOR_SYSTEM,
-                (&uri, parts),
-                Some(park),
-            )
+            .routed(TaskKind::Refactor, REFACTOR_SYSTEM, (&uri, parts.clone()))
             .await
         {
-            Ended::Answered(answer) => answer,
-            Ended::Failed(e) => return Err(request_failed(e)),
-            Ended::Parked { id, note } => {
-                self.editor_parking.parked(&note).await;
-                let parked = RefactorParked {
-                    parked: id,
-                    reason: note,
+            Ok(answer) => answer,
+            Err(e) => {
+                let request = ParkRequest {
+                    kind: TaskKind::Refactor,
+                    system: REFACTOR_SYSTEM.into(),
+                    parts,
+                    document: DocumentVersion {
+                        uri: uri.to_string(),
+                        version,
+                    },
+                    partial: String::new(),
+                    note: String::new(),
+                    target: Target { uri, start, end }.to_value(),
                 };
-                return Ok(Some(wire::result(RefactorResult::Parked(parked))));
+                return self.park_or_fail(e, request).await;
             }
         };
         let mut rewritten = code_block(&answer.text);
@@ -462,6 +439,18 @@ impl Backend {
             model: answer.route.model,
             tier: answer.route.tier.into(),
         }))))
+    }
+
+    /// Parks a refactor only temporary trouble stopped (the session decides),
+    /// and tells the editor; else its failure.
+    async fn park_or_fail(&self, e: RouteError, request: ParkRequest) -> Result<Option<Value>> {
+        let Parked { id, note } = self.session.park(e, request).map_err(request_failed)?;
+        self.editor_parking.parked(&note).await;
+        let parked = RefactorParked {
+            parked: id,
+            reason: note,
+        };
+        Ok(Some(wire::result(RefactorResult::Parked(parked))))
     }
 
     /// Asks the editor to replace `start..end` of `version` of the document

@@ -202,12 +202,25 @@ pub struct InForce {
 }
 
 impl InForce {
+    /// The rules `config` sets by itself, before any workspace root's.
+    pub fn of(config: &crate::config::Config) -> InForce {
+        InForce {
+            local_only: config.local_only_reason(),
+            documents: Arc::new(LocalOnlyRules::new(&config.privacy, &[]).0),
+        }
+    }
+
+    /// Why a path rule keeps `document` on the machine, if one does.
+    pub fn keeps_local(&self, document: Option<&Path>) -> Option<String> {
+        self.documents.rule_for(document?)
+    }
+
     /// Why the task about `document` (`None`: no document, as from the
     /// gateway) may not send anything to a remote model now, if a rule says so.
     pub fn forbids(&self, document: Option<&Path>) -> Option<String> {
         self.local_only
             .clone()
-            .or_else(|| self.documents.rule_for(document?))
+            .or_else(|| self.keeps_local(document))
     }
 }
 
@@ -249,11 +262,7 @@ impl RulesInForce {
 impl Default for RulesInForce {
     /// No local-only mode, the default path rules.
     fn default() -> RulesInForce {
-        let privacy = crate::config::PrivacyConfig::default();
-        RulesInForce::new(InForce {
-            local_only: None,
-            documents: Arc::new(LocalOnlyRules::new(&privacy, &[]).0),
-        })
+        RulesInForce::new(InForce::of(&crate::config::Config::default()))
     }
 }
 

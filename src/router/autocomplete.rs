@@ -35,7 +35,7 @@ impl Router {
         deadline: Instant,
         cancel: &CancellationToken,
     ) -> Option<(String, ModelRef)> {
-        let kept_local = document.and_then(|path| self.rules.now().documents.rule_for(path));
+        let kept_local = self.rules.now().keeps_local(document);
         let ask = Ask::task(TaskKind::Autocomplete).kept_local(kept_local.as_deref());
         // A verdict only makes an entry a last resort, which autocomplete does
         // not use: a plan with nothing cleared stays so after a refresh.

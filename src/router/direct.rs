@@ -40,12 +40,6 @@ impl Router {
     }
 }
 
-impl Direct {
-    pub fn entry(&self) -> &ModelRef {
-        &self.entry
-    }
-}
-
 impl Provider for Direct {
     fn name(&self) -> &str {
         self.provider.name()

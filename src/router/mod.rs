@@ -48,7 +48,7 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::watch;
 
 use crate::config::{Config, ProviderConfig};
-use crate::privacy::rules::{InForce, LocalOnlyRules};
+use crate::privacy::rules::InForce;
 use crate::providers::Provider;
 use crate::providers::local::chat::{EngineSlot, LOCAL, LocalProvider};
 use crate::resilience::Resilience;
@@ -116,10 +116,7 @@ impl Router {
     /// mode where the configuration says so (`switchyard probe`).
     pub fn standalone(config: &Config) -> Router {
         let lasting = Lasting::new(Arc::new(Resilience::in_memory()));
-        lasting.rules.change(|_| InForce {
-            local_only: config.local_only_reason(),
-            documents: Arc::new(LocalOnlyRules::new(&config.privacy, &[]).0),
-        });
+        lasting.rules.change(|_| InForce::of(config));
         Router::new(Arc::new(config.clone()), EngineSlot::default(), lasting)
     }
 

@@ -112,8 +112,7 @@ impl Router {
     ) -> Result<Answer, RouteError> {
         // The path rule keeping the document local when the task begins
         // plans it; whatever is put in force later stops its next attempt.
-        let kept_local = (request.origin.document.as_deref())
-            .and_then(|document| self.rules.now().documents.rule_for(document));
+        let kept_local = (self.rules.now()).keeps_local(request.origin.document.as_deref());
         match (
             self.route(&request, kept_local.as_deref(), cancel, progress)
                 .await,

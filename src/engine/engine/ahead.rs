@@ -82,27 +82,29 @@ impl Engine<'_> {
             return;
         }
         let started = Instant::now();
-        let generated = self.generate_ahead(limits);
-        let (stop, tokens) = match &generated {
-            Ok((answer, _)) => (answer.stop, answer.tokens_generated),
-            Err(_) => (StopReason::Cancelled, 0),
+        let (answer, texts) = match self.generate_ahead(limits) {
+            Ok(generated) => generated,
+            Err(e) => {
+                tracing::debug!("answer ahead stopped: {e}");
+                return;
+            }
         };
         let whole = matches!(
-            stop,
+            answer.stop,
             StopReason::EndOfText | StopReason::Rule | StopReason::MaxTokens
         );
         tracing::debug!(
-            tokens,
+            tokens = answer.tokens_generated,
             ms = started.elapsed().as_millis(),
-            ?stop,
+            stop = ?answer.stop,
             "answer ahead {}",
             if whole { "done" } else { "stopped" }
         );
-        if let (Ok((answer, texts)), true) = (generated, whole) {
+        if whole {
             self.ahead = Some(Ahead {
                 digest,
                 texts,
-                stop,
+                stop: answer.stop,
                 near_tie_at: answer.near_tie_at,
             });
         }
