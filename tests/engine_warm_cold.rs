@@ -8,6 +8,13 @@
 //! file, and typing (the suffix moved by a RoPE shift). The cold engine
 //! builds a fresh context for every request. A binary of its own: the two
 //! engines take a core each.
+//!
+//! Two things are not the cache's doing and are told apart. A moved suffix
+//! is the one approximation the warm engine makes, for typing
+//! (`Generation::moved_suffix`): its answers are counted, not held to the
+//! rule, and what came after it must be exact again. And llama.cpp's CPU
+//! kernels round differently for other batch shapes: a choice won by less
+//! than that noise (a near tie) may go either way.
 
 mod support;
 
@@ -22,9 +29,9 @@ use switchyard::providers::local::*;
 const INPUT: usize = 192;
 const SUFFIX: usize = 48;
 /// Spans visited in each file, spread through it.
-const SPANS_PER_FILE: usize = 4;
+const SPANS_PER_FILE: usize = 9;
 /// What is typed at each span's first place, a character at a time.
-const TYPED: &str = "sel";
+const TYPED: &str = "s";
 /// The answer at a revealed cursor is generated ahead to the request's
 /// limits (`job`'s): one line, this many tokens.
 const AHEAD: AnswerAhead = AnswerAhead {
@@ -244,6 +251,7 @@ async fn a_warm_cache_answers_as_an_empty_one_at_a_hundred_places_in_real_files(
     }
 
     let (mut identical, mut differing) = (0, Vec::new());
+    let (mut moved, mut moved_differing) = (0, 0);
     let (mut warm_decoded, mut ahead) = (0, 0);
     let count = engines.compared.len();
     for Compared { place, warm, cold } in engines.compared {
@@ -252,11 +260,15 @@ async fn a_warm_cache_answers_as_an_empty_one_at_a_hundred_places_in_real_files(
             warm.prompt_digest, cold.prompt_digest,
             "{place}: both engines answer the same prompt"
         );
+        assert!(!cold.moved_suffix, "{place}: an empty cache moves nothing");
         warm_decoded += warm.tokens_to_decode;
         ahead += usize::from(warm.tokens_ahead > 0);
-        // The same up to the first near tie either met: rounding in
-        // llama.cpp's kernels differs with the batch's shape and where the
-        // cache's cells lie, and may flip a choice won by a hair.
+        if warm.moved_suffix {
+            moved += 1;
+            moved_differing += usize::from(warm.text != cold.text);
+            continue;
+        }
+        // The same up to the first near tie either met.
         let sure = [warm.near_tie_at, cold.near_tie_at]
             .into_iter()
             .flatten()
@@ -280,13 +292,18 @@ async fn a_warm_cache_answers_as_an_empty_one_at_a_hundred_places_in_real_files(
         }
     }
     println!(
-        "{count} places: {identical} identical, {} the same up to a near tie; warm decoded {warm_decoded} prompt tokens, {ahead} answered ahead",
+        "{count} places, {moved} from a moved suffix ({moved_differing} of them differing); of the rest {identical} identical, {} the same up to a near tie; warm decoded {warm_decoded} prompt tokens, {ahead} answered ahead",
         differing.len()
     );
     for line in &differing {
         println!("  {line}");
     }
-    assert!(count >= 100, "{count} places compared");
+    assert!(
+        identical >= 100,
+        "{identical} places token-identical without a moved suffix"
+    );
+    // Typing moves the suffix: the road is taken.
+    assert!(moved > 0, "no request took a moved suffix");
     // Each revealed cursor's request: all but those whose answer is empty.
     let revealed = (files.len() + 1) * SPANS_PER_FILE;
     assert!(

@@ -167,6 +167,7 @@ impl FimEngine for SlowEngine {
                 tokens_decoded: 10,
                 prompt_tokens: 10,
                 prompt_digest: 0,
+                moved_suffix: false,
                 prompt_ms: 0.0,
                 generate_ms: 0.0,
                 tokens_ahead: 0,

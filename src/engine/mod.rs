@@ -220,6 +220,11 @@ pub struct Generation {
     /// place (see `Prewarm::answer`), rather than when the request came.
     #[serde(default)]
     pub tokens_ahead: usize,
+    /// The prompt's KV held a suffix moved by a RoPE shift (the one
+    /// approximation a warm cache makes, for typing): this answer may differ
+    /// from an empty cache's.
+    #[serde(default)]
+    pub moved_suffix: bool,
 }
 
 #[derive(Debug, thiserror::Error, Serialize, Deserialize)]
@@ -266,6 +271,7 @@ impl Generation {
             prompt_ms: 0.0,
             generate_ms: 0.0,
             tokens_ahead: 0,
+            moved_suffix: false,
         }
     }
 }

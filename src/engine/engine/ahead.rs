@@ -27,6 +27,7 @@ pub(super) struct Ahead {
     /// Why it ended: the end of the text, its line count or its token limit.
     stop: StopReason,
     near_tie_at: Option<usize>,
+    moved_suffix: bool,
 }
 
 impl Ahead {
@@ -106,6 +107,7 @@ impl Engine<'_> {
                 texts,
                 stop: answer.stop,
                 near_tie_at: answer.near_tie_at,
+                moved_suffix: answer.moved_suffix,
             });
         }
     }
@@ -161,6 +163,7 @@ impl Engine<'_> {
             tokens_ahead: tokens,
             prompt_tokens: prompt.tokens.len(),
             prompt_digest: digest,
+            moved_suffix: ahead.moved_suffix,
             ..Generation::cancelled()
         })
     }
@@ -176,6 +179,7 @@ mod tests {
             texts: texts.iter().map(|t| t.to_string()).collect(),
             stop,
             near_tie_at: None,
+            moved_suffix: false,
         }
     }
 

@@ -33,6 +33,7 @@ pub(super) enum Logits {
 pub(super) struct Snapshot {
     pub(super) tokens: Vec<i32>,
     suffix: Option<SuffixSpan>,
+    moved_from: Option<usize>,
     residency: SavedResidency,
     state: SeqState,
 }
@@ -111,6 +112,10 @@ pub(super) struct KvCache<'m> {
     last_decode: usize,
     /// A moved suffix waits in `PARKED` while the gap before it is decoded.
     parked: bool,
+    /// The first position whose KV a moved suffix gave, or that was
+    /// computed after one: from there the cache holds an approximation of
+    /// what an empty cache would compute (see `reuse::FRESH_SUFFIX_TOKENS`).
+    moved_from: Option<usize>,
 }
 
 impl<'m> KvCache<'m> {
@@ -124,6 +129,7 @@ impl<'m> KvCache<'m> {
             logits_index: 0,
             last_decode: 0,
             parked: false,
+            moved_from: None,
         }
     }
 
@@ -146,6 +152,12 @@ impl<'m> KvCache<'m> {
     /// Whether a moved suffix is parked (see `park`).
     pub(super) fn parked(&self) -> bool {
         self.parked
+    }
+
+    /// Whether what the main sequence holds depends on a moved suffix: an
+    /// answer from it may differ from an empty cache's.
+    pub(super) fn holds_moved_suffix(&self) -> bool {
+        self.moved_from.is_some()
     }
 
     /// For sampling and logits: a shared borrow cannot change the cache.
@@ -229,6 +241,7 @@ impl<'m> KvCache<'m> {
         match self.ctx.kv_cache_seq_rm(MAIN, Some(keep as u32), None) {
             Ok(_) => {
                 self.tokens.truncate(keep);
+                self.moved_from = self.moved_from.filter(|&from| from < keep);
                 if let Some(span) = self.suffix {
                     self.set_suffix(Some(span));
                 }
@@ -267,6 +280,7 @@ impl<'m> KvCache<'m> {
             .copy_kv_cache_seq(PARKED, MAIN, Some(to), Some(end))
             .map_err(|e| self.failed(e))?;
         self.tokens.extend_from_slice(tokens);
+        self.moved_from = Some(self.moved_from.map_or(run.to, |from| from.min(run.to)));
         Ok(())
     }
 
@@ -297,6 +311,7 @@ impl<'m> KvCache<'m> {
         Ok(Snapshot {
             tokens: self.tokens.clone(),
             suffix: self.suffix,
+            moved_from: self.moved_from,
             residency,
             state: copy(MAIN)?,
         })
@@ -318,6 +333,7 @@ impl<'m> KvCache<'m> {
         }
         self.tokens = snapshot.tokens;
         self.suffix = snapshot.suffix;
+        self.moved_from = snapshot.moved_from;
         self.residency = match snapshot.residency {
             SavedResidency::None => Residency::None,
             SavedResidency::Whole => Residency::Whole,
@@ -377,6 +393,7 @@ impl<'m> KvCache<'m> {
         self.tokens.clear();
         self.suffix = None;
         self.parked = false;
+        self.moved_from = None;
         self.residency = Residency::None;
     }
 
@@ -444,6 +461,7 @@ impl<'m> KvCache<'m> {
         self.residency = Residency::Lent(Lent {
             at,
             tail: self.tokens[at..].to_vec(),
+            moved_from: self.moved_from.map(|from| from.max(at)),
         });
         Ok(())
     }
@@ -468,6 +486,10 @@ impl<'m> KvCache<'m> {
             Ok(_) => {
                 self.tokens.truncate(lent.at);
                 self.tokens.extend_from_slice(&lent.tail);
+                self.moved_from = self
+                    .moved_from
+                    .filter(|&from| from < lent.at)
+                    .or(lent.moved_from);
                 self.suffix = None;
                 self.residency = Residency::Whole;
             }

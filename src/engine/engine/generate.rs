@@ -55,6 +55,7 @@ impl Engine<'_> {
         asker: Asker,
     ) -> Result<Generated, EngineError> {
         let mut sampler = LlamaSampler::greedy();
+        answer.moved_suffix |= self.cache.holds_moved_suffix();
         let set_aside = match self.cache.residency() {
             Residency::Lent(lent) => lent.tail.len(),
             _ => 0,

@@ -33,6 +33,8 @@ pub(super) struct Lent {
     pub at: usize,
     /// The document's tokens from `at`, in `LENT` at their own positions.
     pub tail: Vec<i32>,
+    /// Where the tail's KV depends on a moved suffix (see `KvCache`).
+    pub moved_from: Option<usize>,
 }
 
 impl Lent {
