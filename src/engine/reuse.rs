@@ -44,11 +44,14 @@ pub const MIN_MOVED_RUN: usize = 8;
 /// The suffix marker and the suffix tokens nearest the cursor are always decoded
 /// afresh: their KV was computed against the old end of the prefix and carries it
 /// (a fully shifted suffix kept suggesting the answer for text typed three
-/// keystrokes earlier). Measured on the test model: with 8 or more fresh tokens
-/// warm answers equal a fresh context's.
+/// keystrokes earlier). The rest of the moved run still carries it: on the
+/// test model about one answer in four on a moved suffix differs from a fresh
+/// context's (BENCHMARKS.md), where moving nothing costs typing 1.45x the
+/// model time.
 ///
 /// A moved suffix is the one approximation a warm cache makes (ARCHITECTURE.md
-/// invariant 23: a cache changes speed, never answers).
+/// invariant 23), and marked: the cache knows from where its KV rests on one,
+/// and an answer built on it says so (`Generation::moved_suffix`).
 ///
 /// Only a suffix moves, and only to a suffix: the same text decoded as the
 /// document's own continuation (no suffix marker before it) gives other answers
