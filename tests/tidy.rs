@@ -145,6 +145,26 @@ fn every_invariant_is_cited_at_the_code_that_keeps_it() {
     );
 }
 
+/// Providers are built only inside the router, which asks the rules in force
+/// and leaves an audit line at every send (ARCHITECTURE.md invariant 25);
+/// its plans and direct senders are the crate's own (`pub(crate)`).
+#[test]
+fn only_the_router_builds_a_provider() {
+    let own = |path: &Path| path.starts_with("src/router") || path.starts_with("src/providers");
+    for (path, code) in sources(&repo().join("src")) {
+        if own(&path) {
+            continue;
+        }
+        for call in ["providers::build(", "switchyard_providers::build("] {
+            assert!(
+                !code.contains(call),
+                "{} builds a provider ({call}): only the router may",
+                path.display()
+            );
+        }
+    }
+}
+
 #[test]
 fn no_source_file_is_over_600_lines() {
     let long: Vec<String> = sources(&repo().join("src"))

@@ -18,13 +18,11 @@ mod resolve;
 mod tests;
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
 use crate::entry::ChainEntry;
 pub use crate::providers::ProviderKind;
-use crate::providers::{Provider, Secret};
 use crate::task::{TaskProfiles, Tier};
 
 pub use layers::{
@@ -114,27 +112,6 @@ pub struct ProviderConfig {
 }
 
 impl ProviderConfig {
-    /// Builds this provider; its key comes from the variable it names. `Err`
-    /// carries that variable when it is unset or empty.
-    pub fn build(&self, name: &str) -> Result<Arc<dyn Provider>, String> {
-        let key = match &self.api_key_env {
-            Some(var) => Some(Secret::from_env(var).ok_or_else(|| var.clone())?),
-            None => None,
-        };
-        let headers = self
-            .headers
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
-        Ok(crate::providers::build(
-            name,
-            self.kind,
-            &self.base_url,
-            key,
-            headers,
-        ))
-    }
-
     pub fn account<'a>(&'a self, name: &'a str) -> &'a str {
         self.account.as_deref().unwrap_or(name)
     }

@@ -5,20 +5,9 @@
 
 use crate::probe::history::{self, ProbeRecord};
 use crate::router::Router;
-use crate::router::plan::{Ask, Candidate};
 use crate::router::status::StatusReport;
-use crate::task::{TaskKind, Tier};
-
-#[derive(Clone, Debug)]
-pub struct TaskRunbook {
-    pub kind: TaskKind,
-    pub tier: Tier,
-    /// `provider/model (tier)` that would serve now.
-    pub now: Option<String>,
-    pub next: Option<String>,
-    /// Entries passed over, and why.
-    pub skipped: Vec<String>,
-}
+pub use crate::router::status::TaskRunbook;
+use crate::task::TaskKind;
 
 #[derive(Clone, Debug)]
 pub struct Runbook {
@@ -36,21 +25,7 @@ pub async fn runbook(router: &Router) -> Runbook {
     let status = router.status();
     let routes = [TaskKind::Explain, TaskKind::Refactor]
         .into_iter()
-        .map(|kind| {
-            let plan = router.plan(Ask::task(kind));
-            let name = |c: &Candidate| format!("{} ({})", c.entry, c.tier);
-            TaskRunbook {
-                kind,
-                tier: plan.first_tier(),
-                now: plan.now().map(|c| name(&c)),
-                next: plan.next().map(|c| name(&c)),
-                skipped: plan
-                    .candidates()
-                    .iter()
-                    .filter_map(|c| Some(format!("{}: {}", name(c), c.skip.as_ref()?)))
-                    .collect(),
-            }
-        })
+        .map(|kind| router.outlook(kind))
         .collect();
     let last_probes = history::recent_by_entry(&history::default_path(), 1)
         .unwrap_or_default()

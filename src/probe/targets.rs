@@ -4,7 +4,6 @@
 
 use std::sync::Arc;
 
-use crate::router::plan::Skip;
 use crate::router::{Direct, Router};
 
 /// One chain entry to probe: sent to as the router lets it (the rules in
@@ -62,35 +61,31 @@ pub fn select(router: &Router, only: Option<&str>) -> Result<Targets, TargetErro
             known: providers.keys().cloned().collect::<Vec<_>>().join(", "),
         });
     }
-    let plan = router.probe_plan(only);
-    if plan.candidates().is_empty() {
+    let roster = router.probe_roster(only);
+    if !roster.chained {
         return Err(match only {
             Some(name) => TargetError::NotInChains(name.to_owned()),
             None => TargetError::NothingConfigured,
         });
     }
-    if plan.refused_by_local_only() {
+    if roster.local_only {
         return Err(TargetError::LocalOnly);
     }
-    let probe = plan
-        .order()
-        .filter_map(|cleared| {
-            Some(Target {
-                provider: Arc::new(router.direct(cleared, "probe")?),
-                model: cleared.entry.model.clone(),
-            })
+    let probe = roster
+        .targets
+        .into_iter()
+        .map(|direct| Target {
+            model: direct.entry().model.clone(),
+            provider: Arc::new(direct),
         })
         .collect();
-    let skipped = plan
-        .candidates()
-        .iter()
-        .filter_map(|c| match &c.skip {
-            Some(Skip::NoKey(var)) => Some(Skipped {
-                provider: c.entry.provider.clone(),
-                model: c.entry.model.clone(),
-                key_env: var.clone(),
-            }),
-            _ => None,
+    let skipped = roster
+        .missing_keys
+        .into_iter()
+        .map(|(entry, key_env)| Skipped {
+            provider: entry.provider,
+            model: entry.model,
+            key_env,
         })
         .collect();
     Ok(Targets { probe, skipped })

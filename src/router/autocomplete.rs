@@ -39,9 +39,7 @@ impl Router {
         let ask = Ask::task(TaskKind::Autocomplete).kept_local(kept_local.as_deref());
         // A verdict only makes an entry a last resort, which autocomplete does
         // not use: a plan with nothing cleared stays so after a refresh.
-        if self.plan(ask).now().is_none() {
-            return None;
-        }
+        self.plan(ask).now()?;
         self.resilience.verdicts.refresh().await;
         let plan = self.plan(ask);
         let profile = self.profile(TaskKind::Autocomplete);

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 
 use super::Router;
-use super::plan::Cleared;
+use super::plan::{Cleared, Skip};
 use crate::entry::ModelRef;
 use crate::privacy::audit::{AuditLog, AuditRecord};
 use crate::privacy::rules::RulesInForce;
@@ -27,9 +27,43 @@ pub struct Direct {
     front_end: &'static str,
 }
 
+/// What `switchyard probe` may send to: each distinct remote entry of the
+/// tier chains (of one provider, when asked), cleared by the probe plan.
+pub struct ProbeRoster {
+    pub targets: Vec<Direct>,
+    /// Entries ruled out for want of their key, and the variable it lacks.
+    pub missing_keys: Vec<(ModelRef, String)>,
+    /// Whether the chains name any such entry at all.
+    pub chained: bool,
+    /// Local-only mode is on: nothing is probed.
+    pub local_only: bool,
+}
+
 impl Router {
+    /// The probe's targets, each a [`Direct`] of the front end `probe`.
+    pub fn probe_roster(&self, only: Option<&str>) -> ProbeRoster {
+        let plan = self.probe_plan(only);
+        let missing_keys = plan
+            .candidates()
+            .iter()
+            .filter_map(|c| match &c.skip {
+                Some(Skip::NoKey(var)) => Some((c.entry.clone(), var.clone())),
+                _ => None,
+            })
+            .collect();
+        ProbeRoster {
+            targets: plan
+                .order()
+                .filter_map(|cleared| self.direct(cleared, "probe"))
+                .collect(),
+            missing_keys,
+            chained: !plan.candidates().is_empty(),
+            local_only: plan.refused_by_local_only(),
+        }
+    }
+
     /// The cleared candidate as a provider of `front_end`'s own.
-    pub fn direct(&self, cleared: Cleared<'_>, front_end: &'static str) -> Option<Direct> {
+    pub(crate) fn direct(&self, cleared: Cleared<'_>, front_end: &'static str) -> Option<Direct> {
         Some(Direct {
             entry: cleared.entry.clone(),
             provider: self.provider(cleared)?,
@@ -37,6 +71,12 @@ impl Router {
             audit: self.audit.clone(),
             front_end,
         })
+    }
+}
+
+impl Direct {
+    pub fn entry(&self) -> &ModelRef {
+        &self.entry
     }
 }
 

@@ -41,7 +41,7 @@ mod tests;
 
 use std::collections::{BTreeMap, HashMap};
 
-pub use direct::Direct;
+pub use direct::{Direct, ProbeRoster};
 pub use lasting::{Lasting, Learned};
 use std::sync::{Arc, Mutex};
 
@@ -49,8 +49,8 @@ use tokio::sync::watch;
 
 use crate::config::{Config, ProviderConfig};
 use crate::privacy::rules::InForce;
-use crate::providers::Provider;
 use crate::providers::local::chat::{EngineSlot, LOCAL, LocalProvider};
+use crate::providers::{Provider, Secret};
 use crate::resilience::Resilience;
 use crate::resilience::breaker::BreakerView;
 use crate::resilience::governor::MeterView;
@@ -91,6 +91,29 @@ pub(crate) struct SharedViews {
     pub quota: Vec<MeterView>,
 }
 
+/// Builds provider `name` as configured; its key comes from the variable it
+/// names. `Err` carries that variable when it is unset or empty. Only the
+/// router builds providers: every send it makes asks the rules in force and
+/// leaves its audit line (ARCHITECTURE.md invariant 25).
+fn build_provider(name: &str, settings: &ProviderConfig) -> Result<Arc<dyn Provider>, String> {
+    let key = match &settings.api_key_env {
+        Some(var) => Some(Secret::from_env(var).ok_or_else(|| var.clone())?),
+        None => None,
+    };
+    let headers = settings
+        .headers
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    Ok(crate::providers::build(
+        name,
+        settings.kind,
+        &settings.base_url,
+        key,
+        headers,
+    ))
+}
+
 impl Router {
     /// Builds the configured providers; the API keys come from the environment.
     /// `lasting` outlives routers rebuilt on configuration changes.
@@ -98,7 +121,7 @@ impl Router {
         let mut providers: HashMap<String, Arc<dyn Provider>> = HashMap::new();
         let mut missing_keys = HashMap::new();
         for (name, settings) in config.all_providers() {
-            match settings.build(&name) {
+            match build_provider(&name, &settings) {
                 Ok(provider) => {
                     providers.insert(name, provider);
                 }

@@ -303,7 +303,7 @@ impl Router {
     /// The plan for what `ask` brings, now, from what this process knows:
     /// keys, local-only mode, beacons, verdicts, and the breakers and quota
     /// as last read from the shared state.
-    pub fn plan(&self, ask: Ask<'_>) -> Plan {
+    pub(crate) fn plan(&self, ask: Ask<'_>) -> Plan {
         let profile = self.profile(ask.kind);
         let first_tier = match ask.pin {
             Some(Pin::Tier(tier)) => *tier,
@@ -448,7 +448,7 @@ impl Router {
     /// the tier chains (of provider `only`, when given), ruled out in
     /// local-only mode and without its key. Health is what a probe measures,
     /// so nothing else rules an entry out.
-    pub fn probe_plan(&self, only: Option<&str>) -> Plan {
+    pub(crate) fn probe_plan(&self, only: Option<&str>) -> Plan {
         let candidates = chain_entries(&self.config)
             .iter()
             .filter_map(ChainEntry::remote)

@@ -250,6 +250,36 @@ fn entry_health(router: &Router, candidate: &Candidate, profile: &TaskProfile) -
     }
 }
 
+/// Who serves a task kind now and next: the plan `run` would walk.
+#[derive(Clone, Debug)]
+pub struct TaskRunbook {
+    pub kind: TaskKind,
+    pub tier: Tier,
+    /// `provider/model (tier)` that would serve now.
+    pub now: Option<String>,
+    pub next: Option<String>,
+    /// Entries passed over, and why.
+    pub skipped: Vec<String>,
+}
+
+impl Router {
+    pub fn outlook(&self, kind: TaskKind) -> TaskRunbook {
+        let plan = self.plan(Ask::task(kind));
+        let name = |c: &Candidate| format!("{} ({})", c.entry, c.tier);
+        TaskRunbook {
+            kind,
+            tier: plan.first_tier(),
+            now: plan.now().map(|c| name(&c)),
+            next: plan.next().map(|c| name(&c)),
+            skipped: plan
+                .candidates()
+                .iter()
+                .filter_map(|c| Some(format!("{}: {}", name(c), c.skip.as_ref()?)))
+                .collect(),
+        }
+    }
+}
+
 /// A served route as the editor should see it now. A downshift lasts until a
 /// canary finds the entry the plan would try first in the tier it left
 /// healthy again; then the route is that entry's, and the downshift indicator
