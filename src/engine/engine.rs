@@ -66,9 +66,9 @@ pub use load::context_params as llama_context_params;
 /// Tokens per decode call: the cancel flag and deadline are checked between chunks.
 const CHUNK: usize = 32;
 /// A greedy choice won by less than this logit margin is a near tie: llama.cpp's
-/// CPU kernels round differently for other batch shapes (its tiled and
-/// sgemm paths take batches of eight and more, a token decoded alone takes
-/// the plain dot product), so a prompt decoded in other chunks, or a draft
+/// CPU kernels round differently for other batch shapes (its tiled K-quant
+/// path takes batches of eight rows and more, llamafile's sgemm and the
+/// repacked weights other shapes), so a prompt decoded in other chunks, or a draft
 /// verified in one batch, can flip it. Measured on the test model
 /// (BENCHMARKS.md): one prompt decoded in chunks of 32 and of 5 gives margins
 /// up to 0.31 apart and flips a choice won by 0.24; warm against cold, up to
