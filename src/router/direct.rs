@@ -94,7 +94,8 @@ impl Provider for Direct {
         request: ChatRequest,
         timeouts: Timeouts,
     ) -> BoxFuture<'static, Result<ResponseStream, ProviderError>> {
-        if let Some(rule) = self.rules.now().local_only.clone() {
+        // Its prompt is switchyard's own: no document, so no path rule.
+        if let Some(rule) = self.rules.now().forbids(None) {
             let refused = ProviderError::new(
                 self.provider.name(),
                 FailureKind::Misconfigured,

@@ -131,8 +131,7 @@ impl Router {
             }
         }
         providers.insert(LOCAL.into(), Arc::new(LocalProvider::new(local.clone())));
-        let providers = (providers, missing_keys);
-        Router::assemble(config, providers, local, lasting)
+        Router::assemble(config, providers, missing_keys, local, lasting)
     }
 
     /// A router of its own over in-memory resilience state, in local-only
@@ -152,12 +151,13 @@ impl Router {
         lasting: Lasting,
     ) -> Router {
         let config = Arc::new(config.clone());
-        Router::assemble(config, (providers, missing_keys), local, lasting)
+        Router::assemble(config, providers, missing_keys, local, lasting)
     }
 
     fn assemble(
         config: Arc<Config>,
-        (providers, missing_keys): (HashMap<String, Arc<dyn Provider>>, HashMap<String, String>),
+        providers: HashMap<String, Arc<dyn Provider>>,
+        missing_keys: HashMap<String, String>,
         local: EngineSlot,
         lasting: Lasting,
     ) -> Router {
