@@ -20,11 +20,10 @@ use std::time::{Duration, Instant};
 
 use cpu_hog::CpuHog;
 use ropey::Rope;
-use switchyard::cancel::CancelFlag;
-use switchyard::completion::{CompletionRequest, CompletionService, NoSuggestion, Origin, Warmth};
-use switchyard::config::Config;
-use switchyard::local_setup;
-use switchyard::providers::local::{LocalEngine, ModelInfo};
+use switchyard_base::cancel::CancelFlag;
+use switchyard_completion::{CompletionRequest, CompletionService, NoSuggestion, Origin, Warmth};
+use switchyard_config::Config;
+use switchyard_engine::{LocalEngine, ModelInfo};
 
 #[path = "../tests/support/cpu_hog.rs"]
 mod cpu_hog;
@@ -259,11 +258,15 @@ async fn engine_service(
     config: &Config,
     reuse_cache: bool,
 ) -> (CompletionService, ModelInfo, Duration) {
-    let model = local_setup::resolve(config).expect("model resolves");
-    let path = local_setup::ensure_present(&model, false, &switchyard::models::NoProgress)
-        .await
-        .expect("test model present: run models/fetch-test-model.sh");
-    let mut options = local_setup::engine_options(&model, &path, config);
+    let model = switchyard_config::local_setup::resolve(config).expect("model resolves");
+    let path = switchyard_config::local_setup::ensure_present(
+        &model,
+        false,
+        &switchyard_models::NoProgress,
+    )
+    .await
+    .expect("test model present: run models/fetch-test-model.sh");
+    let mut options = switchyard_config::local_setup::engine_options(&model, &path, config);
     options.reuse_cache = reuse_cache;
     let started = Instant::now();
     let engine = LocalEngine::spawn(options);
@@ -407,7 +410,7 @@ fn main() {
             .init();
     }
     // As the server does: the bound matters under the hog below.
-    switchyard::openmp::bound_spinning();
+    switchyard_base::openmp::bound_spinning();
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

@@ -39,10 +39,9 @@ use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::model::params::LlamaModelParams;
 use llama_cpp_2::token::LlamaToken;
 use llama_cpp_sys_2::LLAMA_FLASH_ATTN_TYPE_AUTO;
-use switchyard::cancel::CancelFlag;
-use switchyard::config::Config;
-use switchyard::local_setup;
-use switchyard::providers::local::{
+use switchyard_base::cancel::CancelFlag;
+use switchyard_config::Config;
+use switchyard_engine::{
     CompletionJob, FimText, Generation, LocalEngine, ModelInfo, llama_backend, llama_context_params,
 };
 
@@ -255,11 +254,15 @@ struct PathRun {
 }
 
 async fn completion_path(config: &Config, drafts: bool, reps: usize) -> PathRun {
-    let model = local_setup::resolve(config).expect("model resolves");
-    let path = local_setup::ensure_present(&model, false, &switchyard::models::NoProgress)
-        .await
-        .expect("test model present: run models/fetch-test-model.sh");
-    let mut options = local_setup::engine_options(&model, &path, config);
+    let model = switchyard_config::local_setup::resolve(config).expect("model resolves");
+    let path = switchyard_config::local_setup::ensure_present(
+        &model,
+        false,
+        &switchyard_models::NoProgress,
+    )
+    .await
+    .expect("test model present: run models/fetch-test-model.sh");
+    let mut options = switchyard_config::local_setup::engine_options(&model, &path, config);
     options.recent_prompts = 0;
     if !drafts {
         options.draft_tokens = 0;

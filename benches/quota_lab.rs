@@ -15,11 +15,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::join_all;
-use switchyard::providers::{RateLimits, Usage};
-use switchyard::resilience::governor::{Governor, GovernorConfig, Quota};
-use switchyard::state::WhenUnavailable;
-use switchyard::state::memory::MemoryState;
-use switchyard::task::TaskKind;
+use switchyard_base::task::TaskKind;
+use switchyard_providers::{RateLimits, Usage};
+use switchyard_resilience::governor::{Governor, GovernorConfig, Quota};
+use switchyard_state::WhenUnavailable;
+use switchyard_state::memory::MemoryState;
 use tokio::time::{Instant, sleep, sleep_until};
 
 #[path = "../tests/support/spread.rs"]

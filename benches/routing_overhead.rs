@@ -14,13 +14,14 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use support::fake_provider::FakeProvider;
-use switchyard::config::{Config, ProviderKind, TierChains};
-use switchyard::context::chat::{self, PromptParts};
-use switchyard::providers::local::chat::EngineSlot;
-use switchyard::providers::{ChatMessage, ChatRequest, Provider, Role, StreamEvent, Timeouts};
-use switchyard::resilience::Resilience;
-use switchyard::router::{Router, TaskRequest};
-use switchyard::task::TaskKind;
+use switchyard_base::task::TaskKind;
+use switchyard_config::{Config, TierChains};
+use switchyard_context::chat::{self, PromptParts};
+use switchyard_providers::ProviderKind;
+use switchyard_providers::local::chat::EngineSlot;
+use switchyard_providers::{ChatMessage, ChatRequest, Provider, Role, StreamEvent, Timeouts};
+use switchyard_resilience::Resilience;
+use switchyard_router::{Router, TaskRequest};
 use tokio_util::sync::CancellationToken;
 
 const SYSTEM: &str = "You are a senior engineer explaining code to a colleague.";
@@ -78,10 +79,10 @@ impl Provider for InMemory {
         _: Timeouts,
     ) -> futures::future::BoxFuture<
         'static,
-        Result<switchyard::providers::ResponseStream, switchyard::providers::ProviderError>,
+        Result<switchyard_providers::ResponseStream, switchyard_providers::ProviderError>,
     > {
-        let finish = switchyard::providers::Finish {
-            reason: switchyard::providers::FinishReason::EndTurn,
+        let finish = switchyard_providers::Finish {
+            reason: switchyard_providers::FinishReason::EndTurn,
             usage: Default::default(),
         };
         let events = futures::stream::iter([
@@ -89,7 +90,7 @@ impl Provider for InMemory {
             Ok(StreamEvent::End(finish)),
         ]);
         Box::pin(async move {
-            Ok(switchyard::providers::ResponseStream {
+            Ok(switchyard_providers::ResponseStream {
                 events: Box::pin(events),
                 rate_limits: Default::default(),
             })
@@ -108,7 +109,7 @@ async fn main() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(10_000);
     let fake = FakeProvider::start().await;
-    let provider = switchyard::providers::build(
+    let provider = switchyard_providers::build(
         "fake",
         ProviderKind::Anthropic,
         &fake.anthropic_url(),
@@ -119,7 +120,8 @@ async fn main() {
         tiers: TierChains {
             large: vec![],
             medium: vec![
-                switchyard::entry::ChainEntry::try_from("fake/bench-model".to_owned()).unwrap(),
+                switchyard_base::entry::ChainEntry::try_from("fake/bench-model".to_owned())
+                    .unwrap(),
             ],
             small: vec![],
         },
@@ -131,7 +133,7 @@ async fn main() {
         providers,
         HashMap::new(),
         EngineSlot::default(),
-        switchyard::router::Lasting::new(Arc::new(Resilience::in_memory())),
+        switchyard_router::Lasting::new(Arc::new(Resilience::in_memory())),
     );
 
     // The direct call sends exactly what the router would.
@@ -197,7 +199,8 @@ async fn main() {
         tiers: TierChains {
             large: vec![],
             medium: vec![
-                switchyard::entry::ChainEntry::try_from("memory/bench-model".to_owned()).unwrap(),
+                switchyard_base::entry::ChainEntry::try_from("memory/bench-model".to_owned())
+                    .unwrap(),
             ],
             small: vec![],
         },
@@ -209,7 +212,7 @@ async fn main() {
         memory,
         HashMap::new(),
         EngineSlot::default(),
-        switchyard::router::Lasting::new(Arc::new(Resilience::in_memory())),
+        switchyard_router::Lasting::new(Arc::new(Resilience::in_memory())),
     );
     let mut own = Vec::with_capacity(n);
     for _ in 0..n {

@@ -11,7 +11,7 @@ use tracing_subscriber::fmt::writer::MakeWriterExt;
 const DEFAULT_FILTER: &str = "warn,switchyard=info";
 
 pub fn default_log_file() -> PathBuf {
-    crate::paths::state_dir().join("switchyard.log")
+    switchyard_base::paths::state_dir().join("switchyard.log")
 }
 
 /// Installs the global subscriber. `SWITCHYARD_LOG` sets the filter

@@ -100,9 +100,9 @@ enum ConfigAction {
 }
 
 fn main() -> ExitCode {
-    switchyard::openmp::bound_spinning();
+    switchyard_base::openmp::bound_spinning();
     // Before any thread starts: the local UTC offset can only be read then.
-    switchyard::config::local_first::capture_local_offset();
+    switchyard_config::local_first::capture_local_offset();
     let cli = Cli::parse();
     let log_file = cli
         .log_file
@@ -121,7 +121,7 @@ fn main() -> ExitCode {
     let config_file = cli
         .config
         .clone()
-        .or_else(switchyard::config::default_file_path);
+        .or_else(switchyard_config::default_file_path);
     let code = runtime.block_on(async move {
         match cli.command.unwrap_or(Command::Serve) {
             Command::Serve => cli::serve(config_file).await,

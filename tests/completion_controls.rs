@@ -139,7 +139,7 @@ async fn a_language_turned_off_answers_empty_and_says_so_in_the_status() {
 /// under the margin the engine stops before the deadline, so the automatic
 /// request is empty on any machine), a long one for a request the user asks
 /// for. The budgets' timing is checked on a paused clock
-/// (`src/completion/tests.rs`); here, the order of the answers.
+/// (`crates/completion/src/tests.rs`); here, the order of the answers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_invoked_request_after_an_empty_automatic_one_gets_a_suggestion() {
     let mut client = LspClient::spawn(ServerOptions::default()).await;

@@ -25,9 +25,9 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use support::fake_provider::{Behaviour, FakeProvider};
 use support::lsp_client::{LspClient, ServerOptions};
-use switchyard::models::{Manifest, ModelEntry, NoProgress};
-use switchyard::state::SharedState;
-use switchyard::state::file::FileState;
+use switchyard_models::{Manifest, ModelEntry, NoProgress};
+use switchyard_state::SharedState;
+use switchyard_state::file::FileState;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpListener;
 use tokio::process::{Child, Command};
@@ -328,7 +328,7 @@ fn child_model_pull() {
     let dir = manifest.parent().unwrap().join("models");
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let path = runtime
-        .block_on(switchyard::models::pull(&entry, &dir, &NoProgress))
+        .block_on(switchyard_models::pull(&entry, &dir, &NoProgress))
         .unwrap();
     println!("pulled {}", path.display());
 }
@@ -463,6 +463,6 @@ async fn kill_9_mid_download_leaves_nothing_at_the_model_path_and_the_next_run_r
         ranges.lock().unwrap()
     );
     assert_eq!(len(&target), total);
-    switchyard::models::verify(&entry, &target).expect("the model verifies");
+    switchyard_models::verify(&entry, &target).expect("the model verifies");
     assert!(!partial.exists(), "the partial file was left behind");
 }

@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use support::browser::{Browser, require_chromium, target_dir};
 use support::fake_provider::{Behaviour, FakeProvider, FakeRateLimits};
 use support::gateway::GatewayProcess as Gateway;
-use switchyard::router::canary::TOKEN;
+use switchyard_router::canary::TOKEN;
 
 const KEY: &str = "sk-test-dashboard-0123456789abcdef";
 

@@ -14,7 +14,7 @@
 //!   goes at once and nothing is ever reserved for the abandoned request.
 //!
 //! Everything is observed from outside, in the file backend's records (see
-//! src/state/file.rs: one JSON file per key) and at the fake provider.
+//! crates/state/src/file.rs: one JSON file per key) and at the fake provider.
 
 mod support;
 
@@ -56,7 +56,7 @@ struct SharedDir {
     dir: tempfile::TempDir,
 }
 
-/// A key's file name: the file backend's escaping (src/state/file/disk.rs).
+/// A key's file name: the file backend's escaping (crates/state/src/file/disk.rs).
 fn file_stem(key: &str) -> String {
     key.bytes()
         .map(|b| {

@@ -108,7 +108,7 @@ fn the_snippet_is_valid_helix_config_with_a_valid_server_config() {
             language["name"]
         );
     }
-    let layers = switchyard::config::ConfigLayers {
+    let layers = switchyard_config::ConfigLayers {
         initialization_options: Some(server["config"].clone()),
         ..Default::default()
     };

@@ -10,7 +10,7 @@ use std::time::Duration;
 use support::cpu_hog::ProcessHog;
 use support::engine_options as options;
 use support::timing::Deadline;
-use switchyard::providers::local::*;
+use switchyard_engine::*;
 
 /// Long enough for any machine to take a few load readings (two in a row
 /// decide, half a second apart); only a broken engine waits this long.

@@ -5,8 +5,8 @@ mod support;
 use std::time::{Duration, Instant};
 
 use support::engine_options as options;
-use switchyard::cancel::CancelFlag;
-use switchyard::providers::local::*;
+use switchyard_base::cancel::CancelFlag;
+use switchyard_engine::*;
 
 /// The sample split inside `hit_rate`, after `let total = `. The prefix is the
 /// 500 bytes before the split, so it fits the input budget on slow machines too
@@ -79,7 +79,7 @@ async fn typing_re_decodes_only_what_changed() {
         .unwrap();
 
     assert!(
-        warm.tokens_decoded <= switchyard::providers::local::reuse::FRESH_SUFFIX_TOKENS + 4,
+        warm.tokens_decoded <= switchyard_engine::reuse::FRESH_SUFFIX_TOKENS + 4,
         "typed token(s) and the middle marker only, got {}",
         warm.tokens_decoded
     );
@@ -109,7 +109,7 @@ async fn typing_on_at_a_cold_place_decodes_only_what_was_typed() {
     // A second window twice as long is a new cut by design (it had the time).
     if second.prompt_tokens < 2 * first.prompt_tokens {
         assert!(
-            second.tokens_decoded <= switchyard::providers::local::reuse::FRESH_SUFFIX_TOKENS + 8,
+            second.tokens_decoded <= switchyard_engine::reuse::FRESH_SUFFIX_TOKENS + 8,
             "the second keystroke decoded {} of {} prompt tokens after a window of {}",
             second.tokens_decoded,
             second.prompt_tokens,
@@ -524,7 +524,7 @@ async fn a_resident_document_serves_new_places_like_a_fresh_context() {
 /// block further away, not offered, is not.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn any_place_in_a_resident_span_decodes_only_its_suffix_section() {
-    use switchyard::context::{fim, span};
+    use switchyard_context::{fim, span};
     const SUFFIX: usize = 48;
     let engine = LocalEngine::spawn(EngineOptions {
         budget: PromptBudget {
@@ -658,8 +658,8 @@ async fn a_second_start_takes_the_remembered_thread_choice() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_local_chat_answer_streams_as_it_is_generated() {
     use futures::StreamExt;
-    use switchyard::providers::local::chat::{EngineSlot, LocalProvider};
-    use switchyard::providers::{ChatMessage, ChatRequest, Provider, Role, StreamEvent, Timeouts};
+    use switchyard_providers::local::chat::{EngineSlot, LocalProvider};
+    use switchyard_providers::{ChatMessage, ChatRequest, Provider, Role, StreamEvent, Timeouts};
 
     let engine = LocalEngine::spawn(options());
     engine.wait_ready().await.unwrap();

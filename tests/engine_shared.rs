@@ -12,8 +12,8 @@ mod support;
 use std::time::{Duration, Instant};
 
 use support::engine_options as options;
-use switchyard::cancel::CancelFlag;
-use switchyard::providers::local::*;
+use switchyard_base::cancel::CancelFlag;
+use switchyard_engine::*;
 
 fn sample() -> FimText {
     let marker = "let total = ";

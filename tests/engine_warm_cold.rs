@@ -22,9 +22,9 @@ use std::time::{Duration, Instant};
 
 use ropey::Rope;
 use support::engine_options as options;
-use switchyard::cancel::CancelFlag;
-use switchyard::context::{fim, span};
-use switchyard::providers::local::*;
+use switchyard_base::cancel::CancelFlag;
+use switchyard_context::{fim, span};
+use switchyard_engine::*;
 
 const INPUT: usize = 192;
 const SUFFIX: usize = 48;
@@ -44,9 +44,9 @@ const MAX_TOKENS: usize = 12;
 /// and a dependency's from the cargo registry where it is unpacked.
 fn files() -> Vec<(String, String)> {
     let own = [
-        "src/engine/engine/cache.rs",
-        "src/router/run.rs",
-        "src/context/fim.rs",
+        "crates/engine/src/engine/cache.rs",
+        "crates/router/src/run.rs",
+        "crates/context/src/fim.rs",
     ];
     let mut files: Vec<(String, String)> = own
         .iter()
@@ -69,8 +69,8 @@ fn files() -> Vec<(String, String)> {
             std::fs::read_to_string(path).unwrap(),
         )),
         None => files.push((
-            "src/router/pipeline.rs".into(),
-            std::fs::read_to_string("src/router/pipeline.rs").unwrap(),
+            "crates/router/src/pipeline.rs".into(),
+            std::fs::read_to_string("crates/router/src/pipeline.rs").unwrap(),
         )),
     }
     files
@@ -211,7 +211,8 @@ async fn visit(engines: &mut Engines, windows: &Windows, name: &str, rope: &Rope
     let mut typed = rope.clone();
     for (i, c) in TYPED.chars().enumerate() {
         typed.insert_char(cursor + i, c);
-        let place = format!("{name}:{} after {:?}", line + 1, &TYPED[..=i]);
+        let so_far: String = TYPED.chars().take(i + 1).collect();
+        let place = format!("{name}:{} after {so_far:?}", line + 1);
         engines.ask(place, windows.at(&typed, cursor + i + 1)).await;
     }
 }

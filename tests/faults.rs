@@ -10,7 +10,7 @@
 //! which order; a promise not to act early is a lower bound. How soon each
 //! thing happens (backoff ceilings and jitter, the idle ceiling, moving on at
 //! once, canary spacing, recovery, a trip waking a waiting retry) is checked
-//! on the paused clock in src/router/tests (faults.rs and routing.rs), where
+//! on the paused clock in crates/router/src/tests (faults.rs and routing.rs), where
 //! the machine's speed cannot move it.
 
 mod support;

@@ -16,8 +16,8 @@ use futures::StreamExt;
 use proptest::prelude::*;
 use proptest::test_runner::{Config as ProptestConfig, TestCaseError, TestRunner};
 use serde_json::{Value, json};
-use switchyard::config::{ConfigLayers, read_file};
-use switchyard::providers::{
+use switchyard_config::{ConfigLayers, read_file};
+use switchyard_providers::{
     AnthropicProvider, ChatMessage, ChatRequest, FailureKind, OpenAiProvider, Provider,
     ProviderError, Role, Secret, StreamEvent, Timeouts,
 };

@@ -17,7 +17,7 @@
 //!
 //! These are outcomes and order; what they take in time (one request at the
 //! ceiling, back within a canary interval and a request) is checked on the
-//! paused clock in src/router/tests/fleet.rs.
+//! paused clock in crates/router/src/tests/fleet.rs.
 //!
 //! Each incident runs both paces through both front ends at once, each with
 //! its own process, fakes and shared-state directory (the gateway alternates

@@ -5,7 +5,7 @@
 //! as it really lasted, must answer every interactive request within its
 //! ceiling, and must come back to the primary once a canary finds it healthy.
 //! The probes' spacing and the trip's reach in time are checked on the paused
-//! clock (src/router/tests/fleet.rs).
+//! clock (crates/router/src/tests/fleet.rs).
 
 mod support;
 

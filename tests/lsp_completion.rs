@@ -39,7 +39,7 @@ fn sample_with_gap() -> (String, u32, u32) {
 /// here). The budgets are the longest the configuration takes: these tests
 /// are about what the local model answers and how the server delivers it;
 /// what a budget promises is checked on a paused clock
-/// (`src/completion/tests.rs`).
+/// (`crates/completion/src/tests.rs`).
 fn pinned_settings() -> Value {
     json!({
         "local": {"auto_pull": false, "threads": 1},
@@ -51,7 +51,7 @@ fn pinned_settings() -> Value {
 /// and the server runs on its default, where the machine decides again.
 #[test]
 fn the_pinned_settings_are_taken_whole() {
-    let layers = switchyard::config::ConfigLayers {
+    let layers = switchyard_config::ConfigLayers {
         initialization_options: Some(pinned_settings()),
         ..Default::default()
     };
@@ -344,7 +344,7 @@ async fn with_remotes_down_completions_and_local_only_explanations_come_from_the
 }
 
 /// That the local engine answers within what the remote leaves of the budget
-/// is checked on a paused clock (`src/completion/tests.rs`); here, who answers.
+/// is checked on a paused clock (`crates/completion/src/tests.rs`); here, who answers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_remote_first_autocomplete_chain_falls_back_to_local_when_the_remote_is_slow() {
     use support::fake_provider::{Behaviour, FakeProvider};

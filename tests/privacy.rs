@@ -19,7 +19,7 @@ use support::gateway::GatewayProcess;
 use support::lsp_client::{LspClient, ServerOptions};
 use support::scenario::merge;
 use support::secrets::{FAKE_SECRETS, document, tell_tales};
-use switchyard::privacy::redact;
+use switchyard_privacy::redact;
 
 const KEY: &str = "sk-test-privacy-0123456789abcdef";
 

@@ -10,7 +10,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use support::fake_provider::{Behaviour, FAKE_INPUT_TOKENS, FakeProvider, FakeRateLimits};
 use support::timing;
-use switchyard::providers::{
+use switchyard_providers::{
     ChatMessage, ChatRequest, FailureKind, Finish, FinishReason, Provider, ProviderError,
     ProviderKind, ResponseStream, Role, Secret, StreamEvent, Timeouts, Usage, build, try_build,
 };

@@ -15,8 +15,8 @@ use support::fake_provider::{Behaviour, FakeProvider};
 use support::lsp_client::{LspClient, ServerOptions};
 use support::redis_server::RedisServer;
 use support::timing;
-use switchyard::state::SharedState;
-use switchyard::state::file::FileState;
+use switchyard_state::SharedState;
+use switchyard_state::file::FileState;
 
 const REWRITE: &str = "```rust\nfn count(words: &[&str]) -> HashMap<String, usize> {\n    words.iter().fold(HashMap::new(), |mut m, w| { *m.entry(w.to_string()).or_insert(0) += 1; m })\n}\n```";
 const KEY: &str = "sk-test-shared-0123456789abcdef";
@@ -205,7 +205,7 @@ async fn one_probe_after_an_outage(mut clients: Vec<LspClient>, primary: &FakePr
     );
     // Once a process has seen the trip, its next request goes elsewhere: the
     // trip reaches it within the breaker's view lifetime (the paused clock
-    // checks that in src/router/tests/fleet.rs; here, the order).
+    // checks that in crates/router/src/tests/fleet.rs; here, the order).
     for client in clients.iter_mut() {
         breaker_shows(client, "open").await;
     }

@@ -11,11 +11,9 @@ use std::time::Duration;
 use axum::Router;
 use axum::extract::Path as UrlPath;
 use axum::http::StatusCode;
-use switchyard::cancel::CancelFlag;
-use switchyard::models::{self, Manifest, NoProgress};
-use switchyard::providers::local::{
-    CompletionJob, EngineOptions, FimText, Generation, LocalEngine,
-};
+use switchyard_base::cancel::CancelFlag;
+use switchyard_engine::{CompletionJob, EngineOptions, FimText, Generation, LocalEngine};
+use switchyard_models::{Manifest, NoProgress};
 
 /// Serves the files of `dir` at `/<name>`.
 async fn serve(dir: &Path) -> String {
@@ -90,7 +88,7 @@ async fn a_split_model_pulls_and_loads_from_its_first_part() {
     let entry = manifest.get("tiny-split").unwrap();
     let cache = tempfile::tempdir().unwrap();
 
-    let path = models::pull(entry, cache.path(), &NoProgress)
+    let path = switchyard_models::pull(entry, cache.path(), &NoProgress)
         .await
         .expect("both parts pull");
     assert_eq!(
@@ -99,13 +97,13 @@ async fn a_split_model_pulls_and_loads_from_its_first_part() {
         "the first part is loaded"
     );
     assert!(cache.path().join(&second.0).is_file());
-    assert!(models::is_present(entry, cache.path()));
+    assert!(switchyard_models::is_present(entry, cache.path()));
     std::fs::remove_file(cache.path().join(&second.0)).unwrap();
     assert!(
-        !models::is_present(entry, cache.path()),
+        !switchyard_models::is_present(entry, cache.path()),
         "a missing part is a missing model"
     );
-    models::pull(entry, cache.path(), &NoProgress)
+    switchyard_models::pull(entry, cache.path(), &NoProgress)
         .await
         .expect("the missing part pulls again");
 

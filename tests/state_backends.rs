@@ -18,12 +18,12 @@ use serde_json::json;
 use support::free_port;
 use support::redis_server::RedisServer;
 use support::timing;
-use switchyard::clock::Clock;
-use switchyard::state::bucket::{self, Record};
-use switchyard::state::file::FileState;
-use switchyard::state::memory::MemoryState;
-use switchyard::state::redis::RedisState;
-use switchyard::state::{BucketOp, BucketSpec, Json, SharedState};
+use switchyard_base::clock::Clock;
+use switchyard_state::bucket::{self, Record};
+use switchyard_state::file::FileState;
+use switchyard_state::memory::MemoryState;
+use switchyard_state::redis::RedisState;
+use switchyard_state::{BucketOp, BucketSpec, Json, SharedState};
 
 /// A TTL the contract waits out: long enough that a record read back right
 /// after its write is still there on a loaded machine's real clock.
@@ -430,15 +430,15 @@ async fn redis_backend_keeps_the_contract() {
 #[tokio::test]
 async fn open_picks_the_backend_from_the_url() {
     let dir = tempfile::tempdir().unwrap();
-    let file = switchyard::state::open(&format!("file://{}", dir.path().display())).unwrap();
+    let file = switchyard_state::open(&format!("file://{}", dir.path().display())).unwrap();
     assert!(file.describe().starts_with("file "), "{}", file.describe());
     assert_eq!(
-        switchyard::state::open("memory").unwrap().describe(),
+        switchyard_state::open("memory").unwrap().describe(),
         "memory"
     );
-    let redis = switchyard::state::open("redis://:hunter2@127.0.0.1:6399/0").unwrap();
+    let redis = switchyard_state::open("redis://:hunter2@127.0.0.1:6399/0").unwrap();
     assert_eq!(redis.describe(), "redis://***@127.0.0.1:6399/0");
-    assert!(switchyard::state::open("ftp://x").is_err());
+    assert!(switchyard_state::open("ftp://x").is_err());
 }
 
 // ---------------------------------------------------------------- processes racing
@@ -526,7 +526,7 @@ fn redis_instances_on_one_server_share_leases_and_counts() {
 async fn an_unreachable_redis_fails_fast_without_revealing_the_password() {
     let closed_port = free_port();
     let state =
-        switchyard::state::open(&format!("redis://:hunter2@127.0.0.1:{closed_port}")).unwrap();
+        switchyard_state::open(&format!("redis://:hunter2@127.0.0.1:{closed_port}")).unwrap();
     let started = std::time::Instant::now();
     let err = state
         .update("k", None, Box::new(|_, _| Some(json!(1))))

@@ -47,6 +47,14 @@ fn sources(dir: &Path) -> Vec<(PathBuf, String)> {
     out
 }
 
+/// Every `.rs` file of the project's code: the front ends (`src/`) and the
+/// layers (`crates/`).
+fn code() -> Vec<(PathBuf, String)> {
+    let mut out = sources(&repo().join("src"));
+    out.extend(sources(&repo().join("crates")));
+    out
+}
+
 /// What ARCHITECTURE.md writes in backticks that looks like a path.
 fn named_paths(text: &str) -> Vec<String> {
     text.split('`')
@@ -81,13 +89,24 @@ fn repository_paths(dir: &Path, out: &mut Vec<String>) {
 
 /// Whether `named` is a file or folder of the repository, as written from
 /// the root or from the folder its section is about (`engine/recent.rs`),
-/// a module file also as its folder (`wire.rs` for `wire/mod.rs`).
+/// a module file also as its folder (`wire.rs` for `wire/mod.rs`), and a
+/// crate's module by the crate's name (`router/plan.rs` for
+/// `crates/router/src/plan.rs`).
 fn exists(named: &str, all: &[String]) -> bool {
     let named = named.trim_end_matches('/');
-    let as_folder = named.strip_suffix(".rs").map(|m| format!("{m}/mod.rs"));
+    let in_crate = named
+        .split_once('/')
+        .map(|(name, module)| format!("crates/{name}/src/{module}"));
     let matches = |path: &String, want: &str| path == want || path.ends_with(&format!("/{want}"));
-    all.iter()
-        .any(|path| matches(path, named) || as_folder.as_deref().is_some_and(|f| matches(path, f)))
+    [Some(named.to_owned()), in_crate]
+        .into_iter()
+        .flatten()
+        .flat_map(|want| {
+            let as_folder = want.strip_suffix(".rs").map(|m| format!("{m}/mod.rs"));
+            [Some(want), as_folder]
+        })
+        .flatten()
+        .any(|want| all.iter().any(|path| matches(path, &want)))
 }
 
 #[test]
@@ -124,7 +143,7 @@ fn invariants(text: &str) -> Vec<u32> {
 fn every_invariant_is_cited_at_the_code_that_keeps_it() {
     let numbers = invariants(&architecture());
     assert!(numbers.len() >= 18, "{numbers:?}");
-    let code: String = sources(&repo().join("src"))
+    let code: String = code()
         .into_iter()
         .map(|(_, text)| text.to_lowercase())
         .collect::<Vec<_>>()
@@ -150,12 +169,13 @@ fn every_invariant_is_cited_at_the_code_that_keeps_it() {
 /// its plans and direct senders are the crate's own (`pub(crate)`).
 #[test]
 fn only_the_router_builds_a_provider() {
-    let own = |path: &Path| path.starts_with("src/router") || path.starts_with("src/providers");
-    for (path, code) in sources(&repo().join("src")) {
+    let own =
+        |path: &Path| path.starts_with("crates/router") || path.starts_with("crates/providers");
+    for (path, code) in code() {
         if own(&path) {
             continue;
         }
-        for call in ["providers::build(", "switchyard_providers::build("] {
+        for call in ["switchyard_providers::build(", "providers::build("] {
             assert!(
                 !code.contains(call),
                 "{} builds a provider ({call}): only the router may",
@@ -167,7 +187,7 @@ fn only_the_router_builds_a_provider() {
 
 #[test]
 fn no_source_file_is_over_600_lines() {
-    let long: Vec<String> = sources(&repo().join("src"))
+    let long: Vec<String> = code()
         .into_iter()
         .filter(|(_, text)| text.lines().count() > MOST_LINES)
         .map(|(path, text)| format!("{} ({} lines)", path.display(), text.lines().count()))
@@ -177,10 +197,8 @@ fn no_source_file_is_over_600_lines() {
 
 #[test]
 fn modules_below_the_front_ends_know_no_editor_protocol_or_http_server() {
-    let front_ends = ["src/lsp/", "src/gateway/", "src/cli/", "src/main.rs"];
-    let leaks: Vec<String> = sources(&repo().join("src"))
+    let leaks: Vec<String> = sources(&repo().join("crates"))
         .into_iter()
-        .filter(|(path, _)| !front_ends.iter().any(|f| path.starts_with(f)))
         .filter(|(_, text)| text.contains("tower_lsp_server") || text.contains("axum"))
         .map(|(path, _)| path.display().to_string())
         .collect();
@@ -201,14 +219,35 @@ fn no_module_cycles() {
         cycle.as_deref(),
         Some(&["a::x", "a::y", "a::x"].map(String::from)[..])
     );
-    let sources: Vec<(PathBuf, String)> = sources(&repo().join("src"));
-    let graph = module_graph::sibling_edges(&sources);
+    // One graph per crate: the front ends' and each layer's.
+    let mut roots = vec![repo().join("src")];
+    for entry in std::fs::read_dir(repo().join("crates")).unwrap() {
+        roots.push(entry.unwrap().path().join("src"));
+    }
+    let graphs: Vec<(PathBuf, module_graph::Graph)> = roots
+        .into_iter()
+        .map(|root| {
+            let graph = module_graph::sibling_edges(&sources(&root));
+            (root, graph)
+        })
+        .collect();
+    let router = &graphs
+        .iter()
+        .find(|(root, _)| root.ends_with("router/src"))
+        .unwrap()
+        .1;
     assert!(
-        graph.get("router").is_some_and(|to| to.contains("config")),
-        "the graph reads the crate's paths: {graph:?}"
+        router.get("run").is_some_and(|to| to.contains("plan")),
+        "the graph reads the crate's paths: {router:?}"
     );
-    if let Some(cycle) = module_graph::a_cycle(&graph) {
-        panic!("modules that reach each other: {}", cycle.join(" -> "));
+    for (root, graph) in &graphs {
+        if let Some(cycle) = module_graph::a_cycle(graph) {
+            panic!(
+                "modules of {} that reach each other: {}",
+                root.display(),
+                cycle.join(" -> ")
+            );
+        }
     }
 }
 
@@ -220,7 +259,7 @@ fn no_function_is_over_60_lines() {
     let (found, _) = functions::functions(sample).unwrap();
     let lengths: Vec<(&str, usize)> = found.iter().map(|f| (f.name.as_str(), f.lines)).collect();
     assert_eq!(lengths, [("short", 3), ("method", 3)]);
-    let long = functions::longer_than(&sources(&repo().join("src")), MOST_FUNCTION_LINES);
+    let long = functions::longer_than(&code(), MOST_FUNCTION_LINES);
     assert!(long.is_empty(), "split into steps: {long:?}");
 }
 
@@ -331,5 +370,45 @@ fn every_crate_depends_only_on_the_layers_below_it() {
     assert!(
         wrong.is_empty(),
         "against ARCHITECTURE.md's layer order: {wrong:?}"
+    );
+}
+
+/// Code names another crate by its own path: no crate imported under a
+/// module name (`use switchyard_config as config;`) and no layer re-exported
+/// by the front ends, so every cross-crate edge reads as one.
+fn crate_aliases(code: &str) -> Vec<usize> {
+    code.lines()
+        .enumerate()
+        .filter(|(_, line)| {
+            let line = line.trim_start();
+            let imports =
+                line.starts_with("use switchyard_") || line.starts_with("pub use switchyard_");
+            let aliased = line
+                .split_once(" as ")
+                .is_some_and(|(path, _)| !path.contains("::"));
+            imports && (aliased || line.starts_with("pub use switchyard_"))
+        })
+        .map(|(at, _)| at + 1)
+        .collect()
+}
+
+#[test]
+fn no_crate_is_named_under_an_alias() {
+    let sample = "use switchyard_config as config;\n\
+                  use switchyard_router::status as router_status;\n\
+                  pub use switchyard_base::{clock, task};\n\
+                  use switchyard_config::Config;";
+    assert_eq!(crate_aliases(sample), [1, 3]);
+    let found: Vec<String> = code()
+        .into_iter()
+        .flat_map(|(path, text)| {
+            crate_aliases(&text)
+                .into_iter()
+                .map(move |line| format!("{}:{line}", path.display()))
+        })
+        .collect();
+    assert!(
+        found.is_empty(),
+        "name the crate (switchyard_x::...): {found:?}"
     );
 }

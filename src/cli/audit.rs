@@ -5,8 +5,8 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-use switchyard::clock::now_ms;
-use switchyard::privacy::audit::{self, AuditRecord};
+use switchyard_base::clock::now_ms;
+use switchyard_privacy::audit::{self, AuditRecord};
 
 pub fn run(since: &str, json: bool) -> ExitCode {
     let records = match read_window(since, &audit::default_path(), audit::read_since) {

@@ -9,10 +9,10 @@ use std::time::{Duration, Instant};
 use ropey::Rope;
 use serde_json::json;
 
-use switchyard::cancel::CancelFlag;
-use switchyard::completion::{CompletionRequest, Origin, Outcome, Suggestion};
-use switchyard::models::TerminalProgress;
-use switchyard::providers::local::{Generation, ModelInfo};
+use switchyard_base::cancel::CancelFlag;
+use switchyard_completion::{CompletionRequest, Origin, Outcome, Suggestion};
+use switchyard_engine::{Generation, ModelInfo};
+use switchyard_models::TerminalProgress;
 
 /// `path:line:col`, 1-based, columns in characters.
 fn parse_location(location: &str) -> Result<(PathBuf, usize, usize), String> {

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use switchyard::gateway::{self, GatewayOptions};
-use switchyard::models::NoProgress;
+use switchyard_models::NoProgress;
 
 pub async fn run(config_file: Option<PathBuf>, listen: SocketAddr, allow_remote: bool) -> ExitCode {
     let session = super::open_session(config_file, Arc::new(NoProgress));

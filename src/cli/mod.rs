@@ -12,18 +12,18 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use switchyard::completion::controls::Snooze;
-use switchyard::config::{self, Config, ConfigLayers};
-use switchyard::core::Core;
-use switchyard::core::loading::LoadReport;
-use switchyard::core::session::{Parts, Session};
-use switchyard::providers::local::chat::EngineSlot;
+use switchyard_completion::controls::Snooze;
+use switchyard_config::{Config, ConfigLayers};
+use switchyard_core::Core;
+use switchyard_core::loading::LoadReport;
+use switchyard_core::session::{Parts, Session};
+use switchyard_providers::local::chat::EngineSlot;
 
 /// Reads the config file layer; a file that cannot be read is said on
 /// stderr (an editor's server log) and kept as the error it is, which makes
 /// the configuration fail closed.
 pub fn file_layers(file: Option<PathBuf>) -> ConfigLayers {
-    match file.map(|path| config::read_file(&path)) {
+    match file.map(|path| switchyard_config::read_file(&path)) {
         Some(Err(e)) => {
             eprintln!("switchyard: {e}");
             ConfigLayers {
@@ -64,7 +64,7 @@ pub fn open_session(file: Option<PathBuf>, report: Arc<dyn LoadReport>) -> Arc<S
 }
 
 /// The configuration in force from the config file, said as [`open_core`] says it.
-pub fn file_config(file: Option<PathBuf>) -> (Config, Vec<config::ConfigError>) {
+pub fn file_config(file: Option<PathBuf>) -> (Config, Vec<switchyard_config::ConfigError>) {
     let layers = file_layers(file);
     let (config, problems) = layers.resolve();
     say_problems(&problems, layers.file_error.as_ref(), &config);
@@ -74,8 +74,8 @@ pub fn file_config(file: Option<PathBuf>) -> (Config, Vec<config::ConfigError>) 
 /// What could not be applied, on stderr and in the log (the file's own error
 /// was said as it was read), and why only the local model serves, if so.
 fn say_problems(
-    problems: &[config::ConfigError],
-    said: Option<&config::ConfigError>,
+    problems: &[switchyard_config::ConfigError],
+    said: Option<&switchyard_config::ConfigError>,
     config: &Config,
 ) {
     for e in problems.iter().filter(|e| Some(*e) != said) {
@@ -83,7 +83,10 @@ fn say_problems(
         eprintln!("switchyard: {e}");
     }
     if let Some(reason) = &config.fail_closed {
-        eprintln!("switchyard: {}", config::failed_closed_notice(reason));
+        eprintln!(
+            "switchyard: {}",
+            switchyard_config::failed_closed_notice(reason)
+        );
     }
 }
 

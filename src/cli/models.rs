@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use clap::Subcommand;
 
-use switchyard::models::{self, Manifest, ModelEntry, TerminalProgress};
+use switchyard_models::{Manifest, ModelEntry, TerminalProgress};
 
 #[derive(Subcommand)]
 pub enum ModelsAction {
@@ -27,13 +27,13 @@ fn entry(name: Option<&str>) -> Result<&'static ModelEntry, String> {
 }
 
 pub async fn run(action: ModelsAction) -> ExitCode {
-    let dir = models::model_dir();
+    let dir = switchyard_models::model_dir();
     let result = match action {
         ModelsAction::List => {
             let manifest = Manifest::embedded();
             let default = &manifest.default_model().name;
             for m in &manifest.models {
-                let state = if models::is_present(m, &dir) {
+                let state = if switchyard_models::is_present(m, &dir) {
                     "downloaded"
                 } else {
                     "not downloaded"
@@ -57,7 +57,7 @@ pub async fn run(action: ModelsAction) -> ExitCode {
             Ok(())
         }
         ModelsAction::Pull { name } => match entry(name.as_deref()) {
-            Ok(entry) => models::pull(entry, &dir, &TerminalProgress)
+            Ok(entry) => switchyard_models::pull(entry, &dir, &TerminalProgress)
                 .await
                 .map(|path| println!("{}", path.display()))
                 .map_err(|e| e.to_string()),
@@ -66,7 +66,7 @@ pub async fn run(action: ModelsAction) -> ExitCode {
         ModelsAction::Verify { name } => entry(name.as_deref()).and_then(|entry| {
             for file in entry.files() {
                 let path = file.path_in(&dir);
-                models::verify(&file, &path).map_err(|e| e.to_string())?;
+                switchyard_models::verify(&file, &path).map_err(|e| e.to_string())?;
                 println!("{}: OK", path.display());
             }
             Ok(())

@@ -11,11 +11,11 @@ use std::time::{Duration, SystemTime};
 
 use serde_json::{Value, json};
 
-use switchyard::config::{self, Config, ConfigLayers};
-use switchyard::probe::history::{self, P95_WINDOW, Percentiles, ProbeRecord};
-use switchyard::probe::local::{self, LocalProbeError, LocalReport};
-use switchyard::probe::targets::{self, Skipped};
-use switchyard::probe::{Ceiling, ProbeResult, Verdict};
+use switchyard_config::{Config, ConfigLayers};
+use switchyard_probe::history::{self, P95_WINDOW, Percentiles, ProbeRecord};
+use switchyard_probe::local::{self, LocalProbeError, LocalReport};
+use switchyard_probe::targets::{self, Skipped};
+use switchyard_probe::{Ceiling, ProbeResult, Verdict};
 
 /// Errors in tables are cut to this many characters; `--json` has them whole.
 const TABLE_ERROR_CHARS: usize = 60;
@@ -67,7 +67,9 @@ pub async fn run(config_file: Option<PathBuf>, args: ProbeArgs) -> ExitCode {
 /// on, so cron hears about it. Ignored keys are said on stderr.
 fn load_config(file: Option<PathBuf>) -> Result<Config, Unprobeable> {
     let layer = match file {
-        Some(path) => config::read_file(&path).map_err(|e| Unprobeable(e.to_string()))?,
+        Some(path) => {
+            switchyard_config::read_file(&path).map_err(|e| Unprobeable(e.to_string()))?
+        }
         None => None,
     };
     let (config, problems) = ConfigLayers {
@@ -114,7 +116,7 @@ impl Row {
 
 async fn probe_remote(config: &Config, args: &ProbeArgs) -> Result<bool, Unprobeable> {
     let ceiling = ceiling(config, args);
-    let router = switchyard::router::Router::standalone(config);
+    let router = switchyard_router::Router::standalone(config);
     let plan = targets::select(&router, args.provider.as_deref())
         .map_err(|e| Unprobeable(e.to_string()))?;
     if plan.probe.is_empty() {
@@ -133,7 +135,7 @@ async fn probe_remote(config: &Config, args: &ProbeArgs) -> Result<bool, Unprobe
     let results = futures::future::join_all(
         plan.probe
             .iter()
-            .map(|t| switchyard::probe::probe(t.provider.as_ref(), &t.model, config, ceiling)),
+            .map(|t| switchyard_probe::probe(t.provider.as_ref(), &t.model, config, ceiling)),
     )
     .await;
     let now = SystemTime::now();

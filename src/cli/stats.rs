@@ -6,7 +6,7 @@
 
 use std::process::ExitCode;
 
-use switchyard::completion::stats::{self, Totals};
+use switchyard_completion::stats::{self, Totals};
 
 use super::audit::read_window;
 

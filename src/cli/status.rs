@@ -4,24 +4,24 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use switchyard::config;
-use switchyard::core::runbook::Runbook;
 use switchyard::gateway::wire::StatusResponse;
-use switchyard::providers::local::chat::EngineSlot;
-use switchyard::resilience::breaker::{BreakerView, Phase};
-use switchyard::resilience::park::ParkingLot;
-use switchyard::router::status::ParkedStatus;
+use switchyard_config::failed_closed_notice;
+use switchyard_core::runbook::Runbook;
+use switchyard_providers::local::chat::EngineSlot;
+use switchyard_resilience::breaker::{BreakerView, Phase};
+use switchyard_resilience::park::ParkingLot;
+use switchyard_router::status::ParkedStatus;
 
 pub async fn run(config_file: Option<PathBuf>, json: bool) -> ExitCode {
     let core = super::open_core(config_file, EngineSlot::default());
-    let parked = ParkingLot::open(switchyard::paths::state_dir().join("parked"))
+    let parked = ParkingLot::open(switchyard_base::paths::state_dir().join("parked"))
         .map(|lot| lot.list())
         .unwrap_or_default()
         .into_iter()
         .map(ParkedStatus::from)
         .collect();
     *core.parked().lock().expect("parked lock") = parked;
-    let runbook = switchyard::core::runbook::runbook(&core.router()).await;
+    let runbook = switchyard_core::runbook::runbook(&core.router()).await;
     if json {
         // The same documented JSON as the gateway's `GET /status`.
         let wire = StatusResponse::from(&runbook);
@@ -41,7 +41,7 @@ fn human(runbook: &Runbook) -> String {
         runbook.shared_state
     );
     match (&runbook.status.local_only_reason, runbook.status.local_only) {
-        (Some(reason), _) => out += &format!("{}\n", config::failed_closed_notice(reason)),
+        (Some(reason), _) => out += &format!("{}\n", failed_closed_notice(reason)),
         (None, true) => out += "local-only mode is on: only the local model serves\n",
         (None, false) => {}
     }

@@ -42,15 +42,15 @@ use axum::routing::{get, post};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use crate::config::Config;
-use crate::context::chat::PromptParts;
-use crate::core::Core;
-use crate::core::session::Session;
-use crate::entry::{ChainEntry, ModelRef};
-use crate::providers::Secret;
-use crate::router::history::History;
-use crate::router::{Answer, Origin, Pin, RouteError, Router, TaskRequest};
-use crate::task::{TaskKind, Tier};
+use switchyard_base::entry::{ChainEntry, ModelRef};
+use switchyard_base::task::{TaskKind, Tier};
+use switchyard_config::Config;
+use switchyard_context::chat::PromptParts;
+use switchyard_core::Core;
+use switchyard_core::session::Session;
+use switchyard_providers::Secret;
+use switchyard_router::history::History;
+use switchyard_router::{Answer, Origin, Pin, RouteError, Router, TaskRequest};
 
 /// The header a caller names its task kind with (`explain`, the default, or `refactor`).
 pub const TASK_HEADER: &str = "x-switchyard-task";
@@ -215,7 +215,7 @@ async fn models(State(gateway): State<Arc<Gateway>>, headers: HeaderMap) -> Resp
     .into();
     // Only what a request can pin: the local engine is no `provider/model`.
     ids.extend(
-        crate::router::plan::chain_entries(config)
+        switchyard_router::plan::chain_entries(config)
             .iter()
             .filter_map(ChainEntry::remote)
             .map(ToString::to_string),
@@ -232,7 +232,7 @@ async fn status(State(gateway): State<Arc<Gateway>>, headers: HeaderMap) -> Resp
         return unauthorised();
     }
     Json(wire::StatusResponse::from(
-        &crate::core::runbook::runbook(&gateway.router()).await,
+        &switchyard_core::runbook::runbook(&gateway.router()).await,
     ))
     .into_response()
 }
@@ -379,7 +379,7 @@ fn model_of(answer: &Answer) -> String {
 }
 
 fn now_secs() -> u64 {
-    crate::clock::now_ms() / 1000
+    switchyard_base::clock::now_ms() / 1000
 }
 
 async fn chat_completions(

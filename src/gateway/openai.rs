@@ -4,7 +4,7 @@
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::providers::{ChatMessage, Role, Usage};
+use switchyard_providers::{ChatMessage, Role, Usage};
 
 #[derive(Debug, Deserialize)]
 pub struct CompletionRequest {

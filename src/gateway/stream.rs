@@ -14,8 +14,8 @@ use tokio::sync::mpsc::{self, UnboundedReceiver, UnboundedSender};
 use tokio_util::sync::CancellationToken;
 
 use super::{model_of, now_secs, openai, route_error};
-use crate::core::session::Session;
-use crate::router::{Answer, Progress, RouteError, TaskRequest};
+use switchyard_core::session::Session;
+use switchyard_router::{Answer, Progress, RouteError, TaskRequest};
 
 /// What the routed task reports while it runs.
 enum Event {

@@ -22,15 +22,15 @@ use super::wire::{
     self, ExplainResult, LocalOnlyResult, RefactorDone, RefactorParked, RefactorResult,
     SnoozeResult, StatusParams,
 };
-use crate::context::chat::{PromptParts, code_block};
-use crate::core::LocalOnlyError;
-use crate::core::parking;
-use crate::core::parking::ParkRequest;
-use crate::core::session::Parked;
-use crate::prompts::{EXPLAIN_INSTRUCTION, EXPLAIN_SYSTEM, PRESETS, REFACTOR_SYSTEM};
-use crate::resilience::park::DocumentVersion;
-use crate::router::{Origin, Progress, RouteError, TaskRequest};
-use crate::task::TaskKind;
+use switchyard_base::prompts::{EXPLAIN_INSTRUCTION, EXPLAIN_SYSTEM, PRESETS, REFACTOR_SYSTEM};
+use switchyard_base::task::TaskKind;
+use switchyard_context::chat::{PromptParts, code_block};
+use switchyard_core::LocalOnlyError;
+use switchyard_core::parking;
+use switchyard_core::parking::ParkRequest;
+use switchyard_core::session::Parked;
+use switchyard_resilience::park::DocumentVersion;
+use switchyard_router::{Origin, Progress, RouteError, TaskRequest};
 
 pub const EXPLAIN: &str = "switchyard.explain";
 pub const REFACTOR: &str = "switchyard.refactor";
@@ -102,7 +102,7 @@ impl Backend {
             ));
         }
         if !params.context.diagnostics.is_empty() {
-            let instruction = crate::prompts::fix_diagnostics_instruction(
+            let instruction = switchyard_base::prompts::fix_diagnostics_instruction(
                 params
                     .context
                     .diagnostics
@@ -317,7 +317,7 @@ impl Backend {
         kind: TaskKind,
         system: &str,
         (uri, parts): (&Uri, PromptParts),
-    ) -> std::result::Result<crate::router::Answer, RouteError> {
+    ) -> std::result::Result<switchyard_router::Answer, RouteError> {
         let cancel = CancellationToken::new();
         let token = NumberOrString::String(format!("switchyard/{}/{}", kind.as_str(), nanos()));
         let (events, rx) = tokio::sync::mpsc::unbounded_channel();
@@ -366,7 +366,7 @@ impl Backend {
             "{}/{} ({} tier)",
             answer.route.provider, answer.route.model, answer.route.tier
         );
-        let dir = crate::paths::state_dir().join("explanations");
+        let dir = switchyard_base::paths::state_dir().join("explanations");
         let path = dir.join(format!("explain-{}.md", nanos()));
         let markdown = format!(
             "<!-- switchyard: explained by {by} -->\n\n{}\n",

@@ -17,16 +17,16 @@ use super::parked::EditorParking;
 use super::position::PositionEncoding;
 use super::progress;
 use super::wire::{StatusNotification, StatusParams};
-use crate::completion::CompletionService;
-use crate::completion::controls::Snooze;
-use crate::completion::stats::{self, StatsLog};
-use crate::completion::status::{CompletionState, CompletionStatus};
-use crate::completion::tracking::Tracking;
-use crate::config::{ConfigError, ConfigLayers};
-use crate::core::Core;
-use crate::core::prewarm::{Pause, Place};
-use crate::core::session::{self, Session};
-use crate::router::Router;
+use switchyard_completion::CompletionService;
+use switchyard_completion::controls::Snooze;
+use switchyard_completion::stats::{self, StatsLog};
+use switchyard_completion::status::{CompletionState, CompletionStatus};
+use switchyard_completion::tracking::Tracking;
+use switchyard_config::{ConfigError, ConfigLayers};
+use switchyard_core::Core;
+use switchyard_core::prewarm::{Pause, Place};
+use switchyard_core::session::{self, Session};
+use switchyard_router::Router;
 
 pub struct Backend {
     pub(super) client: Client,
@@ -76,7 +76,7 @@ impl Backend {
             core,
             session::Parts {
                 report: load_report.clone(),
-                snooze: Arc::new(Snooze::kept_in(&crate::paths::state_dir())),
+                snooze: Arc::new(Snooze::kept_in(&switchyard_base::paths::state_dir())),
                 open_documents: Some(Arc::new(move || open.texts())),
             },
         );
@@ -274,7 +274,7 @@ pub(super) fn negotiate_encoding(caps: &ClientCapabilities) -> PositionEncoding 
 /// its status line ("switchyard: completions ⋅ snoozed for 30 more min");
 /// a message where the client has no progress.
 async fn tell_completion_state(client: &Client, status: &CompletionStatus, shows_progress: bool) {
-    let message = status.message(crate::clock::now_ms());
+    let message = status.message(switchyard_base::clock::now_ms());
     let token = progress::numbered_token("completions");
     let begun = match shows_progress {
         true => progress::begin(client, token, "completions".into()).await,

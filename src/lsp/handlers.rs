@@ -12,8 +12,8 @@ use super::actions::ACCEPTED;
 use super::backend::Backend;
 use super::position;
 use super::progress;
-use crate::cancel::CancelFlag;
-use crate::completion::{CompletionRequest, Origin, Outcome, Suggestion, Trigger, tracking};
+use switchyard_base::cancel::CancelFlag;
+use switchyard_completion::{CompletionRequest, Origin, Outcome, Suggestion, Trigger, tracking};
 
 /// Completion item labels show at most this much of the suggestion's first line.
 const LABEL_CHARS: usize = 60;

@@ -11,7 +11,7 @@ use tower_lsp_server::ls_types::{
 };
 
 use super::backend::Backend;
-use crate::privacy::rules::IGNORE_FILE;
+use switchyard_privacy::rules::IGNORE_FILE;
 
 /// The workspace roots the editor named (folders, else the root URI).
 #[allow(deprecated)] // root_uri: older clients send only it.

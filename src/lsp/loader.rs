@@ -9,9 +9,9 @@ use tokio::sync::mpsc;
 use tower_lsp_server::ls_types::{MessageType, NumberOrString, ProgressToken};
 use tower_lsp_server::{Bounded, Client, NotCancellable, OngoingProgress};
 
-use crate::core::loading::LoadReport;
-use crate::models::PullProgress;
-use crate::providers::local::ModelInfo;
+use switchyard_core::loading::LoadReport;
+use switchyard_engine::ModelInfo;
+use switchyard_models::PullProgress;
 
 /// The session's [`LoadReport`] for an editor: events queue until
 /// [`EditorReport::start`] knows whether the client shows progress.

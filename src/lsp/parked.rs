@@ -17,9 +17,9 @@ use super::documents::DocumentStore;
 use super::edits;
 use super::position::PositionEncoding;
 use super::progress::{self, Progress};
-use crate::context::chat::code_block;
-use crate::core::parking::{Applied, ParkedFront, Resumed};
-use crate::resilience::park::Checkpoint;
+use switchyard_context::chat::code_block;
+use switchyard_core::parking::{Applied, ParkedFront, Resumed};
+use switchyard_resilience::park::Checkpoint;
 
 /// Where a parked refactor's answer goes.
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]

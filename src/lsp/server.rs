@@ -11,9 +11,9 @@ use tower_lsp_server::{LanguageServer, LspService, Server};
 use super::actions;
 use super::documents::Applied;
 use super::position::PositionEncoding;
-use crate::completion::acceptance::Edit;
-use crate::config::ConfigLayers;
-use crate::core::prewarm::Pause;
+use switchyard_completion::acceptance::Edit;
+use switchyard_config::ConfigLayers;
+use switchyard_core::prewarm::Pause;
 
 /// Requests the server works on at once. Completion requests wait on the engine,
 /// and notifications queue behind them, so leave plenty of room.

@@ -35,7 +35,7 @@ mod openai;
 mod reply;
 
 pub use continuing::Manner;
-pub use switchyard::prompts::CONTINUE_INSTRUCTION;
+pub use switchyard_base::prompts::CONTINUE_INSTRUCTION;
 
 /// The answer a continuing model gives this request, in four deltas.
 fn continuation(full: &str, manner: &Manner, body: &Value) -> Behaviour {

@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt;
 
 use super::lsp_client::{LspClient, ServerOptions};
-use switchyard::completion::postprocess::Situation;
+use switchyard_completion::postprocess::Situation;
 
 #[derive(Clone, Debug, Deserialize)]
 pub struct Task {

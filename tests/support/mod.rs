@@ -20,8 +20,8 @@ pub mod timing;
 
 use std::path::{Path, PathBuf};
 
-use switchyard::models::{CPU_DEFAULT_MODEL, Manifest};
-use switchyard::providers::local::{EngineOptions, PromptBudget};
+use switchyard_engine::{EngineOptions, PromptBudget};
+use switchyard_models::{CPU_DEFAULT_MODEL, Manifest};
 
 /// A port nothing listens on now, for servers that cannot pick one and say
 /// which (chromedriver, code-server, redis-server).
@@ -53,7 +53,7 @@ pub fn installed_tool(script: &str) -> Option<PathBuf> {
 
 /// Where the test model is cached (`models/fetch-test-model.sh` puts it there).
 pub fn model_dir() -> PathBuf {
-    switchyard::models::model_dir()
+    switchyard_models::model_dir()
 }
 
 /// A benchmark's setting: the environment variable `name`, else `default`.

@@ -1,4 +1,4 @@
-//! The crate's module graph as its `use` paths draw it: which module of a
+//! A crate's module graph as its `use` paths draw it: which module of a
 //! folder reaches which of its siblings (a parent declaring its children and
 //! a child using its parent's items are the tree itself, not edges).
 
@@ -8,13 +8,15 @@ use std::path::Path;
 /// Sibling edges, by module path (`router::plan` -> `router::request`).
 pub type Graph = BTreeMap<String, BTreeSet<String>>;
 
-/// `src/router/plan.rs` -> `["router", "plan"]`; `None` for tests and the binary.
+/// `crates/router/src/plan.rs` -> `["plan"]` (its path in its crate, the
+/// part after `src/`); `None` for tests and the binary.
 fn module_of(path: &Path) -> Option<Vec<String>> {
-    let relative = path.strip_prefix("src").ok()?;
-    let mut parts: Vec<String> = relative
+    let mut parts: Vec<String> = path
         .with_extension("")
         .iter()
         .map(|p| p.to_string_lossy().into_owned())
+        .skip_while(|p| p != "src")
+        .skip(1)
         .collect();
     let last = parts.last()?.clone();
     if last == "main" || parts.iter().any(|p| p == "tests" || p.ends_with("_tests")) {

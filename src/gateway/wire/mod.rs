@@ -10,13 +10,13 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::core::runbook as core_runbook;
-use crate::probe::history::ProbeRecord;
-use crate::resilience::breaker::BreakerView;
-use crate::resilience::governor::MeterView;
-use crate::router::canary::CanaryResult;
-use crate::router::history as core_history;
-use crate::router::status as core;
+use switchyard_core::runbook as core_runbook;
+use switchyard_probe::history::ProbeRecord;
+use switchyard_resilience::breaker::BreakerView;
+use switchyard_resilience::governor::MeterView;
+use switchyard_router::canary::CanaryResult;
+use switchyard_router::history as core_history;
+use switchyard_router::status as core_status;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -26,12 +26,12 @@ pub enum Tier {
     Large,
 }
 
-impl From<crate::task::Tier> for Tier {
-    fn from(tier: crate::task::Tier) -> Tier {
+impl From<switchyard_base::task::Tier> for Tier {
+    fn from(tier: switchyard_base::task::Tier) -> Tier {
         match tier {
-            crate::task::Tier::Small => Tier::Small,
-            crate::task::Tier::Medium => Tier::Medium,
-            crate::task::Tier::Large => Tier::Large,
+            switchyard_base::task::Tier::Small => Tier::Small,
+            switchyard_base::task::Tier::Medium => Tier::Medium,
+            switchyard_base::task::Tier::Large => Tier::Large,
         }
     }
 }
@@ -44,12 +44,12 @@ pub enum TaskKind {
     Refactor,
 }
 
-impl From<crate::task::TaskKind> for TaskKind {
-    fn from(kind: crate::task::TaskKind) -> TaskKind {
+impl From<switchyard_base::task::TaskKind> for TaskKind {
+    fn from(kind: switchyard_base::task::TaskKind) -> TaskKind {
         match kind {
-            crate::task::TaskKind::Autocomplete => TaskKind::Autocomplete,
-            crate::task::TaskKind::Explain => TaskKind::Explain,
-            crate::task::TaskKind::Refactor => TaskKind::Refactor,
+            switchyard_base::task::TaskKind::Autocomplete => TaskKind::Autocomplete,
+            switchyard_base::task::TaskKind::Explain => TaskKind::Explain,
+            switchyard_base::task::TaskKind::Refactor => TaskKind::Refactor,
         }
     }
 }
@@ -184,9 +184,9 @@ pub enum BreakerPhase {
     HalfOpen,
 }
 
-impl From<crate::resilience::breaker::Phase> for BreakerPhase {
-    fn from(phase: crate::resilience::breaker::Phase) -> BreakerPhase {
-        use crate::resilience::breaker::Phase;
+impl From<switchyard_resilience::breaker::Phase> for BreakerPhase {
+    fn from(phase: switchyard_resilience::breaker::Phase) -> BreakerPhase {
+        use switchyard_resilience::breaker::Phase;
         match phase {
             Phase::Closed => BreakerPhase::Closed,
             Phase::Open => BreakerPhase::Open,
@@ -274,8 +274,8 @@ impl From<&ProbeRecord> for ProbeRun {
     }
 }
 
-impl From<&core::StatusReport> for Status {
-    fn from(r: &core::StatusReport) -> Status {
+impl From<&core_status::StatusReport> for Status {
+    fn from(r: &core_status::StatusReport) -> Status {
         Status {
             provider: r.provider.clone(),
             model: r.model.clone(),
@@ -303,8 +303,8 @@ impl From<&core::StatusReport> for Status {
     }
 }
 
-impl From<&core::TaskStatus> for TaskStatus {
-    fn from(t: &core::TaskStatus) -> TaskStatus {
+impl From<&core_status::TaskStatus> for TaskStatus {
+    fn from(t: &core_status::TaskStatus) -> TaskStatus {
         TaskStatus {
             kind: t.kind.into(),
             route: t.route.as_ref().map(|r| TaskRoute {
@@ -318,17 +318,17 @@ impl From<&core::TaskStatus> for TaskStatus {
     }
 }
 
-impl From<&core::EntryHealth> for EntryHealth {
-    fn from(h: &core::EntryHealth) -> EntryHealth {
+impl From<&core_status::EntryHealth> for EntryHealth {
+    fn from(h: &core_status::EntryHealth) -> EntryHealth {
         EntryHealth {
             provider: h.provider.clone(),
             model: h.model.clone(),
             tier: h.tier.into(),
             state: match h.state {
-                core::HealthState::Healthy => HealthState::Healthy,
-                core::HealthState::Unknown => HealthState::Unknown,
-                core::HealthState::Unhealthy => HealthState::Unhealthy,
-                core::HealthState::NoKey => HealthState::NoKey,
+                core_status::HealthState::Healthy => HealthState::Healthy,
+                core_status::HealthState::Unknown => HealthState::Unknown,
+                core_status::HealthState::Unhealthy => HealthState::Unhealthy,
+                core_status::HealthState::NoKey => HealthState::NoKey,
             },
             reason: h.reason.clone(),
             samples: h.samples,
@@ -338,8 +338,8 @@ impl From<&core::EntryHealth> for EntryHealth {
     }
 }
 
-impl From<&core::ParkedStatus> for ParkedTask {
-    fn from(p: &core::ParkedStatus) -> ParkedTask {
+impl From<&core_status::ParkedStatus> for ParkedTask {
+    fn from(p: &core_status::ParkedStatus) -> ParkedTask {
         ParkedTask {
             id: p.id.clone(),
             kind: p.kind.into(),

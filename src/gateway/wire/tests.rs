@@ -2,8 +2,8 @@
 use serde_json::{Value, json};
 
 use super::*;
-use crate::resilience::breaker::Phase;
-use crate::task::{TaskKind as CoreKind, Tier as CoreTier};
+use switchyard_base::task::{TaskKind as CoreKind, Tier as CoreTier};
+use switchyard_resilience::breaker::Phase;
 
 fn breaker() -> BreakerView {
     BreakerView {
@@ -75,7 +75,7 @@ fn canary_json() -> Value {
 fn full_runbook() -> core_runbook::Runbook {
     core_runbook::Runbook {
         shared_state: "redis://127.0.0.1:6379".into(),
-        routes: vec![core_runbook::TaskRunbook {
+        routes: vec![core_status::TaskRunbook {
             kind: CoreKind::Explain,
             tier: CoreTier::Medium,
             now: Some("anthropic/claude-haiku-4-5 (medium)".into()),
@@ -91,7 +91,7 @@ fn full_runbook() -> core_runbook::Runbook {
             total_ms: 1_300,
             error: Some("HTTP 529".into()),
         }],
-        status: core::StatusReport {
+        status: core_status::StatusReport {
             provider: Some("anthropic".into()),
             model: Some("claude-haiku-4-5".into()),
             tier: Some(CoreTier::Medium),
@@ -99,9 +99,9 @@ fn full_runbook() -> core_runbook::Runbook {
             reason: Some("no healthy large entry".into()),
             local_only: false,
             local_only_reason: None,
-            tasks: vec![core::TaskStatus {
+            tasks: vec![core_status::TaskStatus {
                 kind: CoreKind::Explain,
-                route: Some(core::Route {
+                route: Some(core_status::Route {
                     provider: "anthropic".into(),
                     model: "claude-haiku-4-5".into(),
                     tier: CoreTier::Medium,
@@ -109,11 +109,11 @@ fn full_runbook() -> core_runbook::Runbook {
                     reason: Some("breaker open".into()),
                 }),
             }],
-            health: vec![core::EntryHealth {
+            health: vec![core_status::EntryHealth {
                 provider: "anthropic".into(),
                 model: "claude-sonnet-4-5".into(),
                 tier: CoreTier::Large,
-                state: core::HealthState::Unhealthy,
+                state: core_status::HealthState::Unhealthy,
                 reason: Some("p95 first token 12000 ms over 10000 ms".into()),
                 samples: 12,
                 p95_first_token_ms: Some(12_000),
@@ -121,14 +121,14 @@ fn full_runbook() -> core_runbook::Runbook {
             }],
             breakers: vec![breaker()],
             quota: vec![meter()],
-            parked: vec![core::ParkedStatus {
+            parked: vec![core_status::ParkedStatus {
                 id: "p-1".into(),
                 kind: CoreKind::Refactor,
                 note: "every large entry is down".into(),
                 parked_at_ms: 1_700_000_000_000,
             }],
             canaries: vec![canary()],
-            outbound: vec![crate::privacy::audit::ProviderTotal {
+            outbound: vec![switchyard_privacy::audit::ProviderTotal {
                 provider: "anthropic".into(),
                 bytes: 20_480,
                 requests: 3,
@@ -206,8 +206,8 @@ fn status_response_wire_format_is_pinned() {
 #[test]
 fn unserved_status_has_nulls_and_bare_tasks() {
     let mut runbook = full_runbook();
-    runbook.status = core::StatusReport {
-        tasks: vec![core::TaskStatus {
+    runbook.status = core_status::StatusReport {
+        tasks: vec![core_status::TaskStatus {
             kind: CoreKind::Refactor,
             route: None,
         }],
@@ -291,10 +291,10 @@ fn history_response_wire_format_is_pinned() {
 fn every_state_and_phase_has_its_wire_name() {
     let mut report = full_runbook();
     let states = [
-        (core::HealthState::Healthy, "healthy"),
-        (core::HealthState::Unknown, "unknown"),
-        (core::HealthState::Unhealthy, "unhealthy"),
-        (core::HealthState::NoKey, "no-key"),
+        (core_status::HealthState::Healthy, "healthy"),
+        (core_status::HealthState::Unknown, "unknown"),
+        (core_status::HealthState::Unhealthy, "unhealthy"),
+        (core_status::HealthState::NoKey, "no-key"),
     ];
     for (state, name) in states {
         report.status.health[0].state = state;

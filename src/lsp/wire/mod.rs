@@ -13,8 +13,7 @@
 use serde::{Deserialize, Serialize};
 use tower_lsp_server::ls_types::notification::Notification;
 
-use crate::completion;
-use crate::router::status as core;
+use switchyard_router::status as core_status;
 
 /// `switchyard/status`, server → client, sent only to clients that set
 /// `statusNotifications` (see docs/lsp-extensions.md).
@@ -34,12 +33,12 @@ pub enum Tier {
     Large,
 }
 
-impl From<crate::task::Tier> for Tier {
-    fn from(tier: crate::task::Tier) -> Tier {
+impl From<switchyard_base::task::Tier> for Tier {
+    fn from(tier: switchyard_base::task::Tier) -> Tier {
         match tier {
-            crate::task::Tier::Small => Tier::Small,
-            crate::task::Tier::Medium => Tier::Medium,
-            crate::task::Tier::Large => Tier::Large,
+            switchyard_base::task::Tier::Small => Tier::Small,
+            switchyard_base::task::Tier::Medium => Tier::Medium,
+            switchyard_base::task::Tier::Large => Tier::Large,
         }
     }
 }
@@ -52,12 +51,12 @@ pub enum TaskKind {
     Refactor,
 }
 
-impl From<crate::task::TaskKind> for TaskKind {
-    fn from(kind: crate::task::TaskKind) -> TaskKind {
+impl From<switchyard_base::task::TaskKind> for TaskKind {
+    fn from(kind: switchyard_base::task::TaskKind) -> TaskKind {
         match kind {
-            crate::task::TaskKind::Autocomplete => TaskKind::Autocomplete,
-            crate::task::TaskKind::Explain => TaskKind::Explain,
-            crate::task::TaskKind::Refactor => TaskKind::Refactor,
+            switchyard_base::task::TaskKind::Autocomplete => TaskKind::Autocomplete,
+            switchyard_base::task::TaskKind::Explain => TaskKind::Explain,
+            switchyard_base::task::TaskKind::Refactor => TaskKind::Refactor,
         }
     }
 }
@@ -117,8 +116,8 @@ pub struct CompletionStatus {
     pub until_ms: Option<u64>,
 }
 
-impl From<&completion::status::CompletionStatus> for CompletionStatus {
-    fn from(s: &completion::status::CompletionStatus) -> CompletionStatus {
+impl From<&switchyard_completion::status::CompletionStatus> for CompletionStatus {
+    fn from(s: &switchyard_completion::status::CompletionStatus) -> CompletionStatus {
         CompletionStatus {
             state: s.state.as_str().to_owned(),
             reason: s.reason.clone(),
@@ -188,9 +187,9 @@ pub enum BreakerPhase {
     HalfOpen,
 }
 
-impl From<crate::resilience::breaker::Phase> for BreakerPhase {
-    fn from(phase: crate::resilience::breaker::Phase) -> BreakerPhase {
-        use crate::resilience::breaker::Phase;
+impl From<switchyard_resilience::breaker::Phase> for BreakerPhase {
+    fn from(phase: switchyard_resilience::breaker::Phase) -> BreakerPhase {
+        use switchyard_resilience::breaker::Phase;
         match phase {
             Phase::Closed => BreakerPhase::Closed,
             Phase::Open => BreakerPhase::Open,
@@ -249,9 +248,9 @@ impl StatusParams {
     /// The status as this editor sees it: the router's, and the rule that
     /// keeps the whole workspace local, if one does.
     pub fn for_workspace(
-        report: &core::StatusReport,
+        report: &core_status::StatusReport,
         local_only_rule: Option<String>,
-        completion: &completion::status::CompletionStatus,
+        completion: &switchyard_completion::status::CompletionStatus,
     ) -> StatusParams {
         StatusParams {
             local_only_rule,
@@ -261,8 +260,8 @@ impl StatusParams {
     }
 }
 
-impl From<&core::StatusReport> for StatusParams {
-    fn from(r: &core::StatusReport) -> StatusParams {
+impl From<&core_status::StatusReport> for StatusParams {
+    fn from(r: &core_status::StatusReport) -> StatusParams {
         StatusParams {
             provider: r.provider.clone(),
             model: r.model.clone(),
@@ -292,8 +291,8 @@ impl From<&core::StatusReport> for StatusParams {
     }
 }
 
-impl From<&core::TaskStatus> for TaskStatus {
-    fn from(t: &core::TaskStatus) -> TaskStatus {
+impl From<&core_status::TaskStatus> for TaskStatus {
+    fn from(t: &core_status::TaskStatus) -> TaskStatus {
         TaskStatus {
             kind: t.kind.into(),
             route: t.route.as_ref().map(|r| TaskRoute {
@@ -307,19 +306,19 @@ impl From<&core::TaskStatus> for TaskStatus {
     }
 }
 
-impl From<core::HealthState> for HealthState {
-    fn from(state: core::HealthState) -> HealthState {
+impl From<core_status::HealthState> for HealthState {
+    fn from(state: core_status::HealthState) -> HealthState {
         match state {
-            core::HealthState::Healthy => HealthState::Healthy,
-            core::HealthState::Unknown => HealthState::Unknown,
-            core::HealthState::Unhealthy => HealthState::Unhealthy,
-            core::HealthState::NoKey => HealthState::NoKey,
+            core_status::HealthState::Healthy => HealthState::Healthy,
+            core_status::HealthState::Unknown => HealthState::Unknown,
+            core_status::HealthState::Unhealthy => HealthState::Unhealthy,
+            core_status::HealthState::NoKey => HealthState::NoKey,
         }
     }
 }
 
-impl From<&core::EntryHealth> for EntryHealth {
-    fn from(h: &core::EntryHealth) -> EntryHealth {
+impl From<&core_status::EntryHealth> for EntryHealth {
+    fn from(h: &core_status::EntryHealth) -> EntryHealth {
         EntryHealth {
             provider: h.provider.clone(),
             model: h.model.clone(),
@@ -333,8 +332,8 @@ impl From<&core::EntryHealth> for EntryHealth {
     }
 }
 
-impl From<&crate::resilience::breaker::BreakerView> for BreakerStatus {
-    fn from(b: &crate::resilience::breaker::BreakerView) -> BreakerStatus {
+impl From<&switchyard_resilience::breaker::BreakerView> for BreakerStatus {
+    fn from(b: &switchyard_resilience::breaker::BreakerView) -> BreakerStatus {
         BreakerStatus {
             key: b.key.clone(),
             phase: b.phase.into(),
@@ -347,8 +346,8 @@ impl From<&crate::resilience::breaker::BreakerView> for BreakerStatus {
     }
 }
 
-impl From<&crate::resilience::governor::MeterView> for MeterStatus {
-    fn from(m: &crate::resilience::governor::MeterView) -> MeterStatus {
+impl From<&switchyard_resilience::governor::MeterView> for MeterStatus {
+    fn from(m: &switchyard_resilience::governor::MeterView) -> MeterStatus {
         MeterStatus {
             key: m.key.clone(),
             meter: m.meter.clone(),
@@ -358,8 +357,8 @@ impl From<&crate::resilience::governor::MeterView> for MeterStatus {
     }
 }
 
-impl From<&core::ParkedStatus> for ParkedTask {
-    fn from(p: &core::ParkedStatus) -> ParkedTask {
+impl From<&core_status::ParkedStatus> for ParkedTask {
+    fn from(p: &core_status::ParkedStatus) -> ParkedTask {
         ParkedTask {
             id: p.id.clone(),
             kind: p.kind.into(),
@@ -369,8 +368,8 @@ impl From<&core::ParkedStatus> for ParkedTask {
     }
 }
 
-impl From<&crate::router::canary::CanaryResult> for CanaryStatus {
-    fn from(c: &crate::router::canary::CanaryResult) -> CanaryStatus {
+impl From<&switchyard_router::canary::CanaryResult> for CanaryStatus {
+    fn from(c: &switchyard_router::canary::CanaryResult) -> CanaryStatus {
         CanaryStatus {
             at_ms: c.at_ms,
             provider: c.provider.clone(),

@@ -2,14 +2,14 @@
 use serde_json::json;
 
 use super::*;
-use crate::resilience::breaker::{BreakerView, Phase};
-use crate::resilience::governor::MeterView;
-use crate::router::canary::CanaryResult;
-use crate::task::{TaskKind as CoreKind, Tier as CoreTier};
+use switchyard_base::task::{TaskKind as CoreKind, Tier as CoreTier};
+use switchyard_resilience::breaker::{BreakerView, Phase};
+use switchyard_resilience::governor::MeterView;
+use switchyard_router::canary::CanaryResult;
 
 /// Every `Option` set and one element in every list.
-fn full_report() -> core::StatusReport {
-    core::StatusReport {
+fn full_report() -> core_status::StatusReport {
+    core_status::StatusReport {
         provider: Some("openai".into()),
         model: Some("gpt-5-mini".into()),
         tier: Some(CoreTier::Medium),
@@ -17,9 +17,9 @@ fn full_report() -> core::StatusReport {
         reason: Some("no healthy large entry".into()),
         local_only: true,
         local_only_reason: Some("`privacy.local_only_paths`: invalid type".into()),
-        tasks: vec![core::TaskStatus {
+        tasks: vec![core_status::TaskStatus {
             kind: CoreKind::Refactor,
-            route: Some(core::Route {
+            route: Some(core_status::Route {
                 provider: "openai".into(),
                 model: "gpt-5-mini".into(),
                 tier: CoreTier::Medium,
@@ -27,11 +27,11 @@ fn full_report() -> core::StatusReport {
                 reason: Some("breaker open".into()),
             }),
         }],
-        health: vec![core::EntryHealth {
+        health: vec![core_status::EntryHealth {
             provider: "anthropic".into(),
             model: "claude-sonnet-4-5".into(),
             tier: CoreTier::Large,
-            state: core::HealthState::NoKey,
+            state: core_status::HealthState::NoKey,
             reason: Some("no API key in $ANTHROPIC_API_KEY".into()),
             samples: 3,
             p95_first_token_ms: Some(850),
@@ -52,7 +52,7 @@ fn full_report() -> core::StatusReport {
             limit: 500,
             available: 412.5,
         }],
-        parked: vec![core::ParkedStatus {
+        parked: vec![core_status::ParkedStatus {
             id: "p-1".into(),
             kind: CoreKind::Refactor,
             note: "every large entry is down".into(),
@@ -67,7 +67,7 @@ fn full_report() -> core::StatusReport {
             error: Some("HTTP 503".into()),
             reason: "breaker recovery check".into(),
         }],
-        outbound: vec![crate::privacy::audit::ProviderTotal {
+        outbound: vec![switchyard_privacy::audit::ProviderTotal {
             provider: "anthropic".into(),
             bytes: 20_480,
             requests: 3,
@@ -79,8 +79,8 @@ fn full_report() -> core::StatusReport {
 /// changing the protocol: update docs/lsp-extensions.md and editors/.
 #[test]
 fn status_params_wire_format_is_pinned() {
-    let snoozed = completion::status::CompletionStatus {
-        state: completion::status::CompletionState::Snoozed,
+    let snoozed = switchyard_completion::status::CompletionStatus {
+        state: switchyard_completion::status::CompletionState::Snoozed,
         reason: None,
         until_ms: Some(1_700_000_002_000),
     };
@@ -156,8 +156,8 @@ fn status_params_wire_format_is_pinned() {
 /// Before anything is served: `null`s at the top, a task is its kind alone.
 #[test]
 fn empty_status_has_nulls_and_bare_tasks() {
-    let report = core::StatusReport {
-        tasks: vec![core::TaskStatus {
+    let report = core_status::StatusReport {
+        tasks: vec![core_status::TaskStatus {
             kind: CoreKind::Explain,
             route: None,
         }],
@@ -210,10 +210,10 @@ fn every_enum_value_has_its_wire_name() {
         .collect();
     assert_eq!(phases, [json!("closed"), json!("open"), json!("half-open")]);
     let names: Vec<_> = [
-        core::HealthState::Healthy,
-        core::HealthState::Unknown,
-        core::HealthState::Unhealthy,
-        core::HealthState::NoKey,
+        core_status::HealthState::Healthy,
+        core_status::HealthState::Unknown,
+        core_status::HealthState::Unhealthy,
+        core_status::HealthState::NoKey,
     ]
     .into_iter()
     .map(|s| result(HealthState::from(s)))

@@ -1,0 +1,279 @@
+//! Unit tests of the quota governor on a paused clock.
+
+use super::*;
+use switchyard_state::memory::MemoryState;
+
+const TPM: Quota = Quota {
+    requests_per_minute: Some(60),
+    tokens_per_minute: Some(60_000),
+    input_tokens_per_minute: None,
+    output_tokens_per_minute: None,
+};
+
+fn governor(state: &Arc<MemoryState>) -> Governor {
+    Governor::new(
+        state.clone(),
+        GovernorConfig::default(),
+        WhenUnavailable::Open,
+    )
+}
+
+fn soon() -> Instant {
+    Instant::now() + Duration::from_millis(1)
+}
+
+/// Fills the buckets of `k` to the quota. Governed buckets start empty
+/// until headers are seen; these tests are about admission against a known
+/// level, not about that cold start.
+async fn full(state: &MemoryState, quota: Quota) {
+    for meter in Meter::ALL {
+        let Some(limit) = meter.limit(&quota) else {
+            continue;
+        };
+        let spec = BucketSpec {
+            capacity: limit as f64,
+            refill_per_sec: 0.0,
+        };
+        state
+            .bucket(&bucket_key("k", meter), spec, BucketOp::Peek)
+            .await
+            .unwrap();
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn reserves_on_every_configured_meter_and_refuses_past_the_deadline() {
+    let state = Arc::new(MemoryState::new());
+    full(&state, TPM).await;
+    let g = governor(&state);
+    // Headroom: 60,000 x 10 % / 6 = 1,000 tokens; autocomplete keeps 1,000 back.
+    let r = g
+        .admit("k", TaskKind::Autocomplete, TPM, 40_000, 10_000, soon())
+        .await
+        .unwrap();
+    assert_eq!(r.held.len(), 2);
+    let refused = g
+        .admit("k", TaskKind::Autocomplete, TPM, 8_000, 2_000, soon())
+        .await
+        .unwrap_err();
+    assert!(refused.reason.contains("tokens"), "{}", refused.reason);
+    // 10,000 short of 10,000 + 1,000 floor at 900 tokens/s (90 % of 60,000/min).
+    assert!(refused.wait > Duration::from_secs(1), "{:?}", refused.wait);
+}
+
+#[tokio::test(start_paused = true)]
+async fn waits_for_the_refill_within_the_deadline() {
+    let state = Arc::new(MemoryState::new());
+    full(&state, TPM).await;
+    let g = governor(&state);
+    g.admit("k", TaskKind::Explain, TPM, 50_000, 8_000, soon())
+        .await
+        .unwrap();
+    let waited = wait_for_admission(&g, TaskKind::Explain, 5_000, 1_000).await;
+    assert!(
+        waited >= Duration::from_secs(5) && waited < Duration::from_secs(10),
+        "{waited:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn interactive_work_gets_through_where_a_refactor_waits() {
+    let state = Arc::new(MemoryState::new());
+    full(&state, TPM).await;
+    let g = governor(&state);
+    g.admit("k", TaskKind::Refactor, TPM, 55_000, 1_500, soon())
+        .await
+        .unwrap();
+    // 3,500 left: a refactor stops 2,000 above, autocomplete 1,000 above.
+    assert!(
+        g.admit("k", TaskKind::Refactor, TPM, 1_000, 1_000, soon())
+            .await
+            .is_err()
+    );
+    assert!(
+        g.admit("k", TaskKind::Autocomplete, TPM, 1_000, 1_000, soon())
+            .await
+            .is_ok()
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_dropped_reservation_gives_back_its_output_share_at_once() {
+    let state = Arc::new(MemoryState::new());
+    full(&state, TPM).await;
+    let g = governor(&state);
+    let r = g
+        .admit("k", TaskKind::Explain, TPM, 20_000, 38_000, soon())
+        .await
+        .unwrap();
+    assert!(
+        g.admit("k", TaskKind::Explain, TPM, 20_000, 0, soon())
+            .await
+            .is_err()
+    );
+    drop(r); // the request's future was dropped mid-stream
+    tokio::task::yield_now().await;
+    assert!(
+        g.admit("k", TaskKind::Explain, TPM, 20_000, 0, soon())
+            .await
+            .is_ok(),
+        "refunded without waiting for the refill"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn settling_gives_back_what_was_not_used() {
+    let state = Arc::new(MemoryState::new());
+    full(&state, TPM).await;
+    let g = governor(&state);
+    let r = g
+        .admit("k", TaskKind::Explain, TPM, 20_000, 38_000, soon())
+        .await
+        .unwrap();
+    assert!(
+        g.admit("k", TaskKind::Explain, TPM, 20_000, 0, soon())
+            .await
+            .is_err()
+    );
+    g.settle(
+        r,
+        Some(Usage {
+            input_tokens: 20_000,
+            output_tokens: 500,
+        }),
+    )
+    .await;
+    assert!(
+        g.admit("k", TaskKind::Explain, TPM, 20_000, 0, soon())
+            .await
+            .is_ok()
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn headers_teach_the_limits_and_the_spare_capacity() {
+    let state = Arc::new(MemoryState::new());
+    let g = governor(&state);
+    let none = Quota::default();
+    let first = g
+        .admit("k", TaskKind::Explain, none, 1_000, 1_000, soon())
+        .await
+        .unwrap();
+    assert!(
+        first.held.is_empty(),
+        "nothing to govern before the limits are known"
+    );
+    let limits = RateLimits {
+        tokens_limit: Some(100_000),
+        tokens_remaining: Some(10_000),
+        ..RateLimits::default()
+    };
+    g.observe(&first, &limits).await;
+    // Someone else on the account used most of it: 10,000 left.
+    assert!(
+        g.admit("k", TaskKind::Explain, none, 9_000, 0, soon())
+            .await
+            .is_err()
+    );
+    assert!(
+        g.admit("k", TaskKind::Explain, none, 6_000, 0, soon())
+            .await
+            .is_ok()
+    );
+    let views = g.views().await;
+    assert_eq!(views.len(), 1);
+    assert_eq!(views[0].limit, 100_000);
+}
+
+#[tokio::test(start_paused = true)]
+async fn before_any_header_a_configured_quota_starts_empty_and_earns_its_share() {
+    let state = Arc::new(MemoryState::new());
+    let g = governor(&state);
+    // Nothing says the account has anything left this minute.
+    assert!(
+        g.admit("k", TaskKind::Refactor, TPM, 5_000, 4_000, soon())
+            .await
+            .is_err()
+    );
+    let waited = wait_for_admission(&g, TaskKind::Refactor, 5_000, 4_000).await;
+    // 9,000 plus the refactor's 2,000 above the headroom, at 900 tokens/s.
+    assert!(
+        waited >= Duration::from_millis(12_200) && waited < Duration::from_secs(13),
+        "{waited:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn headers_count_the_refill_since_the_provider_counted_the_request() {
+    let state = Arc::new(MemoryState::new());
+    let g = governor(&state);
+    let sent = g
+        .admit(
+            "k",
+            TaskKind::Explain,
+            Quota::default(),
+            1_000,
+            1_000,
+            soon(),
+        )
+        .await
+        .unwrap();
+    tokio::time::advance(Duration::from_secs(3)).await;
+    // 10,000 left when it was counted, at most 3 s ago, refilling 1,000/s.
+    let limits = RateLimits {
+        tokens_limit: Some(60_000),
+        tokens_remaining: Some(10_000),
+        ..RateLimits::default()
+    };
+    g.observe(&sent, &limits).await;
+    assert_eq!(g.views().await[0].available, 13_000.0);
+    // "Full again in 49 s" pins it at 11,000: it was counted 1 s after we sent it.
+    let limits = RateLimits {
+        tokens_reset: Some(Duration::from_secs(49)),
+        ..limits
+    };
+    g.observe(&sent, &limits).await;
+    assert_eq!(g.views().await[0].available, 11_000.0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_shared_pause_holds_every_process() {
+    let state = Arc::new(MemoryState::new());
+    full(&state, TPM).await;
+    let (a, b) = (governor(&state), governor(&state));
+    a.pause("k", Duration::from_secs(2)).await;
+    let refused = b
+        .admit("k", TaskKind::Autocomplete, TPM, 10, 10, soon())
+        .await
+        .unwrap_err();
+    assert!(refused.reason.contains("paused"));
+    let started = Instant::now();
+    b.admit(
+        "k",
+        TaskKind::Explain,
+        TPM,
+        10,
+        10,
+        started + Duration::from_secs(5),
+    )
+    .await
+    .unwrap();
+    assert!(started.elapsed() >= Duration::from_secs(2));
+}
+
+/// How long `admit` waited on key "k" for `input` and `output` tokens (its
+/// deadline, 30 s away, never cuts the wait in these tests).
+async fn wait_for_admission(g: &Governor, kind: TaskKind, input: u64, output: u64) -> Duration {
+    let started = Instant::now();
+    g.admit(
+        "k",
+        kind,
+        TPM,
+        input,
+        output,
+        started + Duration::from_secs(30),
+    )
+    .await
+    .unwrap();
+    started.elapsed()
+}

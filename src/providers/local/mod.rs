@@ -1,7 +1,0 @@
-//! The local engine as a provider: the engine itself is the crate below
-//! (`switchyard-engine`), re-exported here whole, and `chat` makes it a chat
-//! [`Provider`](crate::Provider) the router walks like any other entry.
-
-pub mod chat;
-
-pub use switchyard_engine::*;
