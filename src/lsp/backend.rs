@@ -118,7 +118,7 @@ impl Backend {
         let mut completion = self.completion().subscribe_status();
         let shows_progress = self.supports_progress();
         let core = self.core().clone();
-        let mut config = core.follow_config();
+        let mut in_force = core.follow();
         tokio::spawn(async move {
             let mut before = rx.borrow_and_update().clone();
             // Loading is what a reader assumes at start; anything else is told.
@@ -127,7 +127,7 @@ impl Backend {
                 let now = rx.borrow_and_update().clone();
                 let completion_now = completion.borrow_and_update().clone();
                 // As configured now: turning notifications on applies at once.
-                if config.borrow_and_update().status_notifications {
+                if in_force.borrow_and_update().config.status_notifications {
                     let rule = core.workspace_rule();
                     let params = StatusParams::for_workspace(&now, rule, &completion_now);
                     client.send_notification::<StatusNotification>(params).await;
@@ -154,7 +154,7 @@ impl Backend {
                 let changed = tokio::select! {
                     changed = rx.changed() => changed.is_ok(),
                     changed = completion.changed() => changed.is_ok(),
-                    changed = config.changed() => changed.is_ok(),
+                    changed = in_force.changed() => changed.is_ok(),
                 };
                 if !changed {
                     return;

@@ -34,7 +34,7 @@ use postprocess::Situation;
 use status::{CompletionStatus, Recent};
 use switchyard_base::cancel::CancelFlag;
 use switchyard_base::entry::{ChainEntry, ModelRef};
-use switchyard_config::{AutocompleteConfig, Config};
+use switchyard_config::AutocompleteConfig;
 use switchyard_context::fim::{self, CHARS_PER_TOKEN, WindowBudget};
 use switchyard_context::repository::{OpenDocuments, RepositoryContext};
 use switchyard_engine::{
@@ -187,8 +187,8 @@ pub struct CompletionService {
     engine: RwLock<Option<Arc<dyn FimEngine>>>,
     /// For remote entries in `autocomplete.chain`.
     remote: Option<Arc<dyn RemoteFim>>,
-    /// The configuration in force (the core's, followed; or a fixed one).
-    config: watch::Receiver<Arc<Config>>,
+    /// The settings in force at each call (the core's, followed; or fixed).
+    settings: Arc<dyn Fn() -> AutocompleteConfig + Send + Sync>,
     type_through: TypeThrough,
     /// The line each document's prefix window starts at (see `switchyard_context::fim`).
     anchors: DashMap<String, usize>,
@@ -220,19 +220,17 @@ struct DeferredPrewarm {
 impl CompletionService {
     /// A service with fixed settings (the CLI, probes, benchmarks).
     pub fn new(autocomplete: AutocompleteConfig) -> CompletionService {
-        let config = Config {
-            autocomplete,
-            ..Config::default()
-        };
-        CompletionService::following(watch::channel(Arc::new(config)).1)
+        CompletionService::following(move || autocomplete.clone())
     }
 
-    /// A service that reads the settings in force at each request.
-    pub fn following(config: watch::Receiver<Arc<Config>>) -> CompletionService {
+    /// A service that reads the settings `settings` gives at each request.
+    pub fn following(
+        settings: impl Fn() -> AutocompleteConfig + Send + Sync + 'static,
+    ) -> CompletionService {
         CompletionService {
             engine: RwLock::new(None),
             remote: None,
-            config,
+            settings: Arc::new(settings),
             type_through: TypeThrough::default(),
             anchors: DashMap::new(),
             inflight: DashMap::new(),
@@ -269,7 +267,7 @@ impl CompletionService {
     /// asked for the invoked budget (never less than the automatic one: the
     /// user is waiting for it).
     pub fn budget(&self, trigger: Trigger) -> Duration {
-        let autocomplete = &self.config.borrow().autocomplete;
+        let autocomplete = self.config();
         Duration::from_millis(match trigger {
             Trigger::Automatic => autocomplete.budget_ms,
             Trigger::Invoked => autocomplete.invoked_budget_ms.max(autocomplete.budget_ms),
@@ -297,7 +295,7 @@ impl CompletionService {
     }
 
     pub fn config(&self) -> AutocompleteConfig {
-        self.config.borrow().autocomplete.clone()
+        (self.settings)()
     }
 
     fn engine(&self) -> Result<(Arc<dyn FimEngine>, ModelInfo), NoSuggestion> {

@@ -175,7 +175,7 @@ impl CompletionService {
                 ..status(CompletionState::Snoozed, None)
             };
         }
-        if !self.config.borrow().autocomplete.enabled {
+        if !self.config().enabled {
             let reason = NoSuggestion::Disabled.to_string();
             return status(CompletionState::Off, Some(reason));
         }

@@ -3,19 +3,16 @@
 //! their sleep short, so a changed interval applies at once, not after the
 //! old one ran out.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::watch;
 
-use super::Config;
-
-/// Sleeps `length`, or less when the configuration changes meanwhile
-/// (`false`). Once no change can come (`changes` is `None` or its sender is
-/// gone) it just sleeps.
-pub async fn sleep_or_change(
+/// Sleeps `length`, or less when the configuration in force (whatever
+/// `changes` carries of it) changes meanwhile (`false`). Once no change can
+/// come (`changes` is `None` or its sender is gone) it just sleeps.
+pub async fn sleep_or_change<T>(
     length: Duration,
-    changes: &mut Option<watch::Receiver<Arc<Config>>>,
+    changes: &mut Option<watch::Receiver<T>>,
 ) -> bool {
     let Some(receiver) = changes else {
         tokio::time::sleep(length).await;

@@ -1,13 +1,12 @@
 //! The routing core, opened the same way by every front end (the language
 //! server, the gateway, the CLI). It owns the configuration: the layers as
-//! received (local-only mode among them), the snapshot resolved from them
-//! (which consumers read or follow, never copy); and what outlives one
+//! received (local-only mode among them) and the workspace roots, changed
+//! under one lock; what is in force, one [`Snapshot`] (the configuration
+//! resolved from them and the router built over it) that consumers borrow or
+//! follow, never copy, swapped whole with every change; and what outlives one
 //! configuration: health beacons, the status channel, parked tasks, canary
-//! results, the shared state and what the routers learned. It holds the
-//! router in force, rebuilt and swapped whole with every change, under the
-//! same lock as the change.
-
-// The crates below, by the module names their paths use (`switchyard_config::…`).
+//! results, the shared state, the rules every attempt asks as it sends and
+//! what the routers learned.
 
 pub mod loading;
 pub mod parking;
@@ -16,13 +15,13 @@ pub mod runbook;
 pub mod session;
 
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex};
 use switchyard_privacy::audit::AuditLog;
 
 use tokio::sync::watch;
 
-use switchyard_config::{Config, ConfigError, ConfigLayers};
-use switchyard_privacy::rules::{InForce, LocalOnlyRules, RulesInForce};
+use switchyard_config::{Config, ConfigError, ConfigLayers, PrivacyConfig};
+use switchyard_privacy::rules::{InForce, LocalOnlyRules};
 use switchyard_providers::local::chat::EngineSlot;
 use switchyard_resilience::Resilience;
 use switchyard_resilience::ResilienceConfig;
@@ -45,19 +44,20 @@ pub struct Core {
     local: EngineSlot,
     /// Where `set_local_only` persists the mode, and `reload_file` reads.
     config_path: Option<PathBuf>,
-    /// The layers and what is built from them, changed under this one lock:
-    /// resolving, putting the result in force and rebuilding the router.
+    /// What changes, changed under this one lock: a change resolves the
+    /// layers, puts the rules in force, and swaps the snapshot before it
+    /// lets go, so two changes never cross.
     held: Mutex<Held>,
-    /// The configuration in force; consumers borrow it or follow it.
-    config: watch::Sender<Arc<Config>>,
-    router: RwLock<Arc<Router>>,
-    /// The workspace roots (their `.switchyardignore` files add path rules).
-    roots: RwLock<Vec<PathBuf>>,
-    /// Local-only mode and the rules that keep documents local, put in
-    /// force with every change (the path rules rebuilt when the roots, an
-    /// ignore file or the privacy settings change); every router's remote
-    /// attempts ask them as they send.
-    rules: RulesInForce,
+    /// What is in force; written only under `held`.
+    now: watch::Sender<Snapshot>,
+}
+
+/// What is in force, swapped whole: the configuration and the router built
+/// over it (which reads that same `Arc`, no copy).
+#[derive(Clone)]
+pub struct Snapshot {
+    pub config: Arc<Config>,
+    pub router: Arc<Router>,
 }
 
 /// What the core's lock holds.
@@ -66,6 +66,11 @@ struct Held {
     layers: ConfigLayers,
     /// What their last resolution could not apply.
     problems: Vec<ConfigError>,
+    /// The workspace roots (their `.switchyardignore` files add path rules).
+    roots: Vec<PathBuf>,
+    /// What outlives a router, the rules in force among it: local-only mode
+    /// and the rules that keep documents local, which every router's remote
+    /// attempts ask as they send (so a change reaches tasks already running).
     lasting: Lasting,
 }
 
@@ -116,7 +121,6 @@ impl Core {
         switchyard_privacy::redact::prepare();
         configure_beacons(&lasting, &config.resilience);
         lasting.rules.change(|_| InForce::of(&config));
-        let rules = lasting.rules.clone();
         let config = Arc::new(config);
         let router = Arc::new(Router::new(config.clone(), local.clone(), lasting.clone()));
         Core {
@@ -125,31 +129,35 @@ impl Core {
             held: Mutex::new(Held {
                 layers,
                 problems,
+                roots: Vec::new(),
                 lasting,
             }),
-            config: watch::channel(config).0,
-            router: RwLock::new(router),
-            roots: RwLock::default(),
-            rules,
+            now: watch::channel(Snapshot { config, router }).0,
         }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Held> {
+        self.held.lock().expect("core lock")
     }
 
     /// The workspace roots whose `.switchyardignore` files add path rules.
     pub fn set_roots(&self, roots: Vec<PathBuf>) {
-        *self.roots.write().expect("roots lock") = roots;
-        self.refresh_path_rules();
+        let mut held = self.lock();
+        held.roots = roots;
+        self.put_document_rules(&held);
     }
 
     /// Builds the local-only rules again from the privacy settings, the
     /// roots and their ignore files (one of which changed).
     pub fn refresh_path_rules(&self) {
-        let roots = self.roots.read().expect("roots lock").clone();
-        let (rules, problems) = LocalOnlyRules::new(&self.config().privacy, &roots);
-        for problem in problems {
-            tracing::warn!("path rules: {problem}");
-        }
-        let documents = Arc::new(rules);
-        self.rules.change(|now| InForce {
+        self.put_document_rules(&self.lock());
+    }
+
+    /// Puts the document rules of the configuration in force for `held`'s
+    /// roots in force (the configuration changes only under the same lock).
+    fn put_document_rules(&self, held: &Held) {
+        let documents = document_rules(&self.config().privacy, &held.roots);
+        held.lasting.rules.change(|now| InForce {
             local_only: now.local_only.clone(),
             documents,
         });
@@ -157,7 +165,7 @@ impl Core {
 
     /// The rule that makes the workspace local-only, if one does.
     pub fn workspace_rule(&self) -> Option<String> {
-        self.rules.now().documents.workspace.clone()
+        self.lock().lasting.rules.now().documents.workspace.clone()
     }
 
     /// Where the local engine is, for the router's local entry.
@@ -167,22 +175,22 @@ impl Core {
 
     /// The router in force.
     pub fn router(&self) -> Arc<Router> {
-        self.router.read().expect("router lock").clone()
+        self.now.borrow().router.clone()
     }
 
     /// The configuration in force.
     pub fn config(&self) -> Arc<Config> {
-        self.config.borrow().clone()
+        self.now.borrow().config.clone()
     }
 
-    /// The configuration in force, now and after every change.
-    pub fn follow_config(&self) -> watch::Receiver<Arc<Config>> {
-        self.config.subscribe()
+    /// What is in force, now and after every change.
+    pub fn follow(&self) -> watch::Receiver<Snapshot> {
+        self.now.subscribe()
     }
 
     /// What the last resolution could not apply.
     pub fn problems(&self) -> Vec<ConfigError> {
-        self.held.lock().expect("core lock").problems.clone()
+        self.lock().problems.clone()
     }
 
     /// Changes the layers and puts the resolved configuration in force, all
@@ -190,12 +198,12 @@ impl Core {
     /// what the routers learned (the shared state reopened only when where it
     /// lives changed). Says what else changed.
     pub fn reconfigure(&self, change: impl FnOnce(&mut ConfigLayers)) -> Reconfigured {
-        let mut held = self.held.lock().expect("core lock");
+        let mut held = self.lock();
         change(&mut held.layers);
         let (config, problems) = held.layers.resolve();
         held.problems = problems.clone();
         let config = Arc::new(config);
-        let previous = self.config.borrow().clone();
+        let previous = self.config();
         if previous.resilience != config.resilience {
             held.lasting.resilience = reopened(
                 &held.lasting.resilience,
@@ -206,20 +214,21 @@ impl Core {
         }
         // In force before anything else: an attempt of a task already
         // running asks these as it sends, whichever router it runs on.
-        self.rules.change(|now| InForce {
+        let documents = (previous.privacy != config.privacy)
+            .then(|| document_rules(&config.privacy, &held.roots));
+        held.lasting.rules.change(|now| InForce {
             local_only: config.local_only_reason(),
-            documents: now.documents.clone(),
+            documents: documents.unwrap_or_else(|| now.documents.clone()),
         });
         let router = Arc::new(Router::new(
             config.clone(),
             self.local.clone(),
             held.lasting.clone(),
         ));
-        *self.router.write().expect("router lock") = router.clone();
-        self.config.send_replace(config.clone());
-        if previous.privacy != config.privacy {
-            self.refresh_path_rules();
-        }
+        self.now.send_replace(Snapshot {
+            config: config.clone(),
+            router: router.clone(),
+        });
         drop(held);
         router.publish();
         Reconfigured {
@@ -240,7 +249,7 @@ impl Core {
         let path = self.config_path.as_ref()?;
         let read = switchyard_config::read_file(path);
         let unchanged = {
-            let layers = &self.held.lock().expect("core lock").layers;
+            let layers = &self.lock().layers;
             match &read {
                 Ok(file) => layers.file_error.is_none() && &layers.file == file,
                 Err(error) => layers.file_error.as_ref() == Some(error),
@@ -296,8 +305,17 @@ impl Core {
 
     /// The parked-task list status shows; the front end that parks keeps it.
     pub fn parked(&self) -> Arc<Mutex<Vec<ParkedStatus>>> {
-        self.held.lock().expect("core lock").lasting.parked.clone()
+        self.lock().lasting.parked.clone()
     }
+}
+
+/// The rules that keep documents local under `privacy` for `roots`.
+fn document_rules(privacy: &PrivacyConfig, roots: &[PathBuf]) -> Arc<LocalOnlyRules> {
+    let (rules, problems) = LocalOnlyRules::new(privacy, roots);
+    for problem in problems {
+        tracing::warn!("path rules: {problem}");
+    }
+    Arc::new(rules)
 }
 
 /// The `local_only` a config file layer sets, if it does.

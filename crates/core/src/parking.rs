@@ -178,7 +178,7 @@ impl Parking {
     /// Resumes parked work every resume interval (as configured now; an edit
     /// applies at once), and refreshes the shared status.
     pub async fn run<F: ParkedFront>(self: Arc<Self>, front: Arc<F>) {
-        let mut changes = Some(self.core.follow_config());
+        let mut changes = Some(self.core.follow());
         loop {
             let every = self.core.config().resilience.resume_interval_ms;
             if !sleep_or_change(Duration::from_millis(every), &mut changes).await {

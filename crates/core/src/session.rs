@@ -51,7 +51,9 @@ pub struct Parts {
 
 impl Session {
     pub fn open(core: Arc<Core>, parts: Parts) -> Arc<Session> {
-        let mut completion = CompletionService::following(core.follow_config())
+        let in_force = core.follow();
+        let settings = move || in_force.borrow().config.autocomplete.clone();
+        let mut completion = CompletionService::following(settings)
             .with_remote(core.clone())
             .with_snooze(parts.snooze);
         if let Some(documents) = parts.open_documents {
@@ -167,7 +169,7 @@ impl Session {
     /// configured now; `on_tick` sees the router after each round.
     pub fn keep_routes_known(&self, on_tick: impl Fn(&Router) + Send + 'static) {
         let core = self.core.clone();
-        let changes = Some(core.follow_config());
+        let changes = Some(core.follow());
         tokio::spawn(canary::upkeep(move || core.router(), changes, on_tick));
     }
 

@@ -21,7 +21,6 @@ use super::plan::{Cleared, Plan};
 use super::seam::{Form, Seam};
 use switchyard_base::entry::ModelRef;
 use switchyard_base::task::{TaskKind, Tier};
-use switchyard_config::Config;
 use switchyard_config::follow::sleep_or_change;
 use switchyard_providers::{ChatMessage, ChatRequest, Role, Usage};
 use switchyard_resilience::breaker::Phase;
@@ -256,9 +255,9 @@ fn healthy(
 /// primary interval (when set), watch the primaries. `current` gives the
 /// router in force (rebuilt on configuration changes); both intervals are read
 /// from it at each pass, and a change on `changes` cuts a sleep short.
-pub async fn upkeep(
+pub async fn upkeep<T>(
     current: impl Fn() -> Arc<Router>,
-    mut changes: Option<watch::Receiver<Arc<Config>>>,
+    mut changes: Option<watch::Receiver<T>>,
     on_tick: impl Fn(&Router),
 ) {
     let mut last_primary_watch = Instant::now();

@@ -124,7 +124,11 @@ async fn an_outage_keeps_users_off_the_primary_and_a_canary_brings_it_back() {
     let canary_every = Duration::from_millis(config.resilience.canary_interval_ms);
     let router = Arc::new(configured(config, &[&primary, &secondary]));
     let upkept = router.clone();
-    let upkeep = tokio::spawn(canary::upkeep(move || upkept.clone(), None, |_| {}));
+    let upkeep = tokio::spawn(canary::upkeep(
+        move || upkept.clone(),
+        None::<tokio::sync::watch::Receiver<()>>,
+        |_| {},
+    ));
     let start = Instant::now();
     let every = Duration::from_secs(4);
     let recovered = start + every * 15;

@@ -33,7 +33,11 @@ impl Upkeep {
             .iter()
             .map(|router| {
                 let router = router.clone();
-                tokio::spawn(canary::upkeep(move || router.clone(), None, |_| {}))
+                tokio::spawn(canary::upkeep(
+                    move || router.clone(),
+                    None::<tokio::sync::watch::Receiver<()>>,
+                    |_| {},
+                ))
             })
             .collect();
         Upkeep(tasks)
