@@ -5,7 +5,8 @@
 //! answer), through the language server's explain (the command palette's
 //! toggle) and the gateway (its config file edited), whole and streamed.
 //! Counted where it matters: the requests the fake providers receive after
-//! the mode is in force. The user is told why the answer ended.
+//! the mode is in force. The user is told why the answer ended. Resumes of
+//! parked work, remote autocomplete and canaries are held to the same.
 //!
 //! Events are ordered, not timed: the primary's reply is held at a gate
 //! until the mode is in force (on the hedge road, until the hedge's turn has
@@ -15,12 +16,12 @@
 mod support;
 
 use serde_json::json;
-use support::actions::command;
+use support::actions::{command, whole_function};
 use support::fake_provider::{Behaviour, FakeProvider, Gate};
 use support::lsp_client::LspClient;
 use support::poll::{PATIENCE, eventually};
 use support::scenario::{
-    Failed, Front, Gateway, Profile, Rig, Served, Setup, explain_params, explain_result,
+    Failed, Front, Gateway, Profile, Rig, Served, Setup, URI, explain_params, explain_result,
 };
 
 /// An answer in four deltas, so a cut after two leaves half of it.
@@ -270,4 +271,66 @@ async fn a_canary_round_sends_nothing_more_after_the_user_says_no() {
     let log = client.log();
     let after = primary.request_count() + secondary.request_count() - before;
     assert_eq!(after, 0, "{after} canaries after the user said no\n{log}");
+}
+
+/// Resume of parked work: a refactor parked while both providers were rate
+/// limited is resumed by the window; its resumed request is held at the
+/// provider until the user has said no, then fails as a failover would
+/// follow. Nothing more is sent, and the user is told why it ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resumed_parked_refactor_sends_nothing_more_after_the_user_says_no() {
+    let limited = Behaviour::RateLimited {
+        retry_after: Some(1),
+    };
+    let primary = FakeProvider::with_default(limited.clone()).await;
+    let secondary = FakeProvider::with_default(limited).await;
+    let profile = Profile::current();
+    let setup = Setup {
+        extra: json!({"resilience": {"resume_interval_ms": 200}}),
+        ..Setup::default()
+    }
+    .refactor_on_medium(&profile);
+    let mut rig = Rig::start(Front::LspRefactor, &profile, setup, &primary, &secondary).await;
+    let client = rig.lsp();
+    let arguments = json!([URI, whole_function(), "Simplify this code."]);
+    let parked = command(client, "switchyard.refactor", arguments).await;
+    assert!(
+        parked["result"]["parked"].is_string(),
+        "{parked}\n{}",
+        client.log()
+    );
+
+    let gate = Gate::default();
+    for fake in [&primary, &secondary] {
+        fake.set_default(Behaviour::ServerError.after_gate(&gate));
+    }
+    let users = || primary.user_request_count() + secondary.user_request_count();
+    let before_resume = users();
+    let resumed = async || match users() > before_resume {
+        true => Ok(()),
+        false => Err(()),
+    };
+    let log = client.log();
+    assert!(
+        eventually(PATIENCE, resumed).await.is_ok(),
+        "never resumed\n{log}"
+    );
+    say_no_in_the_editor(client).await;
+    let before = primary.request_count() + secondary.request_count();
+    gate.open();
+    let told = client
+        .notification("window/showMessage", |p| {
+            p["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("the parked refactor"))
+        })
+        .await;
+    let log = client.log();
+    let message = told["params"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("local-only mode is on"),
+        "{message}\n{log}"
+    );
+    let after = primary.request_count() + secondary.request_count() - before;
+    assert_eq!(after, 0, "{after} requests after the user said no\n{log}");
 }
