@@ -18,9 +18,9 @@
 //!   docs/lsp-extensions.md), never the core's.
 //! - Canaries check cooled-down breakers (and, if configured, the primaries)
 //!   in the background, so recovery is noticed without a caller's request.
-//! - A changed config file is applied without a restart: the core reads it
-//!   again every [`RELOAD_EVERY`], and each request is routed by the router
-//!   in force then.
+//! - A changed config file is applied without a restart: the session reads
+//!   it again every second (`Session::follow_config_file`), and each request
+//!   is routed by the router in force then.
 //!
 //! Loopback only unless `--allow-remote`, which also requires a bearer token.
 
@@ -31,7 +31,6 @@ pub mod wire;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::Json;
 use axum::body::Bytes;
@@ -54,9 +53,6 @@ use switchyard_router::{Answer, Origin, Pin, RouteError, Router, TaskRequest};
 
 /// The header a caller names its task kind with (`explain`, the default, or `refactor`).
 pub const TASK_HEADER: &str = "x-switchyard-task";
-
-/// How often the config file is read again for changes.
-pub const RELOAD_EVERY: Duration = Duration::from_secs(1);
 
 pub struct GatewayOptions {
     pub listen: SocketAddr,
@@ -123,7 +119,7 @@ pub async fn run(session: Arc<Session>, options: GatewayOptions) -> Result<(), S
     let history = Arc::new(History::default());
     let recorder = history.clone();
     session.keep_routes_known(move |router| recorder.record(router));
-    tokio::spawn(follow_file(session.clone()));
+    tokio::spawn(session.clone().follow_config_file());
     let app = app(Arc::new(Gateway {
         session,
         beyond_loopback,
@@ -135,41 +131,6 @@ pub async fn run(session: Arc<Session>, options: GatewayOptions) -> Result<(), S
         })
         .await
         .map_err(|e| e.to_string())
-}
-
-/// Applies the config file whenever its text changes (the session loads the
-/// local model again where its settings changed), saying what could not be
-/// applied.
-async fn follow_file(session: Arc<Session>) {
-    let Some(path) = session.core().config_path().map(ToOwned::to_owned) else {
-        return;
-    };
-    // Read again only once its size or time changed, and off the request
-    // threads: a reload never holds up a request.
-    let stamp = |path: &std::path::Path| {
-        std::fs::metadata(path)
-            .ok()
-            .map(|m| (m.modified().ok(), m.len()))
-    };
-    // Nothing seen yet: the first pass reads the file once, so an edit made
-    // between the core's first read and this loop is not missed.
-    let mut seen = None;
-    loop {
-        tokio::time::sleep(RELOAD_EVERY).await;
-        let now = stamp(&path);
-        if now == seen {
-            continue;
-        }
-        seen = now;
-        let reloading = session.clone();
-        let reloaded = tokio::task::spawn_blocking(move || reloading.reload_file()).await;
-        if let Ok(Some(changed)) = reloaded {
-            tracing::info!("gateway: the config file changed; applied");
-            for problem in &changed.problems {
-                tracing::warn!("{problem}");
-            }
-        }
-    }
 }
 
 fn app(gateway: Arc<Gateway>) -> axum::Router {

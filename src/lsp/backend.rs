@@ -21,6 +21,7 @@ use switchyard_completion::CompletionService;
 use switchyard_completion::controls::Snooze;
 use switchyard_completion::stats::{self, StatsLog};
 use switchyard_completion::status::{CompletionState, CompletionStatus};
+use switchyard_completion::suitability::unsuitable;
 use switchyard_completion::tracking::Tracking;
 use switchyard_config::{ConfigError, ConfigLayers};
 use switchyard_core::Core;
@@ -248,7 +249,7 @@ impl Backend {
             .documents
             .get(uri)
             .ok()
-            .filter(|doc| doc.unsuitable_for_completion().is_none())
+            .filter(|doc| unsuitable(&doc.rope).is_none())
             .map(|doc| Place {
                 rope: doc.rope,
                 cursor: doc.cursor,

@@ -9,10 +9,7 @@ use ropey::Rope;
 use tower_lsp_server::ls_types::{Position, TextDocumentContentChangeEvent, Uri};
 
 use super::position::{self, PositionEncoding, PositionError};
-
-/// Documents larger than this are kept in sync but never sent to a model whole:
-/// completion context is a window around the cursor anyway.
-pub const MAX_DOCUMENT_BYTES: usize = 16 * 1024 * 1024;
+use switchyard_completion::suitability::unsuitable;
 
 #[derive(Clone, Debug)]
 pub struct Document {
@@ -22,19 +19,6 @@ pub struct Document {
     /// Where the user probably is (a char index): just after the latest edit,
     /// or where the editor last revealed the cursor (see [`DocumentStore::reveal`]).
     pub cursor: Option<usize>,
-}
-
-impl Document {
-    /// Binary content (NUL bytes) or an oversized file: not worth completing.
-    pub fn unsuitable_for_completion(&self) -> Option<&'static str> {
-        if self.rope.len_bytes() > MAX_DOCUMENT_BYTES {
-            Some("document is too large")
-        } else if self.rope.chunks().any(|c| c.contains('\0')) {
-            Some("document looks binary")
-        } else {
-            None
-        }
-    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -92,7 +76,7 @@ impl DocumentStore {
     pub fn texts(&self) -> Vec<(String, Rope)> {
         self.docs
             .iter()
-            .filter(|d| d.unsuitable_for_completion().is_none())
+            .filter(|d| unsuitable(&d.rope).is_none())
             .map(|d| (d.key().as_str().to_owned(), d.rope.clone()))
             .collect()
     }

@@ -46,10 +46,6 @@ impl Backend {
         let doc = self.documents.get(uri).map_err(invalid_params)?;
         let cursor = position::to_char(&doc.rope, at, self.encoding()).map_err(invalid_params)?;
         let snapshot = doc.rope.clone();
-        if let Some(reason) = doc.unsuitable_for_completion() {
-            tracing::debug!(uri = uri.as_str(), "no completion: {reason}");
-            return Ok(None);
-        }
         let cancel = CancelFlag::default();
         // Dropped by `$/cancelRequest`: the engine stops working on it.
         let _cancel_on_drop = cancel.cancel_on_drop();

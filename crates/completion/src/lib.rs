@@ -15,6 +15,7 @@ mod placement;
 pub mod postprocess;
 pub mod stats;
 pub mod status;
+pub mod suitability;
 pub mod tracking;
 pub mod typethrough;
 mod warming;
@@ -420,6 +421,9 @@ impl CompletionService {
         let config = self.config();
         if let Err(off) = self.turned_on(request, &config) {
             return (Err(off), None);
+        }
+        if let Some(reason) = suitability::unsuitable(&request.rope) {
+            return (Err(NoSuggestion::Skipped(reason)), None);
         }
         let (line, line_before, situation) = situation_at(&request.rope, request.cursor);
         if let Some(reason) = situation.skip_reason()

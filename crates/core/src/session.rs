@@ -19,6 +19,9 @@ use switchyard_engine::ModelInfo;
 use switchyard_router::{Answer, OnProgress, RouteError, Router, TaskRequest, canary};
 use tokio_util::sync::CancellationToken;
 
+/// How often a followed config file is looked at for changes.
+pub const RELOAD_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
 pub struct Session {
     core: Arc<Core>,
     completion: Arc<CompletionService>,
@@ -107,6 +110,40 @@ impl Session {
         let changed = self.core.reload_file()?;
         self.follow(&changed);
         Some(changed)
+    }
+
+    /// Applies the config file whenever its text changes (the gateway's
+    /// way; an editor sends its changes instead), saying what could not be
+    /// applied. Read again only once its size or time changed, and off the
+    /// request threads: a reload never holds up a request.
+    pub async fn follow_config_file(self: Arc<Self>) {
+        let Some(path) = self.core.config_path().map(ToOwned::to_owned) else {
+            return;
+        };
+        let stamp = |path: &std::path::Path| {
+            std::fs::metadata(path)
+                .ok()
+                .map(|m| (m.modified().ok(), m.len()))
+        };
+        // Nothing seen yet: the first pass reads the file once, so an edit
+        // made between the core's first read and this loop is not missed.
+        let mut seen = None;
+        loop {
+            tokio::time::sleep(RELOAD_EVERY).await;
+            let now = stamp(&path);
+            if now == seen {
+                continue;
+            }
+            seen = now;
+            let reloading = self.clone();
+            let reloaded = tokio::task::spawn_blocking(move || reloading.reload_file()).await;
+            if let Ok(Some(changed)) = reloaded {
+                tracing::info!("the config file changed; applied");
+                for problem in &changed.problems {
+                    tracing::warn!("{problem}");
+                }
+            }
+        }
     }
 
     fn follow(self: &Arc<Self>, changed: &Reconfigured) {
