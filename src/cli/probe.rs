@@ -4,18 +4,17 @@
 //! exits 0 (healthy), 1 (a failure, a wrong answer, or a p95 over the ceiling)
 //! or 2 (the configuration cannot be probed).
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 
 use switchyard_config::{Config, ConfigLayers};
-use switchyard_probe::history::{self, P95_WINDOW, Percentiles, ProbeRecord};
-use switchyard_probe::local::{self, LocalProbeError, LocalReport};
-use switchyard_probe::targets::{self, Skipped};
-use switchyard_probe::{Ceiling, ProbeResult, Verdict};
+use switchyard_probe::history::P95_WINDOW;
+use switchyard_probe::local::{self, LocalProbeError};
+use switchyard_probe::report::{self, Judged, RemoteReport};
+use switchyard_probe::{Ceiling, Verdict};
 
 /// Errors in tables are cut to this many characters; `--json` has them whole.
 const TABLE_ERROR_CHARS: usize = 60;
@@ -97,78 +96,20 @@ fn load_config(file: Option<PathBuf>) -> Result<Config, Unprobeable> {
     }
 }
 
-/// One probed entry with its recent history judged against the ceiling.
-struct Row {
-    result: ProbeResult,
-    p95: Percentiles,
-    over_ceiling: Vec<String>,
-}
-
-impl Row {
-    fn entry(&self) -> String {
-        format!("{}/{}", self.result.provider, self.result.model)
-    }
-
-    fn healthy(&self) -> bool {
-        self.result.verdict.is_ok() && self.over_ceiling.is_empty()
-    }
-}
-
 async fn probe_remote(config: &Config, args: &ProbeArgs) -> Result<bool, Unprobeable> {
     let ceiling = ceiling(config, args);
-    let router = switchyard_router::Router::standalone(config);
-    let plan = targets::select(&router, args.provider.as_deref())
-        .map_err(|e| Unprobeable(e.to_string()))?;
-    if plan.probe.is_empty() {
-        let skipped = plan
-            .skipped
-            .iter()
-            .map(|s| format!("{}/{} ({})", s.provider, s.model, s.reason()))
-            .collect::<Vec<_>>()
-            .join(", ");
-        return Err(Unprobeable(format!(
-            "nothing to probe: every entry lacks its API key: {skipped}"
-        )));
+    let report = report::probe_remote(config, args.provider.as_deref(), ceiling)
+        .await
+        .map_err(Unprobeable)?;
+    for problem in &report.history_problems {
+        eprintln!("switchyard probe: {problem}");
     }
-    // Concurrently: each entry is a different provider or model, and a slow
-    // one should not delay the verdict on the others.
-    let results = futures::future::join_all(
-        plan.probe
-            .iter()
-            .map(|t| switchyard_probe::probe(t.provider.as_ref(), &t.model, config, ceiling)),
-    )
-    .await;
-    let now = SystemTime::now();
-    let records: Vec<ProbeRecord> = results.iter().map(|r| ProbeRecord::new(r, now)).collect();
-    let path = history::default_path();
-    let earlier = history::recent_by_entry(&path, P95_WINDOW - 1).unwrap_or_else(|e| {
-        eprintln!("switchyard probe: cannot read {}: {e}", path.display());
-        BTreeMap::new()
-    });
-    if let Err(e) = history::append(&path, &records) {
-        eprintln!("switchyard probe: cannot record in {}: {e}", path.display());
-    }
-    let rows: Vec<Row> = results
-        .into_iter()
-        .zip(&records)
-        .map(|(result, record)| {
-            let mut window = earlier.get(&record.entry()).cloned().unwrap_or_default();
-            window.push(record.clone());
-            let p95 = Percentiles::of(&window);
-            Row {
-                over_ceiling: over_ceiling(&p95, ceiling),
-                p95,
-                result,
-            }
-        })
-        .collect();
-    let healthy = rows.iter().all(Row::healthy);
     if args.json {
-        println!("{}", remote_json(&rows, &plan.skipped, ceiling, healthy));
+        println!("{}", remote_json(&report, ceiling));
     } else {
-        print!("{}", remote_table(&rows, &plan.skipped, ceiling));
+        print!("{}", remote_table(&report, ceiling));
     }
-    Ok(healthy)
+    Ok(report.healthy())
 }
 
 fn ceiling(config: &Config, args: &ProbeArgs) -> Ceiling {
@@ -181,23 +122,6 @@ fn ceiling(config: &Config, args: &ProbeArgs) -> Ceiling {
             .ceiling_ms
             .map_or(configured.total, Duration::from_millis),
     }
-}
-
-/// What is over the ceiling at p95, as sentences for the final line.
-fn over_ceiling(p95: &Percentiles, ceiling: Ceiling) -> Vec<String> {
-    let checks = [
-        ("TTFT", p95.ttft_ms, ceiling.first_token),
-        ("total", p95.total_ms, ceiling.total),
-    ];
-    checks
-        .into_iter()
-        .filter_map(|(what, p95_ms, limit)| {
-            let limit_ms = limit.as_millis();
-            p95_ms
-                .filter(|ms| u128::from(*ms) > limit_ms)
-                .map(|ms| format!("p95 {what} {ms} ms is over the {limit_ms} ms ceiling"))
-        })
-        .collect()
 }
 
 fn ms(duration: Option<Duration>) -> Option<u128> {
@@ -216,8 +140,8 @@ fn status_word(verdict: &Verdict) -> &'static str {
     }
 }
 
-fn remote_json(rows: &[Row], skipped: &[Skipped], ceiling: Ceiling, healthy: bool) -> Value {
-    let probed = rows.iter().map(|row| {
+fn remote_json(report: &RemoteReport, ceiling: Ceiling) -> Value {
+    let probed = report.judged.iter().map(|row| {
         json!({
             "entry": row.entry(),
             "provider": row.result.provider,
@@ -233,7 +157,7 @@ fn remote_json(rows: &[Row], skipped: &[Skipped], ceiling: Ceiling, healthy: boo
             "over_ceiling": row.over_ceiling,
         })
     });
-    let skipped = skipped.iter().map(|s| {
+    let skipped = report.skipped.iter().map(|s| {
         json!({
             "entry": format!("{}/{}", s.provider, s.model),
             "provider": s.provider,
@@ -244,7 +168,7 @@ fn remote_json(rows: &[Row], skipped: &[Skipped], ceiling: Ceiling, healthy: boo
     });
     json!({
         "results": probed.chain(skipped).collect::<Vec<_>>(),
-        "ok": healthy,
+        "ok": report.healthy(),
         "ceiling": {
             "first_token_ms": ceiling.first_token.as_millis(),
             "total_ms": ceiling.total.as_millis(),
@@ -273,7 +197,7 @@ fn short(text: &str) -> String {
     format!("{head}: …{tail}")
 }
 
-fn remote_table(rows: &[Row], skipped: &[Skipped], ceiling: Ceiling) -> String {
+fn remote_table(report: &RemoteReport, ceiling: Ceiling) -> String {
     let dash = || "-".to_owned();
     let header = [
         "ENTRY".to_owned(),
@@ -283,7 +207,7 @@ fn remote_table(rows: &[Row], skipped: &[Skipped], ceiling: Ceiling) -> String {
         format!("p95 TTFT/total (last {P95_WINDOW})"),
     ];
     let mut lines = vec![header];
-    for row in rows {
+    for row in &report.judged {
         let p95 = match (row.p95.ttft_ms, row.p95.total_ms) {
             (Some(ttft), Some(total)) => format!("{ttft} / {total}"),
             _ => dash(),
@@ -319,7 +243,7 @@ fn remote_table(rows: &[Row], skipped: &[Skipped], ceiling: Ceiling) -> String {
         out.push_str(cells.join("  ").trim_end());
         out.push('\n');
     }
-    for s in skipped {
+    for s in &report.skipped {
         out.push_str(&format!(
             "skipped: {}/{}: {}\n",
             s.provider,
@@ -327,12 +251,12 @@ fn remote_table(rows: &[Row], skipped: &[Skipped], ceiling: Ceiling) -> String {
             s.reason()
         ));
     }
-    out.push_str(&final_line(rows, ceiling));
+    out.push_str(&final_line(&report.judged, ceiling));
     out.push('\n');
     out
 }
 
-fn final_line(rows: &[Row], ceiling: Ceiling) -> String {
+fn final_line(rows: &[Judged], ceiling: Ceiling) -> String {
     let problems: Vec<String> = rows
         .iter()
         .flat_map(|row| {
@@ -377,7 +301,9 @@ async fn probe_local(config: &Config, json: bool) -> Result<bool, Unprobeable> {
     };
     let problem = report.problem();
     let healthy = problem.is_none();
-    record_local(&report, problem.clone());
+    if let Err(e) = report.record() {
+        eprintln!("switchyard probe: {e}");
+    }
     if json {
         let value = json!({
             "results": [{
@@ -412,22 +338,6 @@ async fn probe_local(config: &Config, json: bool) -> Result<bool, Unprobeable> {
     Ok(healthy)
 }
 
-/// Local checks join the history too, so status shows when the fallback was
-/// last seen working. A local completion does not stream: no TTFT.
-fn record_local(report: &LocalReport, problem: Option<String>) {
-    let result = ProbeResult {
-        provider: "local".to_owned(),
-        model: report.model.clone(),
-        verdict: problem.map_or(Verdict::Ok, Verdict::Failed),
-        ttft: None,
-        total: Duration::from_millis(report.latency_ms),
-    };
-    let path = history::default_path();
-    if let Err(e) = history::append(&path, &[ProbeRecord::new(&result, SystemTime::now())]) {
-        eprintln!("switchyard probe: cannot record in {}: {e}", path.display());
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -448,27 +358,5 @@ mod tests {
         assert_eq!(short("HTTP 503: unavailable"), "HTTP 503: unavailable");
         let no_kind = "y".repeat(100);
         assert_eq!(short(&no_kind).chars().count(), TABLE_ERROR_CHARS + 1);
-    }
-
-    #[test]
-    fn over_ceiling_names_each_p95_past_its_ceiling() {
-        let ceiling = Ceiling {
-            first_token: Duration::from_millis(300),
-            total: Duration::from_millis(1000),
-        };
-        let p95 = |ttft_ms, total_ms| Percentiles {
-            ttft_ms: Some(ttft_ms),
-            total_ms: Some(total_ms),
-            samples: 1,
-        };
-        assert!(over_ceiling(&p95(300, 1000), ceiling).is_empty());
-        assert_eq!(
-            over_ceiling(&p95(301, 1200), ceiling),
-            vec![
-                "p95 TTFT 301 ms is over the 300 ms ceiling",
-                "p95 total 1200 ms is over the 1000 ms ceiling"
-            ]
-        );
-        assert!(over_ceiling(&Percentiles::default(), ceiling).is_empty());
     }
 }

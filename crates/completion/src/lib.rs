@@ -7,8 +7,6 @@
 //! engine's work is cancelled. Every request gets exactly one answer, a
 //! superseded one too (ARCHITECTURE.md invariant 2).
 
-// The crates below, by the module names their paths use (`switchyard_config::…`).
-
 pub mod acceptance;
 pub mod controls;
 mod placement;

@@ -3,8 +3,6 @@
 //! `workspace/configuration`. Each layer is validated on its own so an error names
 //! the layer (file, key, reason); a rejected layer leaves the last good config in force.
 
-// The crates below, by the module names their paths use (`crate::config::…`).
-
 pub mod follow;
 mod layers;
 pub mod local_first;

@@ -4,10 +4,7 @@
 //! inference thread (`engine.rs`) that receives jobs over a channel (ARCHITECTURE.md invariant 4).
 //! That thread alone measures with `std::time::Instant`; everything else
 //! keeps time through `tokio::time` (invariant 9). The engine is a crate of
-//! its own below `providers`, whose `local` module re-exports it beside the
-//! chat provider made of it.
-
-// The crate below, under its module name (as in every crate of the workspace).
+//! its own below `providers`, whose `local::chat` makes a chat provider of it.
 
 mod engine;
 pub mod lookup;

@@ -2,8 +2,6 @@
 //! (`rules`), secrets replaced in every outgoing prompt (`redact`), and a log
 //! of every remote request without its text (`audit`).
 
-// The crates below, by the module names their paths use (`switchyard_config::…`).
-
 pub mod audit;
 pub mod redact;
 pub mod rules;

@@ -7,10 +7,9 @@
 //! (`probes.jsonl` in the state directory) for p95s and for status displays,
 //! and `local` checks the local fallback end to end.
 
-// The crates below, by the module names their paths use (`switchyard_config::…`).
-
 pub mod history;
 pub mod local;
+pub mod report;
 pub mod targets;
 
 use std::time::Duration;

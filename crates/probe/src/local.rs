@@ -3,7 +3,7 @@
 //! completes a known snippet within the autocomplete budget.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use ropey::Rope;
 
@@ -13,6 +13,9 @@ use switchyard_config::Config;
 use switchyard_config::local_setup::SetupError;
 use switchyard_engine::LocalEngine;
 use switchyard_models::NoProgress;
+
+use super::history::{self, ProbeRecord};
+use super::{ProbeResult, Verdict};
 
 /// A small file with an obvious next token at the end of `or_insert(0)`.
 const SNIPPET: &str = r#"use std::collections::HashMap;
@@ -60,6 +63,21 @@ impl LocalReport {
 
     pub fn is_healthy(&self) -> bool {
         self.problem().is_none()
+    }
+
+    /// Joins the probe history too, so status shows when the fallback was
+    /// last seen working. A local completion does not stream: no TTFT.
+    pub fn record(&self) -> Result<(), String> {
+        let result = ProbeResult {
+            provider: "local".to_owned(),
+            model: self.model.clone(),
+            verdict: self.problem().map_or(Verdict::Ok, Verdict::Failed),
+            ttft: None,
+            total: Duration::from_millis(self.latency_ms),
+        };
+        let path = history::default_path();
+        history::append(&path, &[ProbeRecord::new(&result, SystemTime::now())])
+            .map_err(|e| format!("cannot record in {}: {e}", path.display()))
     }
 }
 

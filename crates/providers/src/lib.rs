@@ -10,8 +10,6 @@
 //! Architecture Invariant: wire formats live only in their provider module. The
 //! rest of switchyard sees [`ChatRequest`], [`StreamEvent`] and [`ProviderError`].
 
-// The crates below, by the module names their paths use (`crate::config::…`).
-
 pub mod anthropic;
 mod http;
 pub mod local;

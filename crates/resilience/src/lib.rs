@@ -2,8 +2,6 @@
 //! retry budgets, circuit breakers, the quota governor, and checkpoint-and-park
 //! for long work. State lives in [`switchyard_state`].
 
-// The crates below, by the module names their paths use (`crate::config::…`).
-
 pub mod backoff;
 pub mod breaker;
 pub mod classify;

@@ -9,8 +9,6 @@
 //! accessors. The modules point one way and the functions are steps
 //! (ARCHITECTURE.md invariant 19).
 
-// The crates below, by the module names their paths use (`switchyard_config::…`).
-
 mod attempt;
 mod autocomplete;
 pub mod beacon;

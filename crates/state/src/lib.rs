@@ -9,8 +9,6 @@
 //! Architecture Invariant: a read-modify-write of one key is atomic across all
 //! processes sharing the backend; nothing outside this module knows how.
 
-// The crates below, by the module names their paths use (`crate::config::…`).
-
 pub mod bucket;
 pub mod file;
 pub mod jsonl;
