@@ -42,7 +42,41 @@ pub struct ProviderTotal {
 pub struct AuditLog {
     path: Option<PathBuf>,
     rotate_bytes: u64,
-    recent: Mutex<VecDeque<(u64, String, usize)>>,
+    recent: Mutex<LastHour>,
+}
+
+/// What was sent in the last hour, with each provider's totals kept as
+/// records come and go: status asks after every task, and must not walk an
+/// hour of a busy gateway's requests each time.
+#[derive(Default)]
+struct LastHour {
+    /// (when, provider, bytes), oldest first.
+    records: VecDeque<(u64, String, usize)>,
+    totals: BTreeMap<String, ProviderTotal>,
+}
+
+impl LastHour {
+    fn add(&mut self, at_ms: u64, provider: &str, bytes: usize) {
+        self.records.push_back((at_ms, provider.to_owned(), bytes));
+        let total = self.totals.entry(provider.to_owned()).or_default();
+        total.provider = provider.to_owned();
+        total.bytes += bytes;
+        total.requests += 1;
+    }
+
+    /// Forgets what was sent before `since_ms`.
+    fn expire(&mut self, since_ms: u64) {
+        while self.records.front().is_some_and(|(at, ..)| *at < since_ms) {
+            let (_, provider, bytes) = self.records.pop_front().expect("a front record");
+            if let Some(total) = self.totals.get_mut(&provider) {
+                total.bytes -= bytes;
+                total.requests -= 1;
+                if total.requests == 0 {
+                    self.totals.remove(&provider);
+                }
+            }
+        }
+    }
 }
 
 impl AuditLog {
@@ -73,13 +107,8 @@ impl AuditLog {
     pub fn record(&self, record: &AuditRecord) {
         {
             let mut recent = self.recent.lock().expect("audit lock");
-            recent.push_back((record.at_ms, record.provider.clone(), record.bytes));
-            while recent
-                .front()
-                .is_some_and(|(at, ..)| *at + HOUR_MS < record.at_ms)
-            {
-                recent.pop_front();
-            }
+            recent.add(record.at_ms, &record.provider, record.bytes);
+            recent.expire(record.at_ms.saturating_sub(HOUR_MS));
         }
         if let Some(path) = &self.path
             && let Err(e) = jsonl::append(path, record, self.rotate_bytes)
@@ -90,17 +119,9 @@ impl AuditLog {
 
     /// Per provider, what this process sent in the last hour.
     pub fn last_hour(&self) -> Vec<ProviderTotal> {
-        let since = now_ms().saturating_sub(HOUR_MS);
-        let mut totals: BTreeMap<String, ProviderTotal> = BTreeMap::new();
-        for (at, provider, bytes) in self.recent.lock().expect("audit lock").iter() {
-            if *at >= since {
-                let total = totals.entry(provider.clone()).or_default();
-                total.provider.clone_from(provider);
-                total.bytes += bytes;
-                total.requests += 1;
-            }
-        }
-        totals.into_values().collect()
+        let mut recent = self.recent.lock().expect("audit lock");
+        recent.expire(now_ms().saturating_sub(HOUR_MS));
+        recent.totals.values().cloned().collect()
     }
 }
 
@@ -156,6 +177,21 @@ mod tests {
                 .collect::<Vec<_>>(),
             [("a", 150, 2), ("b", 10, 1)]
         );
+    }
+
+    #[test]
+    fn what_was_sent_over_an_hour_ago_leaves_the_totals() {
+        let log = AuditLog::in_memory();
+        let now = now_ms();
+        log.record(&record("a", 100).with_at(now - HOUR_MS - 1_000));
+        log.record(&record("b", 7).with_at(now - HOUR_MS - 500));
+        log.record(&record("a", 30).with_at(now - 1_000));
+        let totals: Vec<(String, usize, usize)> = log
+            .last_hour()
+            .into_iter()
+            .map(|t| (t.provider, t.bytes, t.requests))
+            .collect();
+        assert_eq!(totals, [("a".to_owned(), 30, 1)]);
     }
 
     #[test]
