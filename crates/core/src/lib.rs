@@ -16,15 +16,14 @@ pub mod session;
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-use switchyard_privacy::audit::AuditLog;
 
 use tokio::sync::watch;
 
 use switchyard_config::{Config, ConfigError, ConfigLayers, PrivacyConfig};
+use switchyard_privacy::audit::AuditLog;
 use switchyard_privacy::rules::{InForce, LocalOnlyRules};
 use switchyard_providers::local::chat::EngineSlot;
-use switchyard_resilience::Resilience;
-use switchyard_resilience::ResilienceConfig;
+use switchyard_resilience::{Resilience, ResilienceConfig};
 use switchyard_router::status::{ParkedStatus, StatusReport};
 use switchyard_router::{Lasting, Router};
 use switchyard_state::WhenUnavailable;

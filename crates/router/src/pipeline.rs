@@ -17,7 +17,6 @@
 
 use std::sync::Arc;
 use std::time::Duration;
-use switchyard_privacy::audit::AuditRecord;
 
 use tokio::time::Instant;
 
@@ -33,6 +32,7 @@ use super::retry::{self, Facts, Then};
 use super::run_state::{Lane, RunState};
 use super::seam::{Seam, Unjoinable};
 use switchyard_base::task::TaskProfile;
+use switchyard_privacy::audit::AuditRecord;
 use switchyard_providers::{Provider, Usage};
 use switchyard_resilience::breaker::{Admission, Phase};
 use switchyard_resilience::governor::{Quota, Reservation};
