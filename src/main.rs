@@ -86,6 +86,17 @@ enum Command {
     /// check the local model) and record the latency; exits 1 when one is
     /// unhealthy and 2 when the configuration cannot be probed. Made for cron.
     Probe(cli::probe::ProbeArgs),
+    /// Check that this machine is ready: configuration, model and its digest,
+    /// disk, state directory, log, local-only mode, provider keys and the
+    /// engine; exits 1, naming each fix, when something is not.
+    Doctor {
+        /// Print one JSON object instead of text (what the editors read).
+        #[arg(long)]
+        json: bool,
+        /// Leave out loading the model to measure the engine.
+        #[arg(long)]
+        no_engine: bool,
+    },
     /// Check configuration.
     Config {
         #[command(subcommand)]
@@ -139,6 +150,9 @@ fn main() -> ExitCode {
                 allow_remote,
             } => cli::gateway::run(config_file, listen, allow_remote).await,
             Command::Probe(args) => cli::probe::run(config_file, args).await,
+            Command::Doctor { json, no_engine } => {
+                cli::doctor::run(config_file, &log_file, json, no_engine).await
+            }
             Command::Config {
                 action: ConfigAction::Check { file },
             } => cli::check_config(file.or(config_file)),

@@ -2,6 +2,7 @@
 
 pub mod audit;
 pub mod complete;
+pub mod doctor;
 pub mod gateway;
 pub mod models;
 pub mod probe;

@@ -23,6 +23,21 @@ use tokio::sync::{oneshot, watch};
 
 pub use engine::{llama_backend, llama_context_params};
 pub use prompt::PromptBudget;
+#[cfg(unix)]
+pub use shared::engines_hosted_in;
+
+/// Where windows cannot meet at a socket, none hosts an engine for others.
+#[cfg(not(unix))]
+pub fn engines_hosted_in(_dir: &std::path::Path) -> usize {
+    0
+}
+
+/// What the engine computes on: Metal on Apple silicon, else the CPU.
+pub const BACKEND: &str = if cfg!(all(target_os = "macos", target_arch = "aarch64")) {
+    "Metal"
+} else {
+    "CPU"
+};
 use switchyard_base::cancel::CancelFlag;
 
 /// How to run the engine.

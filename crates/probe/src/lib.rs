@@ -7,6 +7,7 @@
 //! (`probes.jsonl` in the state directory) for p95s and for status displays,
 //! and `local` checks the local fallback end to end.
 
+pub mod doctor;
 pub mod history;
 pub mod local;
 pub mod report;

@@ -93,6 +93,28 @@ fn share(
     }
 }
 
+/// How many engines other processes host in `dir` now: meeting places
+/// whose lock is held (a host holds it as long as it lives).
+pub fn engines_hosted_in(dir: &Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .filter_map(Result::ok)
+        .map(|entry| entry.path())
+        .filter(|path| {
+            let name = path.file_name().unwrap_or_default().to_string_lossy();
+            name.starts_with("engine-") && name.ends_with(".lock")
+        })
+        .filter(|path| {
+            let Ok(lock) = File::options().write(true).open(path) else {
+                return false;
+            };
+            matches!(lock.try_lock(), Err(TryLockError::WouldBlock))
+        })
+        .count()
+}
+
 impl MeetingPlace {
     /// Named by everything that makes two engines differ, and the release.
     fn for_engine(options: &EngineOptions, dir: &Path) -> MeetingPlace {
