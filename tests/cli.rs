@@ -138,3 +138,29 @@ fn models_verify_reports_a_corrupt_file() {
         stderr(&output)
     );
 }
+
+/// `models du` shows what each model takes, a download in progress
+/// included; `models rm` frees it and leaves the others.
+#[test]
+fn models_du_and_rm_account_for_and_free_the_disk() {
+    let dir = tempfile::tempdir().unwrap();
+    let name = "qwen2.5-coder-1.5b-instruct";
+    let file = dir
+        .path()
+        .join("qwen2.5-coder-1.5b-instruct-q8_0.gguf.partial");
+    std::fs::write(&file, vec![0u8; 3_000_000]).unwrap();
+    let kept = dir.path().join("notes.txt");
+    std::fs::write(&kept, vec![0u8; 2_000_000]).unwrap();
+    let models = [("SWITCHYARD_MODEL_DIR", dir.path().to_str().unwrap())];
+    let du = switchyard(&["models", "du"], &models);
+    assert!(du.status.success(), "{}", stderr(&du));
+    let listed = stdout(&du);
+    assert!(listed.contains(&format!("3 MB  {name}")), "{listed}");
+    assert!(listed.contains("5 MB  total"), "{listed}");
+    let rm = switchyard(&["models", "rm", name], &models);
+    assert!(rm.status.success(), "{}", stderr(&rm));
+    assert!(stdout(&rm).contains("3 MB freed"), "{}", stdout(&rm));
+    assert!(!file.exists() && kept.exists());
+    let again = stdout(&switchyard(&["models", "du"], &models));
+    assert!(again.contains("2 MB  total"), "{again}");
+}

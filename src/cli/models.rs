@@ -1,5 +1,6 @@
-//! `switchyard models list|pull|verify`.
+//! `switchyard models list|pull|verify|rm|du`.
 
+use std::path::Path;
 use std::process::ExitCode;
 
 use clap::Subcommand;
@@ -14,6 +15,10 @@ pub enum ModelsAction {
     Pull { name: Option<String> },
     /// Check a downloaded model's size and SHA-256.
     Verify { name: Option<String> },
+    /// Remove a downloaded model (and any download of it in progress).
+    Rm { name: String },
+    /// Show the disk each model takes, and all of them together.
+    Du,
 }
 
 fn entry(name: Option<&str>) -> Result<&'static ModelEntry, String> {
@@ -30,30 +35,7 @@ pub async fn run(action: ModelsAction) -> ExitCode {
     let dir = switchyard_models::model_dir();
     let result = match action {
         ModelsAction::List => {
-            let manifest = Manifest::embedded();
-            let default = &manifest.default_model().name;
-            for m in &manifest.models {
-                let state = if switchyard_models::is_present(m, &dir) {
-                    "downloaded"
-                } else {
-                    "not downloaded"
-                };
-                let size = m.files().iter().map(|file| file.size).sum::<Option<u64>>();
-                let size = size.map_or("size unknown".to_owned(), |s| {
-                    format!("{:.0} MB", s as f64 / 1e6)
-                });
-                let mark = if &m.name == default {
-                    " (default here)"
-                } else {
-                    ""
-                };
-                println!(
-                    "{}{mark}\n    {} | {size} | {state}\n    {}",
-                    m.name,
-                    m.description,
-                    m.path_in(&dir).display()
-                );
-            }
+            list(&dir);
             Ok(())
         }
         ModelsAction::Pull { name } => match entry(name.as_deref()) {
@@ -71,6 +53,11 @@ pub async fn run(action: ModelsAction) -> ExitCode {
             }
             Ok(())
         }),
+        ModelsAction::Rm { name } => remove(&name, &dir),
+        ModelsAction::Du => {
+            disk_use(&dir);
+            Ok(())
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -79,4 +66,55 @@ pub async fn run(action: ModelsAction) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+fn megabytes(bytes: u64) -> String {
+    format!("{:.0} MB", bytes as f64 / 1e6)
+}
+
+fn list(dir: &Path) {
+    let manifest = Manifest::embedded();
+    let default = &manifest.default_model().name;
+    for m in &manifest.models {
+        let state = if switchyard_models::is_present(m, dir) {
+            "downloaded"
+        } else {
+            "not downloaded"
+        };
+        let size = m.files().iter().map(|file| file.size).sum::<Option<u64>>();
+        let size = size.map_or("size unknown".to_owned(), megabytes);
+        let mark = if &m.name == default {
+            " (default here)"
+        } else {
+            ""
+        };
+        println!(
+            "{}{mark}\n    {} | {size} | {state}\n    {}",
+            m.name,
+            m.description,
+            m.path_in(dir).display()
+        );
+    }
+}
+
+fn remove(name: &str, dir: &Path) -> Result<(), String> {
+    let entry = entry(Some(name))?;
+    let freed = switchyard_models::remove(entry, dir)
+        .map_err(|e| format!("cannot remove {name} from {}: {e}", dir.display()))?;
+    match freed {
+        0 => println!("{name} is not downloaded in {}", dir.display()),
+        bytes => println!("removed {name}: {} freed", megabytes(bytes)),
+    }
+    Ok(())
+}
+
+fn disk_use(dir: &Path) {
+    for m in &Manifest::embedded().models {
+        let used = switchyard_models::used_by(m, dir);
+        if used > 0 {
+            println!("{:>10}  {}", megabytes(used), m.name);
+        }
+    }
+    let total = switchyard_models::disk_use(dir);
+    println!("{:>10}  total in {}", megabytes(total), dir.display());
 }

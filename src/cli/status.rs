@@ -31,6 +31,9 @@ pub async fn run(config_file: Option<PathBuf>, json: bool) -> ExitCode {
         );
     } else {
         print!("{}", human(&runbook));
+        let models = switchyard_models::model_dir();
+        let used = switchyard_models::disk_use(&models) as f64 / 1e6;
+        println!("models: {used:.0} MB in {}", models.display());
     }
     ExitCode::SUCCESS
 }

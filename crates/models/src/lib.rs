@@ -9,6 +9,7 @@ mod manifest;
 mod progress;
 mod pull;
 mod pypi;
+mod store;
 mod verify;
 
 #[cfg(test)]
@@ -26,25 +27,11 @@ pub use manifest::{
 };
 pub use progress::{NoProgress, PullProgress, TerminalProgress};
 pub use pull::pull;
+pub use store::{disk_use, remove, used_by};
 pub use verify::{VerifyError, is_present, verify};
 
 /// Overrides where models are stored.
 pub const MODEL_DIR_ENV: &str = "SWITCHYARD_MODEL_DIR";
-
-/// Bytes the files under `dir` take (partial downloads included).
-pub fn disk_use(dir: &std::path::Path) -> u64 {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return 0;
-    };
-    entries
-        .filter_map(Result::ok)
-        .map(|entry| match entry.metadata() {
-            Ok(meta) if meta.is_dir() => disk_use(&entry.path()),
-            Ok(meta) => meta.len(),
-            Err(_) => 0,
-        })
-        .sum()
-}
 
 /// Where models are stored: `$SWITCHYARD_MODEL_DIR`, else the platform cache
 /// directory (`~/.cache/switchyard/models` on Linux), else `./models-cache`.

