@@ -2,6 +2,9 @@
 // forwards inline completions, code actions, applyEdit and showDocument), keeps
 // the status bar item in step with `switchyard/status`, and adds the commands.
 
+import { execFile } from "node:child_process";
+import * as fs from "node:fs";
+
 import * as vscode from "vscode";
 import {
   ExecuteCommandRequest,
@@ -19,6 +22,7 @@ import {
   statusCommand,
   toggleLocalOnlyCommand,
 } from "./commands";
+import { doctorReport } from "./doctor";
 import { configurationResponse, initializationOptions, logFile, readSettings, serverCommand, Settings } from "./settings";
 import { formatStatus, menuItems, STATUS_NOTIFICATION, StatusReport, statusLines } from "./status";
 
@@ -50,9 +54,15 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
   };
   showStatus(undefined);
 
+  // A platform VSIX carries the server in bin/; a plain one does not.
+  const bundledPath = context.asAbsolutePath(process.platform === "win32" ? "bin/switchyard.exe" : "bin/switchyard");
+  const bundled = fs.existsSync(bundledPath) ? bundledPath : undefined;
+  const server = () => serverCommand(currentSettings(), bundled);
+
   const start = async () => {
     const settings = currentSettings();
-    const { command, args } = serverCommand(settings);
+    const { command, args, source } = server();
+    output.info(`starting ${command} (${source})`);
     const serverOptions: ServerOptions = { command, args };
     const clientOptions: LanguageClientOptions = {
       documentSelector: [{ scheme: "file" }, { scheme: "untitled" }],
@@ -165,6 +175,29 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
       } catch {
         await vscode.window.showWarningMessage(`switchyard: no log at ${path} yet`);
       }
+    }),
+    vscode.commands.registerCommand("switchyard.client.checkSetup", async () => {
+      const { command, args, source } = server();
+      output.info(`checking the setup with ${command} (${source})`);
+      execFile(command, [...args, "doctor", "--json"], { timeout: 120_000 }, async (error, stdout) => {
+        let view;
+        try {
+          view = doctorReport(JSON.parse(stdout));
+        } catch {
+          view = undefined;
+        }
+        if (!view) {
+          await report(`${command} doctor gave no report: ${error?.message ?? stdout}`);
+          return;
+        }
+        view.lines.forEach((line) => output.info(line));
+        if (view.ready) {
+          await vscode.window.showInformationMessage(`switchyard: ready (${command}, ${source})`);
+        } else {
+          const details = await vscode.window.showErrorMessage(`switchyard: not ready: ${view.firstFix ?? "see the output"}`, "Show Details");
+          if (details) output.show();
+        }
+      });
     }),
     vscode.commands.registerCommand("switchyard.client.statusMenu", async () => {
       const picked = await vscode.window.showQuickPick(menuItems(lastStatus), { title: "switchyard" });

@@ -101,11 +101,18 @@ export function configurationResponse(s: Settings, items: { section?: string }[]
 }
 
 /** How to start the server: `switchyard` from PATH unless a path is set; no arguments serve LSP on stdio. */
-export function serverCommand(s: Settings): { command: string; args: string[] } {
+/**
+ * The server's command line: `switchyard.path` when set, else the binary this
+ * platform's VSIX bundles (`bundled`, when there is one), else `switchyard`
+ * from PATH; `source` says which, for the output channel.
+ */
+export function serverCommand(s: Settings, bundled?: string): { command: string; args: string[]; source: string } {
   const args: string[] = [];
   if (s.configFile) args.push("--config", s.configFile);
   if (s.logFile) args.push("--log-file", s.logFile);
-  return { command: s.path ?? "switchyard", args };
+  if (s.path) return { command: s.path, args, source: "switchyard.path" };
+  if (bundled) return { command: bundled, args, source: "bundled with the extension" };
+  return { command: "switchyard", args, source: "PATH" };
 }
 
 /**

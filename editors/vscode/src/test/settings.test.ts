@@ -12,12 +12,13 @@ import {
   serverCommand,
   serverConfig,
 } from "../settings";
+import { doctorReport } from "../doctor";
 
 const from = (values: Record<string, unknown>) => readSettings((key) => values[key]);
 
 test("nothing set: PATH's switchyard, no arguments, an empty config, status notifications on", () => {
   const s = from({});
-  assert.deepEqual(serverCommand(s), { command: "switchyard", args: [] });
+  assert.deepEqual(serverCommand(s), { command: "switchyard", args: [], source: "PATH" });
   assert.deepEqual(serverConfig(s), {});
   assert.deepEqual(initializationOptions(s), { statusNotifications: true });
 });
@@ -52,7 +53,32 @@ test("path, config file and log file go on the command line", () => {
   assert.deepEqual(serverCommand(s), {
     command: "/opt/switchyard/bin/switchyard",
     args: ["--config", "/etc/sy.toml", "--log-file", "/tmp/sy.log"],
+    source: "switchyard.path",
   });
+});
+
+test("the server: switchyard.path, else the bundled binary, else PATH", () => {
+  const bundled = "/ext/bin/switchyard";
+  assert.equal(serverCommand(from({ path: "/opt/sy" }), bundled).source, "switchyard.path");
+  assert.deepEqual(serverCommand(from({}), bundled), { command: bundled, args: [], source: "bundled with the extension" });
+  assert.equal(serverCommand(from({}), undefined).command, "switchyard");
+});
+
+test("a doctor report reads as lines, ready or not with the first fix", () => {
+  const report = {
+    ready: false,
+    checks: [
+      { name: "config", level: "ok", detail: "defaults" },
+      { name: "model", level: "error", detail: "not downloaded", fix: "switchyard models pull m" },
+      { name: "providers", level: "warn", detail: "no key", fix: "export K=..." },
+    ],
+  };
+  assert.deepEqual(doctorReport(report), {
+    ready: false,
+    lines: ["ok     config: defaults", "ERROR  model: not downloaded (fix: switchyard models pull m)", "WARN   providers: no key (fix: export K=...)"],
+    firstFix: "switchyard models pull m",
+  });
+  assert.equal(doctorReport({ nonsense: true }), undefined);
 });
 
 test("workspace/configuration answers the switchyard section and null for others", () => {
