@@ -73,6 +73,31 @@ fn vsix() -> &'static Path {
     })
 }
 
+/// A PATH with the system's tools and no switchyard on it.
+const NO_SWITCHYARD_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
+
+/// The VSIX for this machine's platform with the server under test inside,
+/// as `scripts/package` makes it for a release.
+fn platform_vsix() -> &'static Path {
+    static PATH: OnceLock<PathBuf> = OnceLock::new();
+    PATH.get_or_init(|| {
+        let out = shots().join("package");
+        let _ = std::fs::remove_dir_all(&out);
+        let status = std::process::Command::new(repo().join("scripts/package"))
+            .args(["--binary", env!("CARGO_BIN_EXE_switchyard"), "--out"])
+            .arg(&out)
+            .stdout(Stdio::null())
+            .status()
+            .expect("scripts/package runs");
+        assert!(status.success(), "scripts/package failed");
+        std::fs::read_dir(&out)
+            .unwrap()
+            .map(|entry| entry.unwrap().path())
+            .find(|path| path.extension().is_some_and(|e| e == "vsix"))
+            .expect("a .vsix")
+    })
+}
+
 /// A running code-server with the extension, a workspace and a browser on it.
 struct Workbench {
     _server: Child,
@@ -90,6 +115,9 @@ struct Setup<'a> {
     models: bool,
     /// User settings besides the ones every test has.
     settings: Value,
+    /// Install the platform VSIX `scripts/package` makes, with the server
+    /// inside, and leave `switchyard.path` unset and no switchyard on PATH.
+    bundled: bool,
 }
 
 impl Workbench {
@@ -125,6 +153,9 @@ impl Workbench {
         for (key, value) in setup.settings.as_object().into_iter().flatten() {
             settings[key] = value.clone();
         }
+        if setup.bundled {
+            settings.as_object_mut().unwrap().remove("switchyard.path");
+        }
         let user = root.join("user-data/User");
         std::fs::create_dir_all(&user).unwrap();
         std::fs::write(user.join("settings.json"), settings.to_string()).unwrap();
@@ -141,6 +172,14 @@ impl Workbench {
                 .env("SY_FAKE_KEY", KEY)
                 .env("SWITCHYARD_LOG", "debug")
                 .env(
+                    "PATH",
+                    if setup.bundled {
+                        NO_SWITCHYARD_PATH.to_owned()
+                    } else {
+                        std::env::var("PATH").unwrap_or_default()
+                    },
+                )
+                .env(
                     "SWITCHYARD_MODEL_DIR",
                     if setup.models {
                         support::model_dir()
@@ -152,9 +191,13 @@ impl Workbench {
         };
         let mut install = Command::new(code_server());
         common(&mut install);
+        let extension = match setup.bundled {
+            true => platform_vsix(),
+            false => vsix(),
+        };
         let installed = install
             .arg("--install-extension")
-            .arg(vsix())
+            .arg(extension)
             .output()
             .await
             .expect("code-server runs");
@@ -390,6 +433,26 @@ impl Workbench {
         })
     }
 
+    /// Types `keys` a key at a time, as a user does, until ghost text shows:
+    /// an empty answer is on time while the model's cache is cold, and the
+    /// model may have nothing to add to a given prefix. On a slow machine the
+    /// line may not fit the automatic budget while typing; asking for it
+    /// (the palette's trigger) gets the invoked one. What was typed, and the
+    /// ghost text.
+    async fn type_until_ghost(&self, keys: &str) -> (String, String) {
+        let mut typed = String::new();
+        for c in keys.chars() {
+            self.browser.keys(&[], &c.to_string()).await;
+            typed.push(c);
+            let ghost = async || ghost_text(&self.browser.eval(EDITOR).await);
+            if let Ok(ghost) = poll::eventually(ASK, ghost).await {
+                return (typed, ghost);
+            }
+        }
+        let ghost = self.ask(&typed).await;
+        (typed, ghost)
+    }
+
     async fn model_ready(&self) {
         poll::file_containing(
             &self.root().join("switchyard.log"),
@@ -500,31 +563,13 @@ async fn ghost_text_from_the_local_model_appears_and_tab_accepts_it() {
             files: &[("store.rs", &text)],
             models: true,
             settings: json!({}),
+            bundled: false,
         },
     )
     .await;
     bench.model_ready().await;
     bench.open_at("store.rs", line as u32).await;
-    // An empty answer is on time while the model's cache is cold, and the
-    // model may have nothing to add to a given prefix: type on, a key at a
-    // time as a user does, until ghost text shows.
-    let mut typed = String::new();
-    let mut shown = None;
-    for c in "self.entries.".chars() {
-        bench.browser.keys(&[], &c.to_string()).await;
-        typed.push(c);
-        let ghost = async || ghost_text(&bench.browser.eval(EDITOR).await);
-        if let Ok(ghost) = poll::eventually(ASK, ghost).await {
-            shown = Some(ghost);
-            break;
-        }
-    }
-    // On a slow machine the line may not fit the automatic budget while
-    // typing; asking for it (Alt+\) gets the invoked one.
-    let ghost = match shown {
-        Some(ghost) => ghost,
-        None => bench.ask(&typed).await,
-    };
+    let (typed, ghost) = bench.type_until_ghost("self.entries.").await;
     bench.shot("ghost-text").await;
     let first = ghost.lines().next().unwrap().trim().to_owned();
 
@@ -564,6 +609,53 @@ async fn ghost_text_from_the_local_model_appears_and_tab_accepts_it() {
         .await;
 }
 
+/// Installed as a user installs a release: the platform VSIX that
+/// `scripts/package` makes, with no switchyard on PATH and no
+/// `switchyard.path`. The extension runs the server it carries (the status
+/// item names it and its version) and ghost text appears.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_platform_vsix_runs_the_server_it_carries() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let on_path = std::process::Command::new("sh")
+        .args(["-c", "command -v switchyard"])
+        .env("PATH", NO_SWITCHYARD_PATH)
+        .output()
+        .unwrap();
+    assert!(
+        !on_path.status.success(),
+        "a switchyard is on {NO_SWITCHYARD_PATH}"
+    );
+    let (text, line) = support::sample_with_hole();
+    let config = "[local]\nauto_pull = false\n\n[autocomplete]\ninput_tokens = 256\n";
+    let bench = Workbench::start(
+        "bundled",
+        Setup {
+            config: config.into(),
+            files: &[("store.rs", &text)],
+            models: true,
+            settings: json!({}),
+            bundled: true,
+        },
+    )
+    .await;
+    let version = format!(
+        "switchyard {} (bundled with the extension)",
+        env!("CARGO_PKG_VERSION")
+    );
+    bench
+        .wait(
+            "the status item names the bundled server",
+            STATUS_ITEM,
+            |s| s["label"].as_str().is_some_and(|l| l.contains(&version)),
+        )
+        .await;
+    bench.model_ready().await;
+    bench.open_at("store.rs", line as u32).await;
+    let (typed, ghost) = bench.type_until_ghost("self.entries.").await;
+    assert!(!ghost.trim().is_empty(), "after {typed:?}");
+    bench.shot("bundled-ghost-text").await;
+}
+
 /// One suggestion accepted with Tab, one a word at a time with VS Code's own
 /// accept-word (Ctrl+Right), one ignored by typing something else: the
 /// stats count 1, 1 and 1 for this editor and hold none of the text. The
@@ -586,6 +678,7 @@ async fn suggestions_accepted_by_tab_by_word_and_ignored_are_counted() {
             ],
             models: true,
             settings: json!({ "switchyard.autocomplete.languages": { "markdown": false } }),
+            bundled: false,
         },
     )
     .await;
@@ -728,6 +821,7 @@ async fn status_bar_local_only_explain_and_the_downshift_indicator() {
             files: &[("add.rs", ADD)],
             models: false,
             settings: json!({}),
+            bundled: false,
         },
     )
     .await;

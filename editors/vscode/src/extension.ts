@@ -45,10 +45,14 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
   item.command = "switchyard.client.statusMenu";
   context.subscriptions.push(output, item);
 
+  // Which server runs, once it said: "switchyard 0.1.0 (bundled with the extension)".
+  let serverLabel = "";
   const showStatus = (report: StatusReport | undefined) => {
     const view = formatStatus(report);
     item.text = view.text;
-    item.tooltip = view.tooltip;
+    item.tooltip = serverLabel ? `${view.tooltip}\n${serverLabel}` : view.tooltip;
+    const plain = view.text.replace(/\$\([^)]*\)\s*/g, "");
+    item.accessibilityInformation = { label: serverLabel ? `${plain}, ${serverLabel}` : plain };
     item.backgroundColor = view.warning ? new vscode.ThemeColor("statusBarItem.warningBackground") : undefined;
     item.show();
   };
@@ -88,6 +92,10 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
       }
     });
     await client.start();
+    const info = client.initializeResult?.serverInfo;
+    serverLabel = `${info?.name ?? "switchyard"} ${info?.version ?? "(version unknown)"} (${source})`;
+    output.info(`running ${serverLabel}`);
+    showStatus(lastStatus);
   };
 
   const executeServer = async (request: { command: string; arguments: unknown[] }) => {
