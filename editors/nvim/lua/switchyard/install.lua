@@ -11,9 +11,11 @@
 
 local M = {}
 
---- The releases this plugin version pins, per target: { url = ..., sha256 = ... }.
---- Written by scripts/package when a release is made; empty in a checkout.
-M.pinned = {}
+--- The release this plugin version pins, per target: { url = ..., sha256 = ... }.
+--- scripts/pin-release writes it (release.lua) from a published release's
+--- SHA256SUMS; a checkout without that file pins none.
+local ok, release = pcall(require, 'switchyard.release')
+M.pinned = ok and release.targets or {}
 
 local function target()
   local uname = vim.uv.os_uname()
