@@ -15,7 +15,12 @@ fn repo() -> &'static Path {
 fn the_archive_holds_what_a_user_installs_and_its_digest_verifies() {
     let out = tempfile::tempdir().unwrap();
     let packaged = Command::new(repo().join("scripts/package"))
-        .args(["--binary", env!("CARGO_BIN_EXE_switchyard"), "--no-vsix", "--out"])
+        .args([
+            "--binary",
+            env!("CARGO_BIN_EXE_switchyard"),
+            "--no-vsix",
+            "--out",
+        ])
         .arg(out.path())
         .output()
         .unwrap();
@@ -28,7 +33,10 @@ fn the_archive_holds_what_a_user_installs_and_its_digest_verifies() {
     let archive = Path::new(said.lines().last().unwrap());
     let name = archive.file_name().unwrap().to_string_lossy();
     let version = env!("CARGO_PKG_VERSION");
-    assert!(name.starts_with(&format!("switchyard-{version}-")), "{name}");
+    assert!(
+        name.starts_with(&format!("switchyard-{version}-")),
+        "{name}"
+    );
 
     let checked = Command::new("sha256sum")
         .args(["--check", "SHA256SUMS"])
@@ -39,7 +47,11 @@ fn the_archive_holds_what_a_user_installs_and_its_digest_verifies() {
     assert!(checked.status.success(), "{report}");
     assert!(report.contains(&format!("{name}: OK")), "{report}");
 
-    let listed = Command::new("tar").arg("-tzf").arg(archive).output().unwrap();
+    let listed = Command::new("tar")
+        .arg("-tzf")
+        .arg(archive)
+        .output()
+        .unwrap();
     let files = String::from_utf8_lossy(&listed.stdout);
     let top = name.trim_end_matches(".tar.gz");
     for file in [
@@ -51,7 +63,10 @@ fn the_archive_holds_what_a_user_installs_and_its_digest_verifies() {
         "editors/nvim/lua/switchyard/health.lua",
         "editors/helix/languages.toml",
     ] {
-        assert!(files.contains(&format!("{top}/{file}")), "{file} missing:\n{files}");
+        assert!(
+            files.contains(&format!("{top}/{file}")),
+            "{file} missing:\n{files}"
+        );
     }
 }
 

@@ -1,7 +1,7 @@
 //! Nothing leaves after the user says no, through the binary: local-only
 //! mode turned on while a task runs stops its every further request, whatever
-//! road that request would take (the hedge, a retry after a 429 with
-//! retry-after, a failover, a mid-stream rescue, the continuation of a cut
+//! road that request would take (the hedge, a retry after a 429 or a 529
+//! with retry-after, a failover, a mid-stream rescue, the continuation of a cut
 //! answer), through the language server's explain (the command palette's
 //! toggle) and the gateway (its config file edited), whole and streamed.
 //! Counted where it matters: the requests the fake providers receive after
@@ -38,6 +38,8 @@ enum Road {
     Hedge,
     /// A 429 that says when to try again.
     RetryAfter,
+    /// A 529 (overloaded) that says when to try again.
+    OverloadedRetryAfter,
     /// A 500: the next provider would serve.
     Failover,
     /// Half an answer, then silence: the next provider would continue it.
@@ -47,9 +49,10 @@ enum Road {
 }
 
 impl Road {
-    const ALL: [Road; 5] = [
+    const ALL: [Road; 6] = [
         Road::Hedge,
         Road::RetryAfter,
+        Road::OverloadedRetryAfter,
         Road::Failover,
         Road::Rescue,
         Road::Continuation,
@@ -61,6 +64,7 @@ impl Road {
             Road::RetryAfter => Behaviour::RateLimited {
                 retry_after: Some(1),
             },
+            Road::OverloadedRetryAfter => Behaviour::OverloadedFor { retry_after: 1 },
             Road::Failover => Behaviour::ServerError,
             Road::Rescue => Behaviour::StallMidStream {
                 text: ANSWER.into(),

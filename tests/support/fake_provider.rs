@@ -119,6 +119,8 @@ pub enum Behaviour {
     Unavailable,
     /// Anthropic 529 `overloaded_error`; OpenAI 503 "engine is currently overloaded".
     Overloaded,
+    /// The same, saying when to try again (`retry-after`, seconds).
+    OverloadedFor { retry_after: u64 },
     /// 500: Anthropic `api_error`, OpenAI `server_error`.
     ServerError,
     /// Reads the request, then closes the connection without a response.

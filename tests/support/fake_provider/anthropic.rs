@@ -38,7 +38,7 @@ pub(super) fn failure(failure: Failure) -> (u16, &'static str, Value) {
             "Service Unavailable",
             body("api_error", "Service unavailable"),
         ),
-        Failure::Overloaded => (529, "Overloaded", body("overloaded_error", "Overloaded")),
+        Failure::Overloaded(_) => (529, "Overloaded", body("overloaded_error", "Overloaded")),
         Failure::ServerError => (
             500,
             "Internal Server Error",

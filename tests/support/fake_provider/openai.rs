@@ -33,7 +33,7 @@ pub(super) fn failure(failure: Failure, bearer: &str) -> (u16, &'static str, Val
                 "You exceeded your current quota, please check your plan and billing details.",
             ),
         ),
-        Failure::Unavailable | Failure::Overloaded => (
+        Failure::Unavailable | Failure::Overloaded(_) => (
             503,
             "Service Unavailable",
             body(

@@ -49,7 +49,8 @@ pub(super) enum Failure {
     RateLimited(Option<u64>),
     QuotaExhausted,
     Unavailable,
-    Overloaded,
+    /// 529 (Anthropic) or 503, with the seconds of a `retry-after` header.
+    Overloaded(Option<u64>),
     ServerError,
     ContextLength,
     Unauthorized,
@@ -180,7 +181,8 @@ pub(super) fn plan(behaviour: Behaviour) -> Reply {
         Behaviour::RateLimited { retry_after } => error(Failure::RateLimited(retry_after)),
         Behaviour::QuotaExhausted => error(Failure::QuotaExhausted),
         Behaviour::Unavailable => error(Failure::Unavailable),
-        Behaviour::Overloaded => error(Failure::Overloaded),
+        Behaviour::Overloaded => error(Failure::Overloaded(None)),
+        Behaviour::OverloadedFor { retry_after } => error(Failure::Overloaded(Some(retry_after))),
         Behaviour::ServerError => error(Failure::ServerError),
         Behaviour::ContextLength => error(Failure::ContextLength),
         Behaviour::Unauthorized => error(Failure::Unauthorized),
@@ -252,7 +254,9 @@ pub(super) async fn respond(
             socket.flush().await
         }
         ReplyBody::Error(failure) => {
-            if let Failure::RateLimited(Some(seconds)) = failure {
+            if let Failure::RateLimited(Some(seconds)) | Failure::Overloaded(Some(seconds)) =
+                failure
+            {
                 headers.push(("retry-after".to_owned(), seconds.to_string()));
             }
             let (status, reason, body) = match wire {
