@@ -7,13 +7,12 @@
 
 local M = {}
 
---- The command line the plugin runs the server with, as setup() made it.
+--- The command line the plugin runs the server with (as setup() made it,
+--- or the defaults where it has not run), and setup()'s options.
 local function command()
-  local ok, switchyard = pcall(require, 'switchyard')
-  local opts = ok and switchyard.options or {}
-  local cmd = opts.cmd or { 'switchyard' }
-  cmd = type(cmd) == 'string' and { cmd } or vim.deepcopy(cmd)
-  return cmd, opts
+  local switchyard = require('switchyard')
+  local opts = switchyard.options or switchyard.defaults
+  return switchyard.command_line(opts), switchyard.options
 end
 
 local report = {
@@ -22,14 +21,8 @@ local report = {
   error = function(check) vim.health.error(('%s: %s'):format(check.name, check.detail), { check.fix }) end,
 }
 
-local function doctor(cmd, opts)
+local function doctor(cmd)
   local args = vim.deepcopy(cmd)
-  if opts.config_file then
-    vim.list_extend(args, { '--config', opts.config_file })
-  end
-  if opts.log_file then
-    vim.list_extend(args, { '--log-file', opts.log_file })
-  end
   vim.list_extend(args, { 'doctor', '--json', '--no-engine' })
   local done = vim.system(args, { text = true }):wait()
   local ok, result = pcall(vim.json.decode, done.stdout or '')
@@ -61,7 +54,7 @@ function M.check()
     return
   end
   vim.health.ok(('%s (%s)'):format(vim.trim(version.stdout), binary))
-  doctor(cmd, opts)
+  doctor(cmd)
 
   vim.health.start('switchyard: Neovim')
   if vim.lsp.inline_completion then
@@ -69,7 +62,7 @@ function M.check()
   else
     vim.health.warn('vim.lsp.inline_completion is missing: no ghost text', { 'Neovim 0.12 or later has it' })
   end
-  if opts.cmd == nil then
+  if opts == nil then
     vim.health.warn("require('switchyard').setup() has not run", { 'call it from your init.lua' })
   end
 end

@@ -151,5 +151,7 @@ function M.setup(user)
 end
 
 M.statusline = status.statusline
+--- The server's command line for `opts` (setup()'s options), as the client runs it.
+M.command_line = command_line
 
 return M
