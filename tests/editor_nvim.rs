@@ -146,66 +146,31 @@ async fn malformed_config_is_reported_and_the_server_keeps_serving() {
     run_script("malformed_config.lua", Models::Test, &[]).await;
 }
 
-/// A release archive holding a `switchyard` that says its version, and its
-/// SHA-256, made with the system's tar and sha256sum.
-fn release_archive(dir: &Path) -> (Vec<u8>, String) {
+/// A release archive in `dir` holding a `switchyard` that says its version
+/// (made with the system's tar, as `scripts/package` makes one): its name.
+fn release_archive(dir: &Path) -> &'static str {
     let package = dir.join("switchyard-9.9.9-test");
     std::fs::create_dir_all(&package).unwrap();
     let binary = package.join("switchyard");
     std::fs::write(&binary, "#!/bin/sh\necho switchyard 9.9.9\n").unwrap();
-    let archive = dir.join("release.tar.gz");
     let tar = std::process::Command::new("tar")
         .arg("-czf")
-        .arg(&archive)
+        .arg(dir.join("release.tar.gz"))
         .arg("-C")
         .arg(dir)
         .arg("switchyard-9.9.9-test")
         .status()
         .unwrap();
     assert!(tar.success());
-    let sum = std::process::Command::new("sha256sum")
-        .arg(&archive)
-        .output()
-        .unwrap();
-    let digest = String::from_utf8_lossy(&sum.stdout)
-        .split_whitespace()
-        .next()
-        .unwrap()
-        .to_owned();
-    (std::fs::read(&archive).unwrap(), digest)
-}
-
-/// Serves `body` to every GET on loopback; the URL.
-async fn serve(body: Vec<u8>) -> String {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!(
-        "http://{}/switchyard.tar.gz",
-        listener.local_addr().unwrap()
-    );
-    tokio::spawn(async move {
-        while let Ok((mut stream, _)) = listener.accept().await {
-            let body = body.clone();
-            tokio::spawn(async move {
-                let mut request = [0u8; 4096];
-                let _ = stream.read(&mut request).await;
-                let head = format!(
-                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-                    body.len()
-                );
-                let _ = stream.write_all(head.as_bytes()).await;
-                let _ = stream.write_all(&body).await;
-            });
-        }
-    });
-    url
+    "release.tar.gz"
 }
 
 #[tokio::test]
 async fn checkhealth_reports_the_setup_and_the_install_helper_checks_the_digest() {
     let dir = tempfile::tempdir().unwrap();
-    let (archive, digest) = release_archive(dir.path());
-    let url = serve(archive).await;
+    let archive = release_archive(dir.path());
+    let digest = support::files::sha256_of(&dir.path().join(archive));
+    let url = format!("{}/{archive}", support::files::serve(dir.path()).await);
     let env = [
         ("SWITCHYARD_RELEASE_URL", url),
         ("SWITCHYARD_RELEASE_SHA256", digest),

@@ -11,19 +11,9 @@ mod support;
 use std::path::Path;
 use std::time::Duration;
 
-use serde_json::Value;
-use support::actions::DOC;
+use support::actions::{REWRITE, rewritten};
 use support::fake_provider::{Behaviour, FakeProvider};
 use support::scenario::{Front, Profile, Rig, Setup};
-
-/// The rewrite both providers write, and the document once it is applied.
-const CODE: &str = "```rust\nfn count(words: &[&str]) -> HashMap<String, usize> {\n    let mut map = HashMap::new();\n    for w in words {\n        // One lookup per word: entry() finds the slot or makes it.\n        *map.entry(w.to_string()).or_insert(0) += 1;\n    }\n    map\n}\n```";
-
-fn rewritten() -> String {
-    let code = CODE.trim_start_matches("```rust\n").trim_end_matches("```");
-    let start = DOC.find("fn count").unwrap();
-    format!("{}{code}", &DOC[..start])
-}
 
 /// One fault: what the primary does (in order, then for good), and the
 /// secondary where it is not the healthy default.
@@ -44,7 +34,7 @@ fn fault(name: &'static str, first: Vec<Behaviour>, then: Behaviour) -> Fault {
 }
 
 fn faults(profile: &Profile) -> Vec<Fault> {
-    let ok = || Behaviour::ok(CODE);
+    let ok = || Behaviour::ok(REWRITE);
     let late = profile.first_token * 3;
     vec![
         fault(
@@ -82,14 +72,14 @@ fn faults(profile: &Profile) -> Vec<Fault> {
             "a slow first token",
             vec![Behaviour::SlowFirstToken {
                 delay: late,
-                text: CODE.into(),
+                text: REWRITE.into(),
             }],
             ok(),
         ),
         fault(
             "a stream cut mid-answer",
             vec![Behaviour::CutAfter {
-                text: CODE.into(),
+                text: REWRITE.into(),
                 after_chunks: 2,
             }],
             ok(),
@@ -97,7 +87,7 @@ fn faults(profile: &Profile) -> Vec<Fault> {
         fault(
             "a stream that stalls",
             vec![Behaviour::StallMidStream {
-                text: CODE.into(),
+                text: REWRITE.into(),
                 after_chunks: 1,
                 stall: profile.stall,
             }],
@@ -106,14 +96,16 @@ fn faults(profile: &Profile) -> Vec<Fault> {
         fault(
             "a malformed chunk",
             vec![Behaviour::MalformedChunk {
-                text: CODE.into(),
+                text: REWRITE.into(),
                 after_chunks: 1,
             }],
             ok(),
         ),
         fault(
             "a stream without its end marker",
-            vec![Behaviour::MissingTerminal { text: CODE.into() }],
+            vec![Behaviour::MissingTerminal {
+                text: REWRITE.into(),
+            }],
             ok(),
         ),
         fault("context length exceeded", vec![], Behaviour::ContextLength),
@@ -125,11 +117,11 @@ fn faults(profile: &Profile) -> Vec<Fault> {
             ok(),
         ),
         Fault {
-            secondary: Some(Behaviour::rejects_prefill(CODE)),
+            secondary: Some(Behaviour::rejects_prefill(REWRITE)),
             ..fault(
                 "a fallback that rejects a prefill",
                 vec![Behaviour::CutAfter {
-                    text: CODE.into(),
+                    text: REWRITE.into(),
                     after_chunks: 2,
                 }],
                 ok(),
@@ -144,13 +136,14 @@ fn faults(profile: &Profile) -> Vec<Fault> {
     ]
 }
 
-/// The outbound audit's refactor lines, per provider.
+/// The providers the outbound audit's refactor lines name.
 fn audited(state: &Path) -> Vec<String> {
-    let text = std::fs::read_to_string(state.join("outbound.jsonl")).unwrap_or_default();
-    text.lines()
-        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
-        .filter(|record| record["task"] == "refactor")
-        .map(|record| record["provider"].as_str().unwrap_or_default().to_owned())
+    let path = state.join("outbound.jsonl");
+    let records = switchyard_privacy::audit::read_since(&path, 0).unwrap_or_default();
+    records
+        .into_iter()
+        .filter(|record| record.task == "refactor")
+        .map(|record| record.provider)
         .collect()
 }
 
@@ -164,7 +157,7 @@ async fn refactor_through(fault: Fault, profile: Profile) {
     secondary.set_default(
         fault
             .secondary
-            .unwrap_or_else(|| Behaviour::continues(CODE)),
+            .unwrap_or_else(|| Behaviour::continues(REWRITE)),
     );
     let setup = Setup::default().refactor_on_medium(&profile);
     let mut rig = Rig::start(Front::LspRefactor, &profile, setup, &primary, &secondary).await;

@@ -15,16 +15,13 @@
 mod support;
 
 use serde_json::Value;
-use support::actions::DOC;
+use support::actions::{REWRITE, rewritten};
 use support::fake_provider::{Behaviour, FakeProvider, Manner, deltas};
 use support::scenario::{Fallback, Front, PRIMARY, Profile, Rig, SECONDARY, Setup, prefill};
 
 /// The explanation the primary is cut in (67 words; three of its four
 /// deltas end mid-sentence, "…the loop adds one to ").
 const ANSWER: &str = "HashMap::entry looks the key up once and hands back an Entry, which is Occupied when the key is present and Vacant when it is not. Calling or_insert(0) on it fills a vacant entry with zero and returns a mutable reference to the count either way. So the loop adds one to each word with a single lookup, where get followed by insert would hash every word twice.";
-
-/// The rewrite a refactor is cut in (three deltas end after a comment line).
-const CODE: &str = "```rust\nfn count(words: &[&str]) -> HashMap<String, usize> {\n    let mut map = HashMap::new();\n    for w in words {\n        // One lookup per word: entry() finds the slot or makes it.\n        *map.entry(w.to_string()).or_insert(0) += 1;\n    }\n    map\n}\n```";
 
 /// What a fallback that does not continue says instead.
 const UNRELATED_PROSE: &str = "Use a BTreeMap instead when the keys must stay in order; a lookup then costs a logarithm of the map's size.";
@@ -65,11 +62,7 @@ impl Death {
 /// The whole answer for a way in, and what the caller should end up with.
 fn answer_for(front: Front) -> (&'static str, String) {
     match front {
-        Front::LspRefactor => {
-            let code = CODE.trim_start_matches("```rust\n").trim_end_matches("```");
-            let start = DOC.find("fn count").unwrap();
-            (CODE, format!("{}{code}", &DOC[..start]))
-        }
+        Front::LspRefactor => (REWRITE, rewritten()),
         _ => (ANSWER, ANSWER.to_owned()),
     }
 }

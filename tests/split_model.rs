@@ -5,36 +5,12 @@
 
 mod support;
 
-use std::path::Path;
 use std::time::Duration;
 
-use axum::Router;
-use axum::extract::Path as UrlPath;
-use axum::http::StatusCode;
+use support::files::{serve, sha256_of};
 use switchyard_base::cancel::CancelFlag;
 use switchyard_engine::{CompletionJob, EngineOptions, FimText, Generation, LocalEngine};
 use switchyard_models::{Manifest, NoProgress};
-
-/// Serves the files of `dir` at `/<name>`.
-async fn serve(dir: &Path) -> String {
-    let dir = dir.to_owned();
-    let app = Router::new().route(
-        "/{name}",
-        axum::routing::get(move |UrlPath(name): UrlPath<String>| {
-            let path = dir.join(name);
-            async move { std::fs::read(path).map_err(|_| StatusCode::NOT_FOUND) }
-        }),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let address = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    format!("http://{address}")
-}
-
-fn sha256_of(path: &Path) -> String {
-    use sha2::Digest;
-    hex::encode(sha2::Sha256::digest(std::fs::read(path).unwrap()))
-}
 
 async fn answer(options: EngineOptions) -> Generation {
     let engine = LocalEngine::spawn(options);

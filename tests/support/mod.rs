@@ -7,6 +7,7 @@ pub mod browser;
 pub mod cpu_hog;
 pub mod crossfile;
 pub mod fake_provider;
+pub mod files;
 pub mod gateway;
 pub mod gguf_split;
 pub mod infilling;
