@@ -294,13 +294,8 @@ async fn main() -> std::process::ExitCode {
     let config = config(&redis.url(), &primary, &secondary);
     let counts: Arc<Vec<Counts>> = Arc::new((0..phases_n).map(|_| Counts::default()).collect());
     let (phase_tx, phases) = watch::channel((0, schedule[0]));
-    let toml = format!(
-        "[local]\nauto_pull = false\n[providers.primary]\nkind = \"anthropic\"\nbase_url = \"{}\"\napi_key_env = \"SY_SOAK_KEY\"\n[providers.secondary]\nkind = \"openai\"\nbase_url = \"{}\"\napi_key_env = \"SY_SOAK_KEY\"\n[tiers]\nlarge = []\nmedium = [\"primary/mid\", \"secondary/backup\"]\nsmall = []\n[tasks.explain]\ntier = \"medium\"\nfirst_token_ms = 3000\ntotal_ms = {}\nidle_ms = 2000\nwait_ms = 2000\n[resilience]\nstate = \"{}\"\ncanary_interval_ms = 2000\n",
-        primary.anthropic_url(),
-        secondary.openai_url(),
-        CEILING.as_millis(),
-        redis.url()
-    );
+    // The gateway reads the editors' settings as its config file.
+    let toml = toml::to_string(&config).expect("the settings are TOML");
     let gateway = Arc::new(GatewayProcess::start(&toml, &[("SY_SOAK_KEY", KEY)]).await);
     for index in 0..EDITORS {
         tokio::spawn(drive_editor(
@@ -324,7 +319,7 @@ async fn main() -> std::process::ExitCode {
         primary.set_default(fault.primary());
         match fault {
             Fault::RedisPaused => {
-                let pid = redis_pid(port);
+                let pid = redis.pid();
                 signal(pid, "-STOP");
                 tokio::time::sleep(Duration::from_secs(phase_s.min(10))).await;
                 signal(pid, "-CONT");
@@ -371,17 +366,4 @@ async fn main() -> std::process::ExitCode {
         0 => std::process::ExitCode::SUCCESS,
         _ => std::process::ExitCode::FAILURE,
     }
-}
-
-/// The pid of the redis-server listening on `port`.
-fn redis_pid(port: u16) -> u32 {
-    let out = std::process::Command::new("pgrep")
-        .args(["-f", &format!("redis-server.*{port}")])
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .next()
-        .and_then(|l| l.trim().parse().ok())
-        .expect("redis-server's pid")
 }

@@ -172,14 +172,6 @@ impl Workbench {
                 .env("SY_FAKE_KEY", KEY)
                 .env("SWITCHYARD_LOG", "debug")
                 .env(
-                    "PATH",
-                    if setup.bundled {
-                        NO_SWITCHYARD_PATH.to_owned()
-                    } else {
-                        std::env::var("PATH").unwrap_or_default()
-                    },
-                )
-                .env(
                     "SWITCHYARD_MODEL_DIR",
                     if setup.models {
                         support::model_dir()
@@ -188,6 +180,9 @@ impl Workbench {
                     },
                 )
                 .kill_on_drop(true);
+            if setup.bundled {
+                command.env("PATH", NO_SWITCHYARD_PATH);
+            }
         };
         let mut install = Command::new(code_server());
         common(&mut install);

@@ -37,6 +37,11 @@ impl RedisServer {
         server
     }
 
+    /// The server's process id (to pause it with SIGSTOP, say).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
     }

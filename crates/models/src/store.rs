@@ -16,12 +16,17 @@ pub fn disk_use(dir: &Path) -> u64 {
     };
     entries
         .filter_map(Result::ok)
-        .map(|entry| match entry.metadata() {
-            Ok(meta) if meta.is_dir() => disk_use(&entry.path()),
-            Ok(meta) => meta.len(),
-            Err(_) => 0,
-        })
+        .map(|entry| size_of(&entry.path()))
         .sum()
+}
+
+/// Bytes `path` takes: a file's length, a folder's files', 0 when absent.
+fn size_of(path: &Path) -> u64 {
+    match fs::metadata(path) {
+        Ok(meta) if meta.is_dir() => disk_use(path),
+        Ok(meta) => meta.len(),
+        Err(_) => 0,
+    }
 }
 
 /// Every path `entry` keeps in `dir`: each part, its marker and its work
@@ -40,14 +45,7 @@ fn paths_of(entry: &ModelEntry, dir: &Path) -> Vec<std::path::PathBuf> {
 
 /// Bytes `entry` takes in `dir`, downloads in progress included.
 pub fn used_by(entry: &ModelEntry, dir: &Path) -> u64 {
-    paths_of(entry, dir)
-        .iter()
-        .map(|path| match fs::metadata(path) {
-            Ok(meta) if meta.is_dir() => disk_use(path),
-            Ok(meta) => meta.len(),
-            Err(_) => 0,
-        })
-        .sum()
+    paths_of(entry, dir).iter().map(|path| size_of(path)).sum()
 }
 
 /// Removes `entry` from `dir`; the bytes freed (0 when it was not there).

@@ -58,8 +58,13 @@ struct LastHour {
 impl LastHour {
     fn add(&mut self, at_ms: u64, provider: &str, bytes: usize) {
         self.records.push_back((at_ms, provider.to_owned(), bytes));
-        let total = self.totals.entry(provider.to_owned()).or_default();
-        total.provider = provider.to_owned();
+        let total = self
+            .totals
+            .entry(provider.to_owned())
+            .or_insert_with(|| ProviderTotal {
+                provider: provider.to_owned(),
+                ..ProviderTotal::default()
+            });
         total.bytes += bytes;
         total.requests += 1;
     }

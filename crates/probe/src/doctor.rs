@@ -77,7 +77,7 @@ pub struct Places {
 pub fn check(places: &Places) -> (Vec<Check>, Config) {
     let (config, mut checks) = configuration(places.config_file.as_deref());
     let model = local_setup::resolve(&config);
-    checks.push(model_check(&model));
+    checks.push(model_check(&model, &places.model_dir));
     checks.push(disk(&places.model_dir));
     checks.push(state_dir(&places.state_dir));
     checks.push(Check::ok("log", places.log_file.display().to_string()));
@@ -93,36 +93,30 @@ pub fn ready(checks: &[Check]) -> bool {
 
 /// The configuration as the server resolves it, and a check per problem.
 fn configuration(file: Option<&Path>) -> (Config, Vec<Check>) {
-    let layer = match file.map(switchyard_config::read_file) {
-        Some(Err(e)) => {
-            let fix = "correct the file (`switchyard config check` shows what applies)";
-            return (
-                Config::default(),
-                vec![Check::error("config", e.to_string(), fix)],
-            );
-        }
-        Some(Ok(None)) => {
-            let path = file.expect("a file was read").display();
-            let absent = Check::ok("config", format!("no file at {path}: the defaults apply"));
-            return (Config::default(), vec![absent]);
-        }
-        Some(Ok(layer)) => layer,
-        None => None,
+    // The layers as the server reads them: an unreadable file is an error
+    // that fails the configuration closed, as it does there.
+    let read = file.map(switchyard_config::read_file).transpose();
+    let found = matches!(read, Ok(Some(Some(_))));
+    let layers = match read {
+        Ok(layer) => ConfigLayers {
+            file: layer.flatten(),
+            ..Default::default()
+        },
+        Err(e) => ConfigLayers {
+            file_error: Some(e),
+            ..Default::default()
+        },
     };
-    let (config, problems) = ConfigLayers {
-        file: layer,
-        ..Default::default()
-    }
-    .resolve();
+    let (config, problems) = layers.resolve();
+    // A problem that fails the configuration closed is among these; the
+    // local-only check says what it closes.
     let mut checks: Vec<Check> = problems.iter().map(config_problem).collect();
-    if let Some(reason) = &config.fail_closed {
-        let fix = "fix the setting named above; until then only the local model serves";
-        checks.push(Check::error("config", reason.clone(), fix));
-    }
     if checks.is_empty() {
-        let read = file.map_or("defaults (no config file)".to_owned(), |f| {
-            format!("{} applies", f.display())
-        });
+        let read = match (file, found) {
+            (None, _) => "defaults (no config file)".to_owned(),
+            (Some(f), true) => format!("{} applies", f.display()),
+            (Some(f), false) => format!("no file at {}: the defaults apply", f.display()),
+        };
         checks.push(Check::ok("config", read));
     }
     (config, checks)
@@ -142,7 +136,7 @@ fn config_problem(problem: &ConfigError) -> Check {
 }
 
 /// The local model: known, present, and its digest checked.
-fn model_check(model: &Result<ResolvedModel, local_setup::SetupError>) -> Check {
+fn model_check(model: &Result<ResolvedModel, local_setup::SetupError>, dir: &Path) -> Check {
     let model = match model {
         Ok(model) => model,
         Err(e) => {
@@ -166,37 +160,30 @@ fn model_check(model: &Result<ResolvedModel, local_setup::SetupError>) -> Check 
             ),
         };
     };
-    digest_check(entry, &model.path)
+    digest_check(entry, dir)
 }
 
-/// A manifest model: verified when downloaded and unchanged since, or
-/// hashed now.
-fn digest_check(entry: &ModelEntry, path: &Path) -> Check {
-    let pull = format!("switchyard models pull {}", entry.name);
-    let dir = path.parent().unwrap_or(Path::new("."));
-    if switchyard_models::is_present(entry, dir) {
-        return Check::ok(
-            "model",
-            format!(
-                "{} at {} (size and SHA-256 checked, unchanged since)",
-                entry.name,
-                path.display()
-            ),
-        );
-    }
-    for file in entry.files() {
-        let file_path = file.path_in(dir);
-        if let Err(e) = switchyard_models::verify(&file, &file_path) {
-            return Check::error("model", e.to_string(), pull);
+/// A manifest model in `dir`: verified when downloaded and unchanged
+/// since, or hashed now.
+fn digest_check(entry: &ModelEntry, dir: &Path) -> Check {
+    let how = match switchyard_models::is_present(entry, dir) {
+        true => "size and SHA-256 checked, unchanged since",
+        false => {
+            let files = entry.files();
+            let failed = files
+                .iter()
+                .find_map(|file| switchyard_models::verify(file, &file.path_in(dir)).err());
+            if let Some(e) = failed {
+                let pull = format!("switchyard models pull {}", entry.name);
+                return Check::error("model", e.to_string(), pull);
+            }
+            "size and SHA-256 checked now"
         }
-    }
+    };
+    let path = entry.path_in(dir);
     Check::ok(
         "model",
-        format!(
-            "{} at {} (size and SHA-256 checked now)",
-            entry.name,
-            path.display()
-        ),
+        format!("{} at {} ({how})", entry.name, path.display()),
     )
 }
 
@@ -277,7 +264,8 @@ fn provider_keys(config: &Config) -> Vec<Check> {
         .into_iter()
         .filter_map(|name| Some((all.get(&name)?.api_key_env.clone()?, name)))
         .map(
-            |(env, name)| match std::env::var_os(&env).is_some_and(|v| !v.is_empty()) {
+            // The router's own test of a key: set and not blank.
+            |(env, name)| match switchyard_providers::Secret::from_env(&env).is_some() {
                 true => Check::ok("providers", format!("{name}: key set (${env})")),
                 false => Check::warn(
                     "providers",
