@@ -21,7 +21,7 @@ use tokio::sync::watch;
 
 use switchyard_config::{Config, ConfigError, ConfigLayers, PrivacyConfig};
 use switchyard_privacy::audit::AuditLog;
-use switchyard_privacy::rules::{InForce, LocalOnlyRules};
+use switchyard_privacy::rules::{InForce, LocalOnlyRules, RulesInForce};
 use switchyard_providers::local::chat::EngineSlot;
 use switchyard_resilience::{Resilience, ResilienceConfig};
 use switchyard_router::status::{ParkedStatus, StatusReport};
@@ -49,6 +49,10 @@ pub struct Core {
     held: Mutex<Held>,
     /// What is in force; written only under `held`.
     now: watch::Sender<Snapshot>,
+    /// The rules in force, the handle every router reads (changed only
+    /// under `held`): read here without the lock, which a change holds
+    /// while it builds a router.
+    rules: RulesInForce,
 }
 
 /// What is in force, swapped whole: the configuration and the router built
@@ -120,6 +124,7 @@ impl Core {
         switchyard_privacy::redact::prepare();
         configure_beacons(&lasting, &config.resilience);
         lasting.rules.change(|_| InForce::of(&config));
+        let rules = lasting.rules.clone();
         let config = Arc::new(config);
         let router = Arc::new(Router::new(config.clone(), local.clone(), lasting.clone()));
         Core {
@@ -132,6 +137,7 @@ impl Core {
                 lasting,
             }),
             now: watch::channel(Snapshot { config, router }).0,
+            rules,
         }
     }
 
@@ -164,7 +170,7 @@ impl Core {
 
     /// The rule that makes the workspace local-only, if one does.
     pub fn workspace_rule(&self) -> Option<String> {
-        self.lock().lasting.rules.now().documents.workspace.clone()
+        self.rules.now().documents.workspace.clone()
     }
 
     /// Where the local engine is, for the router's local entry.
