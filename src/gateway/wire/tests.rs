@@ -14,6 +14,7 @@ fn breaker() -> BreakerView {
         consecutive_failures: 6,
         trips: 2,
         recoveries: 1,
+        stale_verdicts: 0,
     }
 }
 

@@ -45,6 +45,7 @@ fn full_report() -> core_status::StatusReport {
             consecutive_failures: 6,
             trips: 2,
             recoveries: 1,
+            stale_verdicts: 0,
         }],
         quota: vec![MeterView {
             key: "openai/openai/gpt-5-mini".into(),

@@ -6,8 +6,11 @@
 //! cooldown, exactly one process holds the half-open probe lease and sends one
 //! request; everyone else keeps routing around it until the probe's verdict.
 //! Success closes it for all; failure re-opens it for another cooldown. A
-//! crashed prober's lease expires. Canaries test an open breaker far more
-//! often than the cooldown (`record_canary`): a healthy canary closes it.
+//! crashed prober's lease expires. Each probe granted takes the next fencing
+//! token from the record, and only the latest token's verdict counts: a
+//! holder that stalled past its lease while another probed is refused.
+//! Canaries test an open breaker far more often than the cooldown
+//! (`record_canary`): a healthy canary closes it.
 
 mod permit;
 mod record;
@@ -79,6 +82,8 @@ pub struct BreakerView {
     pub consecutive_failures: u32,
     pub trips: u64,
     pub recoveries: u64,
+    /// Probe verdicts refused because a later probe had been granted.
+    pub stale_verdicts: u64,
 }
 
 pub struct Breakers {
@@ -195,7 +200,7 @@ impl Breakers {
                     .try_lease(&lease.key, &lease.holder, probe_ttl)
                     .await
                 {
-                    Ok(true) => self.confirm_probe(key, ProbePermit(lease)).await,
+                    Ok(true) => self.confirm_probe(key, lease).await,
                     Ok(false) => {
                         lease.not_granted();
                         Admission::Open {
@@ -211,21 +216,33 @@ impl Breakers {
 
     /// The lease is ours, but the record was read before taking it: a probe
     /// that failed in between re-opened the breaker and then freed the lease.
-    /// Probers record their verdict before releasing, so a second read now
-    /// tells; a breaker no longer half-open gets its lease back, unused.
-    async fn confirm_probe(&self, key: &str, permit: ProbePermit) -> Admission {
-        let (record, now) = match self.read(key).await {
-            Ok(read) => read,
-            Err(error) => return self.unavailable(&error.to_string()),
+    /// Probers record their verdict before releasing, so the record tells
+    /// now; a breaker no longer half-open gets its lease back, unused. One
+    /// still half-open gives the probe the next fencing token in the same
+    /// write, so a holder whose lease lapses meanwhile holds an older one.
+    async fn confirm_probe(&self, key: &str, lease: Lease) -> Admission {
+        let confirmed = self
+            .write(key, |record, now| {
+                if record.phase(now) == Phase::HalfOpen {
+                    record.probe_token += 1;
+                }
+            })
+            .await;
+        let (record, now) = match confirmed {
+            Ok(written) => written,
+            Err(error) => return self.unavailable(&error),
         };
         match record.phase(now) {
-            Phase::HalfOpen => Admission::Probe(permit),
+            Phase::HalfOpen => Admission::Probe(ProbePermit {
+                lease,
+                token: record.probe_token,
+            }),
             Phase::Closed => {
-                permit.release().await;
+                lease.release().await;
                 Admission::Closed
             }
             Phase::Open => {
-                permit.release().await;
+                lease.release().await;
                 Admission::Open {
                     reason: record.reason,
                     retry_in: Duration::from_millis(record.open_until - now),
@@ -248,15 +265,24 @@ impl Breakers {
     /// Records how a request admitted by [`Breakers::admit`] went. Failures that
     /// say nothing about the provider's health are not recorded at all.
     pub async fn record(&self, key: &str, admission: Admission, success: bool, reason: &str) {
-        let probe = admission.is_probe();
-        if success && !probe && self.batch_success(key).await {
+        let token = match &admission {
+            Admission::Probe(permit) => Some(permit.token),
+            _ => None,
+        };
+        if success && token.is_none() && self.batch_success(key).await {
             return;
         }
         let successes = self.take_pending(key) + u32::from(success);
         let config = &self.config;
+        let mut stale = false;
         self.rewrite(key, |record, now| {
+            // A later probe was granted (this one's lease lapsed while it
+            // stalled): that probe decides; this one is only a late answer.
+            stale = token.is_some_and(|token| token != record.probe_token);
+            record.stale_verdicts += u64::from(stale);
+            let probe = token.is_some() && !stale;
             match (record.phase(now), probe, success) {
-                // Only the probe's verdict moves an open breaker.
+                // Only the current probe's verdict moves an open breaker.
                 (Phase::Open | Phase::HalfOpen, true, true) => record.close(),
                 (Phase::Open | Phase::HalfOpen, true, false) => {
                     record.trip(now, format!("probe failed: {reason}"), config)
@@ -285,6 +311,11 @@ impl Breakers {
             }
         })
         .await;
+        if stale {
+            tracing::warn!(
+                "breaker {key}: refused a stale probe verdict, a later probe was granted"
+            );
+        }
         // The verdict is written before the lease goes back (see `confirm_probe`).
         if let Admission::Probe(permit) = admission {
             permit.release().await;
@@ -325,7 +356,23 @@ impl Breakers {
 
     /// Rewrites `key`'s record atomically, keeps the result as this process's
     /// view, and wakes requests waiting on the entry if it is now open.
-    async fn rewrite(&self, key: &str, mut change: impl FnMut(&mut Record, u64) + Send) {
+    async fn rewrite(&self, key: &str, change: impl FnMut(&mut Record, u64) + Send) {
+        match self.write(key, change).await {
+            Ok((record, now)) if record.phase(now) != Phase::Closed => {
+                self.tripped(key).notify_waiters();
+            }
+            Ok(_) => {}
+            Err(error) => tracing::warn!("breaker {key}: could not record the outcome: {error}"),
+        }
+    }
+
+    /// Rewrites `key`'s record atomically and keeps the result as this
+    /// process's view: the record as written, with the backend's now.
+    async fn write(
+        &self,
+        key: &str,
+        mut change: impl FnMut(&mut Record, u64) + Send,
+    ) -> Result<(Record, u64), String> {
         let mut written_at = None;
         let result = self
             .state
@@ -347,16 +394,15 @@ impl Breakers {
         match (result, written_at) {
             (Ok(stored), Some(now)) => {
                 let record = decode(stored);
-                if record.phase(now) != Phase::Closed {
-                    self.tripped(key).notify_waiters();
-                }
-                self.remember(key, record, now)
+                self.remember(key, record.clone(), now);
+                Ok((record, now))
             }
             (result, _) => {
                 self.forget_view(key);
-                if let Err(error) = result {
-                    tracing::warn!("breaker {key}: could not record the outcome: {error}");
-                }
+                Err(result.map_or_else(
+                    |e| e.to_string(),
+                    |_| "the update was not applied".to_owned(),
+                ))
             }
         }
     }
@@ -416,6 +462,7 @@ impl Breakers {
                     consecutive_failures: record.consecutive,
                     trips: record.total_trips,
                     recoveries: record.recoveries,
+                    stale_verdicts: record.stale_verdicts,
                 }
             })
             .collect()

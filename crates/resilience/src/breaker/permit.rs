@@ -29,12 +29,17 @@ impl Admission {
 /// request), at once rather than when the lease's TTL runs out, so another
 /// request or process can probe.
 #[derive(Debug)]
-pub struct ProbePermit(pub(super) Lease);
+pub struct ProbePermit {
+    pub(super) lease: Lease,
+    /// The fencing token the record gave this probe: a lease can lapse while
+    /// its holder stalls, the token tells whether a later probe was granted.
+    pub(super) token: u64,
+}
 
 impl ProbePermit {
     /// Gives the lease back now.
     pub async fn release(self) {
-        self.0.release().await;
+        self.lease.release().await;
     }
 }
 
@@ -73,7 +78,7 @@ impl Lease {
         self.armed = false;
     }
 
-    async fn release(mut self) {
+    pub(super) async fn release(mut self) {
         if let Err(error) = self.state.release_lease(&self.key, &self.holder).await {
             tracing::warn!("{}: could not release the probe lease: {error}", self.key);
         }

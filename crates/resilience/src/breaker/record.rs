@@ -29,6 +29,14 @@ pub struct Record {
     /// Lifetime counts, for status and the dashboard.
     pub total_trips: u64,
     pub recoveries: u64,
+    /// The fencing token of the latest probe granted: only its holder's
+    /// verdict moves the breaker. Never reset, so a token is never reused.
+    #[serde(default)]
+    pub probe_token: u64,
+    /// Lifetime count of verdicts refused as stale: their probe's lease
+    /// lapsed and a later probe was granted.
+    #[serde(default)]
+    pub stale_verdicts: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

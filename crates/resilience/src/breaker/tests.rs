@@ -4,6 +4,8 @@ use super::*;
 use switchyard_state::memory::MemoryState;
 
 const TTL: Duration = Duration::from_secs(30);
+/// A breaker key `views` lists.
+const K: &str = "breaker/k";
 
 fn breakers(state: &Arc<MemoryState>) -> Breakers {
     Breakers::new(
@@ -113,7 +115,7 @@ async fn a_lease_taken_after_a_failed_probe_is_not_a_probe() {
             .unwrap()
     );
     assert!(matches!(
-        b.confirm_probe("k", ProbePermit(lease)).await,
+        b.confirm_probe("k", lease).await,
         Admission::Open { .. }
     ));
     assert!(
@@ -139,6 +141,46 @@ async fn a_crashed_probers_lease_expires() {
     assert!(matches!(b.admit("k", TTL).await, Admission::Open { .. }));
     tokio::time::advance(TTL + Duration::from_secs(1)).await;
     assert!(b.admit("k", TTL).await.is_probe());
+}
+
+/// A holder paused past its lease (SIGSTOP, a long stall) wakes after
+/// another process probed and re-tripped the breaker: its success is stale.
+#[tokio::test(start_paused = true)]
+async fn a_stale_probers_verdict_is_refused() {
+    let state = Arc::new(MemoryState::new());
+    let (a, b) = (breakers(&state), breakers(&state));
+    fail(&a, K, 6).await;
+    tokio::time::advance(Duration::from_secs(300)).await;
+    let stale = a.admit(K, TTL).await;
+    assert!(stale.is_probe());
+    tokio::time::advance(TTL + Duration::from_secs(1)).await;
+    let probe = b.admit(K, TTL).await;
+    assert!(probe.is_probe(), "the lapsed lease is taken over");
+    b.record(K, probe, false, "HTTP 503").await;
+    a.record(K, stale, true, "").await;
+    let (reason, _) = refusal(b.admit(K, TTL).await);
+    assert!(reason.starts_with("probe failed"), "{reason}");
+    let views = b.views().await;
+    assert_eq!((views[0].phase, views[0].recoveries), (Phase::Open, 0));
+    assert_eq!(views[0].stale_verdicts, 1);
+}
+
+/// The holder of the latest probe still decides, as before the fencing.
+#[tokio::test(start_paused = true)]
+async fn the_current_probers_verdict_closes_it() {
+    let state = Arc::new(MemoryState::new());
+    let (a, b) = (breakers(&state), breakers(&state));
+    fail(&a, K, 6).await;
+    tokio::time::advance(Duration::from_secs(300)).await;
+    let first = a.admit(K, TTL).await;
+    a.record(K, first, false, "HTTP 503").await;
+    tokio::time::advance(Duration::from_secs(300)).await;
+    let probe = b.admit(K, TTL).await;
+    assert!(probe.is_probe());
+    b.record(K, probe, true, "").await;
+    assert_eq!(a.admit(K, TTL).await, Admission::Closed);
+    let views = a.views().await;
+    assert_eq!((views[0].recoveries, views[0].stale_verdicts), (1, 0));
 }
 
 #[tokio::test(start_paused = true)]
@@ -184,6 +226,17 @@ async fn views_show_every_breaker() {
     assert_eq!(views[0].key, "acct/anthropic/m");
     assert_eq!(views[0].phase, Phase::Open);
     assert_eq!(views[0].open_for_ms, 300_000);
+}
+
+#[test]
+fn a_record_written_before_the_fencing_token_still_decodes() {
+    let old = serde_json::json!({
+        "open": true, "consecutive": 6, "window": [], "open_until": 9,
+        "trips": 1, "reason": "x", "total_trips": 1, "recoveries": 0,
+    });
+    let record = decode(Some(old));
+    assert!(record.open);
+    assert_eq!((record.probe_token, record.stale_verdicts), (0, 0));
 }
 
 /// The reason and the wait of an open breaker's refusal.
