@@ -165,6 +165,14 @@ pub enum Behaviour {
         after_chunks: usize,
         count: usize,
     },
+    /// `matched` for a request whose body contains `marker`, `otherwise` for
+    /// the rest: one provider serving two kinds of task (an explain and a
+    /// refactor) each its own answer.
+    ByPrompt {
+        marker: String,
+        matched: Box<Behaviour>,
+        otherwise: Box<Behaviour>,
+    },
 }
 
 impl Behaviour {
@@ -219,6 +227,7 @@ impl Behaviour {
                 gate,
                 then: Box::new(then.answering_canary()),
             },
+            Behaviour::ByPrompt { otherwise, .. } => otherwise.answering_canary(),
             // A canary carries no prefill: a continuing model just answers it.
             Behaviour::Continues { .. } | Behaviour::RejectsPrefill { .. } => Behaviour::Ok {
                 text: TOKEN.into(),
@@ -278,7 +287,29 @@ impl Behaviour {
                 limits,
                 then: Box::new(then.for_request(body)),
             },
+            Behaviour::ByPrompt {
+                marker,
+                matched,
+                otherwise,
+            } => match body.to_string().contains(&marker) {
+                true => matched.for_request(body),
+                false => otherwise.for_request(body),
+            },
             other => other,
+        }
+    }
+
+    /// The `retry-after` this behaviour's response carries, if any.
+    fn retry_after(&self) -> Option<Duration> {
+        match self {
+            Behaviour::RateLimited {
+                retry_after: Some(seconds),
+            }
+            | Behaviour::OverloadedFor {
+                retry_after: seconds,
+            } => Some(Duration::from_secs(*seconds)),
+            Behaviour::WithRateLimits { then, .. } => then.retry_after(),
+            _ => None,
         }
     }
 
@@ -341,6 +372,8 @@ pub struct FakeProvider {
 struct Shared {
     script: Mutex<Script>,
     requests: Mutex<Vec<RecordedRequest>>,
+    /// Each reply that said when to come back: (when it was sent, until when).
+    retry_afters: Mutex<Vec<(Instant, Instant)>>,
     quota: Mutex<Option<Quota>>,
     keep_connections: AtomicBool,
 }
@@ -436,6 +469,7 @@ impl FakeProvider {
                 default,
             }),
             requests: Mutex::new(Vec::new()),
+            retry_afters: Mutex::new(Vec::new()),
             quota: Mutex::new(None),
             keep_connections: AtomicBool::new(false),
         });
@@ -530,6 +564,23 @@ impl FakeProvider {
         self.user_requests().len()
     }
 
+    /// Requests that arrived while a `retry-after` this fake sent was still
+    /// running, each with how long after that reply it came; only those
+    /// `grace` or more after it count (the ones before were on their way).
+    pub fn requests_before_retry_after(&self, grace: Duration) -> Vec<(RecordedRequest, Duration)> {
+        let windows = self.shared.retry_afters.lock().unwrap().clone();
+        self.requests()
+            .into_iter()
+            .filter_map(|r| {
+                let (sent, _) = windows
+                    .iter()
+                    .find(|(sent, until)| *sent + grace <= r.at && r.at < *until)?;
+                let after = r.at.duration_since(*sent);
+                Some((r, after))
+            })
+            .collect()
+    }
+
     /// The time between each user request and the one before it.
     pub fn gaps(&self) -> Vec<Duration> {
         let requests = self.user_requests();
@@ -618,6 +669,10 @@ async fn answer(
         .and_then(|v| v.strip_prefix("Bearer "))
         .unwrap_or("")
         .to_owned();
+    if let Some(after) = behaviour.retry_after() {
+        let now = Instant::now();
+        shared.retry_afters.lock().unwrap().push((now, now + after));
+    }
     shared.requests.lock().unwrap().push(request);
     // Write errors mean the client hung up (a timeout fired): nothing to do.
     match wire {

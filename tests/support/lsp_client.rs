@@ -140,6 +140,32 @@ impl LspClient {
             .await
     }
 
+    /// The response to request `id`, or `None` when `wait` passes first or
+    /// the server is gone (a driver that must go on when an editor dies).
+    pub async fn response_within(&mut self, id: i64, wait: Duration) -> Option<Value> {
+        let is_it = |m: &Value| m.get("id") == Some(&json!(id)) && m.get("method").is_none();
+        if let Some(i) = self.backlog.iter().position(is_it) {
+            return self.backlog.remove(i);
+        }
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            let message = tokio::time::timeout_at(deadline, self.incoming.recv())
+                .await
+                .ok()??;
+            self.take_in(&message).await;
+            if is_it(&message) {
+                return Some(message);
+            }
+            self.backlog.push_back(message);
+        }
+    }
+
+    /// Forgets the messages read while waiting for others (a long-running
+    /// driver that looks only at `seen`).
+    pub fn drop_backlog(&mut self) {
+        self.backlog.clear();
+    }
+
     /// Whether the response to request `id` has come already (read while
     /// waiting for another message, and kept).
     pub fn answered(&self, id: i64) -> bool {
@@ -379,7 +405,10 @@ async fn read_frames(
             }
         }
         let mut body = vec![0; length.expect("frame without Content-Length")];
-        stdout.read_exact(&mut body).await.unwrap();
+        // A server killed mid-frame ends the stream (the soak kills them).
+        if stdout.read_exact(&mut body).await.is_err() {
+            return;
+        }
         let message: Value = serde_json::from_slice(&body).expect("frame body is JSON");
         assert_eq!(message["jsonrpc"], "2.0", "not JSON-RPC 2.0: {message}");
         if tx.send(message).is_err() {

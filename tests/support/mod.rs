@@ -16,7 +16,9 @@ pub mod poll;
 pub mod redis_server;
 pub mod scenario;
 pub mod secrets;
+pub mod soak;
 pub mod spread;
+pub mod tcp_proxy;
 pub mod timing;
 
 use std::path::{Path, PathBuf};

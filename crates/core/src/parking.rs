@@ -186,8 +186,8 @@ impl Parking {
             }
             self.router().refresh_shared().await;
             self.relist();
-            for checkpoint in self.lot.owned_by(&self.owner()) {
-                if let Some(_claim) = self.lot.claim(&checkpoint.id).await {
+            for listed in self.lot.owned_by(&self.owner()) {
+                if let Some((_claim, checkpoint)) = self.lot.claim(&listed.id).await {
                     let attempt = front.begin(&checkpoint).await;
                     let resumed = self.resume(&*front, checkpoint).await;
                     front.end(attempt, &resumed).await;

@@ -166,21 +166,38 @@ impl ParkingLot {
             .collect()
     }
 
-    /// Claims a checkpoint for resuming; `None` when another process has it.
-    pub async fn claim(&self, id: &str) -> Option<Claim> {
+    /// Claims a checkpoint for resuming, and reads it as it is now: the
+    /// list a resumer walks may be stale by the time it claims (another
+    /// process resumed the task, finished it and gave the claim back), so
+    /// only the file read under the claim says whether the task is still
+    /// parked and what it holds. `None` when another process has it or it
+    /// is gone.
+    pub async fn claim(&self, id: &str) -> Option<(Claim, Checkpoint)> {
         let key = format!("park/{id}");
         match self.claims.try_lease(&key, &self.holder, CLAIM_TTL).await {
-            Ok(true) => Some(Claim {
-                renewal: tokio::spawn(renew(
-                    self.claims.clone(),
-                    key,
-                    self.holder.clone(),
-                    CLAIM_TTL,
-                )),
-            }),
-            Ok(false) => None,
+            Ok(true) => {}
+            Ok(false) => return None,
             Err(error) => {
                 tracing::warn!("cannot claim parked task {id}: {error}");
+                return None;
+            }
+        }
+        let claim = Claim {
+            renewal: tokio::spawn(renew(
+                self.claims.clone(),
+                key,
+                self.holder.clone(),
+                CLAIM_TTL,
+            )),
+        };
+        let current = std::fs::read(self.path(id))
+            .ok()
+            .and_then(|bytes| serde_json::from_slice::<Checkpoint>(&bytes).ok());
+        match current {
+            Some(checkpoint) => Some((claim, checkpoint.upgraded())),
+            None => {
+                drop(claim);
+                self.unclaim(id).await;
                 None
             }
         }
@@ -322,6 +339,42 @@ mod tests {
         assert!(b.claim(&parked.id).await.is_none());
         a.unclaim(&parked.id).await;
         assert!(b.claim(&parked.id).await.is_some());
+    }
+
+    /// Found by the soak: a resumer walks the list it read, and by the time
+    /// it claims a task another process may have resumed it, applied it and
+    /// given the claim back. Claiming what the stale list says would apply
+    /// the refactor a second time; the claim reads the file under it.
+    #[tokio::test]
+    async fn a_task_finished_since_it_was_listed_cannot_be_claimed() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (lot(dir.path()), lot(dir.path()));
+        let parked = checkpoint("o");
+        a.park(&parked).unwrap();
+        let listed_by_b = b.owned_by("o");
+        let (_claim, current) = a.claim(&parked.id).await.expect("free");
+        assert_eq!(current.id, parked.id);
+        a.finish(&parked.id).await;
+        assert_eq!(listed_by_b.len(), 1, "b's list is stale now");
+        assert!(
+            b.claim(&listed_by_b[0].id).await.is_none(),
+            "a finished task was claimed again"
+        );
+    }
+
+    /// A claim hands over the checkpoint as the last resumer left it (its
+    /// answer ready, say), not as the list read it.
+    #[tokio::test]
+    async fn a_claim_reads_the_checkpoint_as_it_is_now() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (lot(dir.path()), lot(dir.path()));
+        let mut parked = checkpoint("o");
+        a.park(&parked).unwrap();
+        let listed_by_b = b.owned_by("o");
+        parked.ready = Some("fn renamed() {}".into());
+        a.park(&parked).unwrap();
+        let (_claim, current) = b.claim(&listed_by_b[0].id).await.expect("free");
+        assert_eq!(current.ready.as_deref(), Some("fn renamed() {}"));
     }
 
     /// Two processes' lots on one directory, their claims on one tokio clock

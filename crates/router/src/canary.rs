@@ -59,6 +59,12 @@ impl Router {
             if self.rules.now().local_only.is_some() {
                 break;
             }
+            // A provider that said when to come back hears no canary sooner.
+            let quota = candidate.key.quota_key();
+            self.resilience.governor.refresh(&quota).await;
+            if self.resilience.governor.paused_for(&quota).is_some() {
+                continue;
+            }
             let turn = candidate.key.breaker_key();
             if !self.resilience.breakers.canary_turn(&turn, every).await {
                 continue; // another process sends this one

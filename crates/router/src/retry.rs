@@ -46,14 +46,41 @@ pub(super) struct Decision {
     pub then: Then,
 }
 
+/// The longest a `retry-after` pauses an entry: a provider's own word
+/// beyond it is more likely a bad header than a plan.
+const LONGEST_PAUSE: Duration = Duration::from_secs(3600);
+
+/// How long every process stays off the entry after `failed`, whatever
+/// this request does next: a provider that said when to come back
+/// (`retry-after`, on a 429, a 529 or a 503) gets nothing sooner from
+/// anyone; a rate limit without it pauses for the backoff.
+fn pause_after(
+    backoff: &BackoffConfig,
+    class: &ErrorClass,
+    failed: &Failed,
+    retry: u32,
+) -> Option<Duration> {
+    match (failed.retry_after, class) {
+        (Some(after), _) => Some(after.min(LONGEST_PAUSE)),
+        (None, ErrorClass::RateLimit) => {
+            Some(backoff.delay(class, retry, None).unwrap_or(Duration::from_secs(1)))
+        }
+        _ => None,
+    }
+}
+
 /// The decision after `failed`.
 pub(super) fn decide(backoff: &BackoffConfig, failed: Failed, facts: Facts<'_>) -> Decision {
-    let move_on = |failed| Decision {
-        pause_quota: None,
-        then: Then::MoveOn(failed),
-    };
     let Some(class) = failed.class.clone() else {
-        return move_on(failed);
+        return Decision {
+            pause_quota: None,
+            then: Then::MoveOn(failed),
+        };
+    };
+    let pause_quota = pause_after(backoff, &class, &failed, facts.retry);
+    let move_on = |failed| Decision {
+        pause_quota,
+        then: Then::MoveOn(failed),
     };
     // Slow now, or already part-way through an answer: the next entry
     // (continuing the partial answer) beats another wait here.
@@ -76,8 +103,6 @@ pub(super) fn decide(backoff: &BackoffConfig, failed: Failed, facts: Facts<'_>) 
         }
     }
     let delay = backoff.delay(&class, facts.retry, failed.retry_after);
-    let pause_quota =
-        (class == ErrorClass::RateLimit).then(|| delay.unwrap_or(Duration::from_secs(1)));
     let then = match delay {
         None => {
             let remedy = match &class {

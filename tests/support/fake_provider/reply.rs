@@ -191,6 +191,7 @@ pub(super) fn plan(behaviour: Behaviour) -> Reply {
         Behaviour::Continues { full, .. } | Behaviour::RejectsPrefill { full, .. } => {
             stream(answer(&full, 4))
         }
+        Behaviour::ByPrompt { otherwise, .. } => plan(*otherwise),
         Behaviour::ResetBeforeHeaders => reply(ReplyBody::Reset),
         Behaviour::WithRateLimits { limits, then } => Reply {
             limits: Some(limits),

@@ -58,6 +58,29 @@ fn a_rate_limit_pauses_the_quota_even_when_no_retry_follows() {
     assert!(matches!(decision.then, Then::Later(f) if f.reason.contains("recovery probe")));
 }
 
+/// Found by the soak: a 529 with `retry-after` sent interactive work on
+/// to the next entry at once and paused nothing, so every other request,
+/// in this process and the others, kept reaching the overloaded provider
+/// before the time it named.
+#[test]
+fn a_retry_after_pauses_the_entry_for_everyone_even_when_this_request_moves_on() {
+    let interactive = Facts {
+        interactive: true,
+        alternative: true,
+        ..facts()
+    };
+    for class in [ErrorClass::Overloaded, ErrorClass::Transient, ErrorClass::RateLimit] {
+        let said = Failed {
+            retry_after: Some(Duration::from_secs(2)),
+            ..failed(class.clone())
+        };
+        let decision = decide(said, interactive);
+        assert_eq!(decision.pause_quota, Some(Duration::from_secs(2)), "{class:?}");
+    }
+    let silent = decide(failed(ErrorClass::Overloaded), interactive);
+    assert_eq!(silent.pause_quota, None, "an overload that names no time pauses no one");
+}
+
 #[test]
 fn interactive_work_moves_on_where_batch_work_waits() {
     let interactive = Facts {
