@@ -136,11 +136,16 @@ impl Backend {
                     .ok_or_else(|| invalid("switchyard.setLocalOnly takes one boolean argument"))?;
                 self.set_local_only(on).await.map(Some)
             }
-            STATUS => Ok(Some(wire::result(StatusParams::for_workspace(
-                &self.router().status(),
-                self.core().workspace_rule(),
-                &self.completion().subscribe_status().borrow(),
-            )))),
+            STATUS => {
+                let mut status = StatusParams::for_workspace(
+                    &self.router().status(),
+                    self.core().workspace_rule(),
+                    &self.completion().subscribe_status().borrow(),
+                );
+                let runtime = tokio::runtime::Handle::current().metrics();
+                status.runtime_tasks = Some(runtime.num_alive_tasks());
+                Ok(Some(wire::result(status)))
+            }
             SNOOZE => {
                 let minutes = match args.first() {
                     None | Some(Value::Null) => DEFAULT_SNOOZE_MINUTES,

@@ -248,6 +248,9 @@ pub struct PhaseReport {
     pub probes_per_window: usize,
     pub rss_mb: u64,
     pub fds: usize,
+    /// The most live tasks any window had over its own first count, as the
+    /// phase ended.
+    pub task_growth: usize,
 }
 
 impl PhaseReport {
@@ -282,6 +285,8 @@ pub struct Report {
     pub phases: Vec<PhaseReport>,
     pub parked: usize,
     pub resumed: usize,
+    /// Parked refactors whose resume failed for good (said to the user).
+    pub resumes_failed: usize,
     /// Driver tasks that stopped (a panic in the harness is a failure too).
     pub drivers_stopped: usize,
     /// Requests of the local-only window the fakes got (with the mode off).
@@ -306,6 +311,7 @@ impl Report {
             check("429s from the governed quota", p.quota_429s, 0);
             check("sent while local-only was on", p.leaked, 0);
             check("probes in one half-open window", p.probes_per_window, 1);
+            check("tasks over a window's first count", p.task_growth, 2);
         }
         if self.resumed != self.parked {
             failures.push(format!(
@@ -378,6 +384,9 @@ struct Soak {
     /// request turning it off).
     private_spans: Mutex<Vec<(Instant, Instant)>>,
     resumed: AtomicUsize,
+    resumes_failed: AtomicUsize,
+    /// Each window's live tasks as it saw a phase end: (phase, pid, tasks).
+    tasks: Mutex<Vec<(usize, u32, usize)>>,
 }
 
 impl Soak {
@@ -420,9 +429,14 @@ async fn drive_window(index: usize, soak: Arc<Soak>) {
     let mut rng = fastrand::Rng::with_seed(index as u64);
     let mut edits = 0u64;
     let mut killed_in = None;
+    let mut seen_phase = 0;
     loop {
         let (phase, fault) = soak.phase();
         let counts = &soak.counts[phase];
+        if phase != seen_phase {
+            count_tasks(&mut client, seen_phase, &soak).await;
+            seen_phase = phase;
+        }
         if fault == Fault::WindowKilled && index == 2 + phase % 2 && killed_in != Some(phase) {
             killed_in = Some(phase);
             // Killed with a request under way, then started again.
@@ -450,8 +464,9 @@ async fn drive_window(index: usize, soak: Arc<Soak>) {
         } else {
             ask_explain(&mut client, index, counts).await;
         }
-        soak.resumed
-            .fetch_add(resumed_in(&mut client), Ordering::Relaxed);
+        let (resumed, failed) = resumes_in(&mut client);
+        soak.resumed.fetch_add(resumed, Ordering::Relaxed);
+        soak.resumes_failed.fetch_add(failed, Ordering::Relaxed);
         if !client.pid().is_some_and(alive) {
             if !soak.was_killed(index) {
                 soak.counts[soak.phase().0].add(|c| &c.exited);
@@ -459,6 +474,20 @@ async fn drive_window(index: usize, soak: Arc<Soak>) {
             client = soak.window(index).await;
         }
         tokio::time::sleep(Duration::from_millis(rng.u64(300..700))).await;
+    }
+}
+
+/// Notes the window's live tasks at the end of `phase` (by its status).
+async fn count_tasks(client: &mut LspClient, phase: usize, soak: &Soak) {
+    let (Some(pid), Some(id)) = (
+        client.pid(),
+        Some(client.send_request("workspace/executeCommand", json!({"command": "switchyard.status"})).await),
+    ) else {
+        return;
+    };
+    let reply = client.response_within(id, CEILING).await;
+    if let Some(tasks) = reply.and_then(|r| r["result"]["runtimeTasks"].as_u64()) {
+        soak.tasks.lock().unwrap().push((phase, pid, tasks as usize));
     }
 }
 
@@ -497,7 +526,7 @@ async fn ask_explain(client: &mut LspClient, index: usize, counts: &Counts) {
 async fn refactor(client: &mut LspClient, index: usize, counts: &Counts) {
     let params = json!({"command": "switchyard.refactor",
         "arguments": [document(index), whole_function(), REFACTOR_INSTRUCTION]});
-    client.seen.clear();
+    let before = client.seen.len();
     let Some(response) = command(client, params, counts).await else {
         return;
     };
@@ -510,8 +539,7 @@ async fn refactor(client: &mut LspClient, index: usize, counts: &Counts) {
         counts.add(|c| &c.errors);
         return;
     }
-    let applied = client
-        .seen
+    let applied = client.seen[before..]
         .iter()
         .rev()
         .find(|m| m["method"] == "workspace/applyEdit")
@@ -551,21 +579,20 @@ async fn private_requests(client: &mut LspClient, index: usize, soak: &Soak) {
 }
 
 /// Parked refactors this window finished and applied since it last looked,
-/// and forgets what it has read.
-fn resumed_in(client: &mut LspClient) -> usize {
-    let finished = client
-        .seen
-        .iter()
-        .filter(|m| {
-            m["method"] == "window/showMessage"
-                && m["params"]["message"]
-                    .as_str()
-                    .is_some_and(|t| t.contains("parked refactor finished"))
-        })
-        .count();
+/// and those whose resume failed for good; forgets what it has read.
+fn resumes_in(client: &mut LspClient) -> (usize, usize) {
+    let said = |needle: &str| {
+        client
+            .seen
+            .iter()
+            .filter(|m| m["method"] == "window/showMessage")
+            .filter(|m| m["params"]["message"].as_str().is_some_and(|t| t.contains(needle)))
+            .count()
+    };
+    let outcome = (said("parked refactor finished"), said("parked refactor failed"));
     client.seen.clear();
     client.drop_backlog();
-    finished
+    outcome
 }
 
 /// A gateway client that does not retry by itself.
@@ -714,6 +741,7 @@ async fn kill_probe_holder(state: &dyn switchyard_state::SharedState, soak: &Soa
         if let Some(index) = window {
             soak.killed.lock().unwrap().push(index);
             signal(pid, "-KILL");
+            println!("      killed window {index} (pid {pid}) holding the primary's probe lease");
             return;
         }
     }
@@ -747,6 +775,8 @@ pub async fn run(settings: Settings) -> Report {
         killed: Mutex::default(),
         private_spans: Mutex::default(),
         resumed: AtomicUsize::new(0),
+        resumes_failed: AtomicUsize::new(0),
+        tasks: Mutex::default(),
     });
     let toml = toml::to_string(&config).expect("the settings are TOML");
     let gateway = Arc::new(GatewayProcess::start(&toml, &[("SY_SOAK_KEY", KEY)]).await);
@@ -839,6 +869,7 @@ pub async fn run(settings: Settings) -> Report {
             ),
             rss_mb: rss / 1024,
             fds,
+            task_growth: 0,
         };
         println!("{}", report.line(phase));
         reports.push(report);
@@ -863,11 +894,23 @@ pub async fn run(settings: Settings) -> Report {
         report.past_ceiling = n(&counts.past_ceiling);
         report.longest_ms = counts.longest_ms.load(Ordering::Relaxed);
     }
+    let tasks = soak.tasks.lock().unwrap().clone();
+    let mut first: HashMap<u32, usize> = HashMap::new();
+    for (phase, pid, count) in tasks {
+        let baseline = *first.entry(pid).or_insert(count);
+        let growth = &mut reports[phase].task_growth;
+        *growth = (*growth).max(count.saturating_sub(baseline));
+    }
+    println!(
+        "tasks over each window's first count, by phase: {:?}",
+        reports.iter().map(|p| p.task_growth).collect::<Vec<_>>()
+    );
     let report = Report {
         schedule,
         parked: reports.iter().map(|p| p.parked).sum(),
         phases: reports,
         resumed: soak.resumed.load(Ordering::Relaxed),
+        resumes_failed: soak.resumes_failed.load(Ordering::Relaxed),
         drivers_stopped,
         private_seen: [primary.requests(), secondary.requests()]
             .iter()
@@ -876,7 +919,7 @@ pub async fn run(settings: Settings) -> Report {
             .count(),
     };
     println!(
-        "total: sent {} answered {} errors {} garbled {} lost {} exited {} parked {} resumed {} early {} quota 429s {} leaked {} past ceiling {}",
+        "total: sent {} answered {} errors {} garbled {} lost {} exited {} parked {} resumed {} (failed {}) early {} quota 429s {} leaked {} past ceiling {}",
         report.total(|p| p.sent),
         report.total(|p| p.answered),
         report.total(|p| p.errors),
@@ -885,6 +928,7 @@ pub async fn run(settings: Settings) -> Report {
         report.total(|p| p.exited),
         report.parked,
         report.resumed,
+        report.resumes_failed,
         report.total(|p| p.early),
         report.total(|p| p.quota_429s),
         report.total(|p| p.leaked),

@@ -102,6 +102,11 @@ pub struct StatusParams {
     /// Inline completions: loading, ready, off here, snoozed, late or failed.
     #[serde(default)]
     pub completion: Option<CompletionStatus>,
+    /// The server's live async tasks, in the `switchyard.status` reply only:
+    /// a leak shows as a count that only grows (notifications leave it out,
+    /// as it changes with every request).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime_tasks: Option<usize>,
 }
 
 /// The completion state, for the editor's status item.
@@ -287,6 +292,7 @@ impl From<&core_status::StatusReport> for StatusParams {
                 .collect(),
             local_only_rule: None,
             completion: None,
+            runtime_tasks: None,
         }
     }
 }
