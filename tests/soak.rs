@@ -17,7 +17,11 @@ async fn three_minutes_of_faults_garble_lose_and_leak_nothing() {
     };
     let report = run(settings).await;
     let failures = report.failures();
-    assert!(failures.is_empty(), "the soak broke promises:\n{}", failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "the soak broke promises:\n{}",
+        failures.join("\n")
+    );
     assert!(
         report.parked > 0 && report.total(|p| p.answered) > 100,
         "the soak did too little to prove anything: {} parked, {} answered",

@@ -43,8 +43,13 @@ const REFACTOR_INSTRUCTION: &str = "Comment the lookup (soak).";
 const CEILING: Duration = Duration::from_secs(10);
 const MARGIN: Duration = Duration::from_secs(15);
 /// A request already on its way when a `retry-after` went out may arrive
-/// after it: only those later than this count as sent too early.
-const RETRY_AFTER_GRACE: Duration = Duration::from_millis(500);
+/// after it: the reply must reach its client, which writes the pause to
+/// Redis, which the others read at most 50 ms later, and a request admitted
+/// just before still has to connect and send. Only those later than this
+/// count as sent too early (the faults say three seconds).
+const RETRY_AFTER_GRACE: Duration = Duration::from_secs(1);
+/// The `retry-after` of the 429 and 529 storms.
+const RETRY_AFTER_S: u64 = 3;
 /// The primary's requests-per-minute quota, which the fake enforces and the
 /// configuration declares: the governor keeps every process under it.
 const PRIMARY_RPM: u64 = 300;
@@ -139,9 +144,11 @@ impl Fault {
     fn primary(self, rng: &mut fastrand::Rng) -> Behaviour {
         let cut_after = rng.usize(1..4);
         match self {
-            Fault::Overloaded529 => Behaviour::OverloadedFor { retry_after: 2 },
+            Fault::Overloaded529 => Behaviour::OverloadedFor {
+                retry_after: RETRY_AFTER_S,
+            },
             Fault::RateLimitedRetryAfter => Behaviour::RateLimited {
-                retry_after: Some(2),
+                retry_after: Some(RETRY_AFTER_S),
             },
             Fault::RateLimited => Behaviour::RateLimited { retry_after: None },
             Fault::SpendLimit => Behaviour::QuotaExhausted,
@@ -160,7 +167,9 @@ impl Fault {
                 delay: Duration::from_millis(300),
             }),
             Fault::Unavailable503 | Fault::AllDown => Behaviour::Unavailable,
-            Fault::ProbeHolderKilled => Behaviour::Unavailable.after_latency(Duration::from_secs(3)),
+            Fault::ProbeHolderKilled => {
+                Behaviour::Unavailable.after_latency(Duration::from_secs(3))
+            }
             _ => healthy(),
         }
     }
@@ -399,7 +408,10 @@ impl Soak {
             model_dir: self.state_dir.join("no-models"),
             env: vec![
                 ("SY_SOAK_KEY".into(), KEY.into()),
-                ("SWITCHYARD_STATE_DIR".into(), self.state_dir.display().to_string()),
+                (
+                    "SWITCHYARD_STATE_DIR".into(),
+                    self.state_dir.display().to_string(),
+                ),
             ],
             ..Default::default()
         };
@@ -440,7 +452,9 @@ async fn drive_window(index: usize, soak: Arc<Soak>) {
         if fault == Fault::WindowKilled && index == 2 + phase % 2 && killed_in != Some(phase) {
             killed_in = Some(phase);
             // Killed with a request under way, then started again.
-            client.send_request("workspace/executeCommand", explain(index)).await;
+            client
+                .send_request("workspace/executeCommand", explain(index))
+                .await;
             counts.add(|c| &c.sent);
             client.kill().await;
             client = soak.window(index).await;
@@ -481,13 +495,23 @@ async fn drive_window(index: usize, soak: Arc<Soak>) {
 async fn count_tasks(client: &mut LspClient, phase: usize, soak: &Soak) {
     let (Some(pid), Some(id)) = (
         client.pid(),
-        Some(client.send_request("workspace/executeCommand", json!({"command": "switchyard.status"})).await),
+        Some(
+            client
+                .send_request(
+                    "workspace/executeCommand",
+                    json!({"command": "switchyard.status"}),
+                )
+                .await,
+        ),
     ) else {
         return;
     };
     let reply = client.response_within(id, CEILING).await;
     if let Some(tasks) = reply.and_then(|r| r["result"]["runtimeTasks"].as_u64()) {
-        soak.tasks.lock().unwrap().push((phase, pid, tasks as usize));
+        soak.tasks
+            .lock()
+            .unwrap()
+            .push((phase, pid, tasks as usize));
     }
 }
 
@@ -498,7 +522,9 @@ fn explain(index: usize) -> Value {
 
 /// Sends one command and waits for its reply within the ceiling and margin.
 async fn command(client: &mut LspClient, params: Value, counts: &Counts) -> Option<Value> {
-    let id = client.send_request("workspace/executeCommand", params).await;
+    let id = client
+        .send_request("workspace/executeCommand", params)
+        .await;
     counts.add(|c| &c.sent);
     let started = Instant::now();
     let response = client.response_within(id, CEILING + MARGIN).await;
@@ -543,9 +569,15 @@ async fn refactor(client: &mut LspClient, index: usize, counts: &Counts) {
         .iter()
         .rev()
         .find(|m| m["method"] == "workspace/applyEdit")
-        .and_then(|edit| edit["params"]["edit"]["documentChanges"][0]["edits"].as_array().cloned());
+        .and_then(|edit| {
+            edit["params"]["edit"]["documentChanges"][0]["edits"]
+                .as_array()
+                .cloned()
+        });
     match applied {
-        Some(edits) if result["provider"].is_string() && apply_edits(DOC, &edits) == rewritten() => {
+        Some(edits)
+            if result["provider"].is_string() && apply_edits(DOC, &edits) == rewritten() =>
+        {
             counts.add(|c| &c.answered)
         }
         _ => counts.add(|c| &c.garbled),
@@ -586,10 +618,17 @@ fn resumes_in(client: &mut LspClient) -> (usize, usize) {
             .seen
             .iter()
             .filter(|m| m["method"] == "window/showMessage")
-            .filter(|m| m["params"]["message"].as_str().is_some_and(|t| t.contains(needle)))
+            .filter(|m| {
+                m["params"]["message"]
+                    .as_str()
+                    .is_some_and(|t| t.contains(needle))
+            })
             .count()
     };
-    let outcome = (said("parked refactor finished"), said("parked refactor failed"));
+    let outcome = (
+        said("parked refactor finished"),
+        said("parked refactor failed"),
+    );
     client.seen.clear();
     client.drop_backlog();
     outcome
@@ -601,7 +640,8 @@ async fn drive_gateway(gateway: Arc<GatewayProcess>, soak: Arc<Soak>) {
         let counts = &soak.counts[soak.phase().0];
         counts.add(|c| &c.sent);
         let started = Instant::now();
-        let ended = tokio::time::timeout(CEILING + MARGIN, gateway.chat("What does entry do?")).await;
+        let ended =
+            tokio::time::timeout(CEILING + MARGIN, gateway.chat("What does entry do?")).await;
         counts.took(started);
         match ended {
             Err(_) => counts.add(|c| &c.lost),
@@ -697,7 +737,9 @@ fn footprint() -> (u64, usize) {
             .find_map(|l| l.strip_prefix("VmRSS:"))
             .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse::<u64>().ok())
             .unwrap_or(0);
-        fds += std::fs::read_dir(path.join("fd")).map(|d| d.count()).unwrap_or(0);
+        fds += std::fs::read_dir(path.join("fd"))
+            .map(|d| d.count())
+            .unwrap_or(0);
     }
     (rss, fds)
 }
@@ -844,7 +886,11 @@ pub async fn run(settings: Settings) -> Report {
             .filter(|(r, _)| r.at >= began)
             .collect();
         for (request, after) in &early {
-            println!("      early: {} ms after a retry-after, from {}", after.as_millis(), sender(request));
+            println!(
+                "      early: {} ms after a retry-after, from {}",
+                after.as_millis(),
+                sender(request)
+            );
         }
         let counts = &soak.counts[phase];
         let n = |c: &AtomicUsize| c.load(Ordering::Relaxed);

@@ -62,9 +62,11 @@ fn pause_after(
 ) -> Option<Duration> {
     match (failed.retry_after, class) {
         (Some(after), _) => Some(after.min(LONGEST_PAUSE)),
-        (None, ErrorClass::RateLimit) => {
-            Some(backoff.delay(class, retry, None).unwrap_or(Duration::from_secs(1)))
-        }
+        (None, ErrorClass::RateLimit) => Some(
+            backoff
+                .delay(class, retry, None)
+                .unwrap_or(Duration::from_secs(1)),
+        ),
         _ => None,
     }
 }

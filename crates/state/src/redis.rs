@@ -11,7 +11,10 @@
 //! The closure may therefore run more than once per `update`.
 //!
 //! Every call gives up after [`TIMEOUT`]: a Redis that does not answer is an
-//! error the caller handles (see `WhenUnavailable`), never a hang.
+//! error the caller handles (see `WhenUnavailable`), never a hang. After a
+//! call goes unanswered, the calls of the next [`QUIET`] fail at once: a
+//! stopped Redis accepts connections and answers nothing, and each request
+//! makes several calls, each of which would wait the whole timeout.
 
 use std::collections::HashSet;
 use std::sync::{LazyLock, Mutex};
@@ -21,12 +24,16 @@ use futures::future::BoxFuture;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{AsyncCommands, Script};
 use tokio::sync::OnceCell;
+use tokio::time::Instant;
 
 use super::bucket::{self, BucketOp, BucketReply, BucketSpec};
 use super::{Json, SharedState, StateError, Update};
 
 /// The longest any call to Redis (connecting included) may take.
 pub const TIMEOUT: Duration = Duration::from_secs(1);
+/// How long after an unanswered call every call fails without asking; the
+/// first call after it asks again.
+pub const QUIET: Duration = Duration::from_secs(2);
 const KEY_PREFIX: &str = "switchyard:";
 /// Conflicting writers each win a round, so this bounds contention, not progress.
 const MAX_UPDATE_ATTEMPTS: usize = 100;
@@ -145,6 +152,8 @@ pub struct RedisState {
     connection: OnceCell<ConnectionManager>,
     /// Keys already reported as holding something other than JSON.
     reported: Mutex<HashSet<String>>,
+    /// Until when calls fail at once, and why: the last call went unanswered.
+    quiet_until: Mutex<Option<(Instant, String)>>,
 }
 
 impl RedisState {
@@ -163,6 +172,7 @@ impl RedisState {
             redacted_url,
             connection: OnceCell::new(),
             reported: Mutex::new(HashSet::new()),
+            quiet_until: Mutex::new(None),
         })
     }
 
@@ -192,10 +202,31 @@ impl RedisState {
                 .clone();
             exchange(&mut connection).await
         };
-        match tokio::time::timeout(TIMEOUT, attempt).await {
-            Ok(result) => result.map_err(|e| self.error(e)),
-            Err(_) => Err(self.error(format!("no answer within {TIMEOUT:?}"))),
+        if let Some(why) = self.quiet() {
+            return Err(self.error(why));
         }
+        match tokio::time::timeout(TIMEOUT, attempt).await {
+            Ok(result) => {
+                self.set_quiet(None);
+                result.map_err(|e| self.error(e))
+            }
+            Err(_) => {
+                let why = format!("no answer within {TIMEOUT:?}");
+                self.set_quiet(Some((Instant::now() + QUIET, why.clone())));
+                Err(self.error(why))
+            }
+        }
+    }
+
+    /// Why calls fail at once now, if they do.
+    fn quiet(&self) -> Option<String> {
+        let quiet = self.quiet_until.lock().unwrap_or_else(|e| e.into_inner());
+        let (until, why) = quiet.as_ref()?;
+        (Instant::now() < *until).then(|| format!("{why} a moment ago; not asked again yet"))
+    }
+
+    fn set_quiet(&self, quiet: Option<(Instant, String)>) {
+        *self.quiet_until.lock().unwrap_or_else(|e| e.into_inner()) = quiet;
     }
 
     /// The stored JSON, or `None` (with a warning, once per key) when it is not JSON.
@@ -511,6 +542,42 @@ mod tests {
             escape_glob("switchyard:a*b?[c]\\"),
             "switchyard:a\\*b\\?\\[c\\]\\\\"
         );
+    }
+
+    /// A stopped Redis (SIGSTOP) takes connections and answers nothing:
+    /// the first call waits its timeout, the calls after it for a while
+    /// fail at once, and then one asks again.
+    #[tokio::test(start_paused = true)]
+    async fn after_an_unanswered_call_the_next_ones_fail_at_once_for_a_while() {
+        let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = silent.local_addr().unwrap().port();
+        let held = tokio::spawn(async move {
+            let mut kept = Vec::new();
+            while let Ok((socket, _)) = silent.accept().await {
+                kept.push(socket);
+            }
+        });
+        let state = RedisState::open(&format!("redis://127.0.0.1:{port}")).unwrap();
+        let started = Instant::now();
+        assert!(state.get("k").await.is_err());
+        assert_eq!(
+            started.elapsed(),
+            TIMEOUT,
+            "the first call waits its timeout"
+        );
+        let next = Instant::now();
+        let err = state.get("k").await.unwrap_err();
+        assert_eq!(
+            next.elapsed(),
+            Duration::ZERO,
+            "the next fails at once: {err}"
+        );
+        assert!(err.to_string().contains("not asked again yet"), "{err}");
+        tokio::time::advance(QUIET).await;
+        let later = Instant::now();
+        assert!(state.get("k").await.is_err());
+        assert_eq!(later.elapsed(), TIMEOUT, "after the quiet, it asks again");
+        held.abort();
     }
 
     #[tokio::test]

@@ -14,7 +14,13 @@
 //! headroom, a refactor stops well above it, so a large refactor waits while
 //! interactive work still gets through. No request leaves without its tokens
 //! in hand.
+//!
+//! While the shared state cannot be reached (`when_unavailable = "open"`),
+//! each process governs its part of the quota it last knew in buckets of its
+//! own: the limit over the processes that answered the last roll call
+//! ([`fleet`]), never the whole limit per process.
 
+mod fleet;
 mod quota;
 #[cfg(test)]
 mod tests;
@@ -25,10 +31,12 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use fleet::Fleet;
 use quota::{Meter, headroom, priority_floor, spare_now};
 use switchyard_base::task::TaskKind;
 use switchyard_providers::{RateLimits, Usage};
 use switchyard_state::bucket::{self, Record};
+use switchyard_state::memory::MemoryState;
 use switchyard_state::{
     BucketOp, BucketReply, BucketSpec, SharedState, StateError, WhenUnavailable,
 };
@@ -56,8 +64,11 @@ pub struct Reservation {
     granted: bool,
     /// What the request used, once known.
     usage: Option<Usage>,
-    /// Who gives back what is still held if it is dropped.
+    /// Who gives back what is still held if it is dropped: the governor
+    /// that granted it.
     governor: Option<Governor>,
+    /// Granted from this process's own share while the shared state was away.
+    own_share: bool,
 }
 
 impl Reservation {
@@ -89,6 +100,7 @@ impl Drop for Reservation {
             granted: self.granted,
             usage: self.usage,
             governor: None,
+            own_share: self.own_share,
         };
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {
@@ -138,6 +150,11 @@ pub struct Governor {
     config: GovernorConfig,
     when_unavailable: WhenUnavailable,
     views: Arc<Mutex<HashMap<String, View>>>,
+    fleet: Arc<Fleet>,
+    /// The governor of this process's own share, used while the shared state
+    /// is away; `None` in that governor itself, whose limits are the fleet's
+    /// split by its members.
+    own_share: Option<Arc<Governor>>,
 }
 
 impl std::fmt::Debug for Governor {
@@ -164,11 +181,36 @@ impl Governor {
         config: GovernorConfig,
         when_unavailable: WhenUnavailable,
     ) -> Governor {
+        let fleet = Arc::new(Fleet::new());
+        let own_share = Governor {
+            state: Arc::new(MemoryState::new()),
+            config: config.clone(),
+            when_unavailable: WhenUnavailable::Closed,
+            views: Arc::default(),
+            fleet: fleet.clone(),
+            own_share: None,
+        };
         Governor {
             state,
             config,
             when_unavailable,
             views: Arc::default(),
+            fleet,
+            own_share: Some(Arc::new(own_share)),
+        }
+    }
+
+    /// Whether this is the governor of a process's own share.
+    fn is_own_share(&self) -> bool {
+        self.own_share.is_none()
+    }
+
+    /// A meter's per-minute limit as this governor keeps it: the whole, or
+    /// in the own-share governor this process's part.
+    fn limit_here(&self, limit: u64) -> f64 {
+        match self.is_own_share() {
+            true => limit as f64 / self.fleet.members() as f64,
+            false => limit as f64,
         }
     }
 
@@ -209,6 +251,11 @@ impl Governor {
         Ok(view)
     }
 
+    /// The limits this process last read for `key`, however long ago.
+    fn last_learned(&self, key: &str) -> Option<Quota> {
+        self.views.lock().expect("views lock").get(key)?.learned
+    }
+
     fn forget_view(&self, key: &str) {
         self.views.lock().expect("views lock").remove(key);
     }
@@ -239,11 +286,12 @@ impl Governor {
             granted: false,
             usage: None,
             governor: Some(self.clone()),
+            own_share: self.is_own_share(),
         }
     }
 
     fn spec(&self, limit: u64, observed: bool) -> BucketSpec {
-        let per_minute = limit as f64;
+        let per_minute = self.limit_here(limit);
         let share = if observed { 1.0 } else { self.config.share };
         BucketSpec {
             capacity: per_minute,
@@ -274,6 +322,10 @@ impl Governor {
             reason,
             wait,
         };
+        if !self.is_own_share() && self.fleet.due() {
+            let (fleet, state) = (self.fleet.clone(), self.state.clone());
+            tokio::spawn(async move { fleet.roll_call(state.as_ref()).await });
+        }
         loop {
             let wait = match self
                 .try_admit(key, kind, configured, input_tokens, max_output_tokens)
@@ -283,10 +335,15 @@ impl Governor {
                 Ok(Err((reason, wait))) => (reason, wait),
                 Err(error) => match self.when_unavailable {
                     WhenUnavailable::Open => {
-                        tracing::warn!("quota state unavailable, sending ungoverned: {error}");
-                        let mut ungoverned = self.reservation(key, configured);
-                        ungoverned.granted = true;
-                        return Ok(ungoverned);
+                        let admitted = self.admit_on_own_share(
+                            key,
+                            kind,
+                            configured,
+                            (input_tokens, max_output_tokens),
+                            deadline,
+                            &error,
+                        );
+                        return Box::pin(admitted).await;
                     }
                     WhenUnavailable::Closed => {
                         return Err(starved(
@@ -303,6 +360,39 @@ impl Governor {
                 return Err(starved(reason, wait));
             }
             tokio::time::sleep(wait).await;
+        }
+    }
+
+    /// While the shared state is away: this process's part of the quota it
+    /// last knew, from buckets of its own; with no quota known (or in the
+    /// own-share governor, which never finds its state away), ungoverned.
+    async fn admit_on_own_share(
+        &self,
+        key: &str,
+        kind: TaskKind,
+        configured: Quota,
+        (input_tokens, max_output_tokens): (u64, u64),
+        deadline: Instant,
+        error: &StateError,
+    ) -> Result<Reservation, Starved> {
+        let quota = configured.or(self.last_learned(key).unwrap_or_default());
+        match &self.own_share {
+            Some(own) if !quota.is_empty() => {
+                tracing::warn!(
+                    "quota state unavailable, governing 1/{} of {key}'s quota here: {error}",
+                    self.fleet.members()
+                );
+                own.admit(key, kind, quota, input_tokens, max_output_tokens, deadline)
+                    .await
+            }
+            _ => {
+                tracing::warn!(
+                    "quota state unavailable, no quota known, sending ungoverned: {error}"
+                );
+                let mut ungoverned = self.reservation(key, configured);
+                ungoverned.granted = true;
+                Ok(ungoverned)
+            }
         }
     }
 
@@ -339,7 +429,7 @@ impl Governor {
             };
             let amount = meter.amount(input_tokens, max_output_tokens);
             let spec = self.spec(limit, observed);
-            let floor = headroom(limit as f64, self.config.share) * priority_floor(kind);
+            let floor = headroom(self.limit_here(limit), self.config.share) * priority_floor(kind);
             // A request too large to ever fit above the floor may draw into it
             // from a full bucket rather than starve forever.
             let floor = floor.min((spec.capacity - amount).max(0.0));
@@ -434,6 +524,10 @@ impl Governor {
     /// the limits, and the remaining capacity as of this request, brought
     /// forward to now (see [`spare_now`]).
     pub async fn observe(&self, reservation: &Reservation, limits: &RateLimits) {
+        // Its ticket is from this process's own buckets, not the shared ones.
+        if reservation.own_share {
+            return;
+        }
         let learned = Quota::learned(limits);
         if !learned.is_empty()
             && self
@@ -496,7 +590,8 @@ impl Governor {
     /// back everything but the request itself.
     pub async fn settle(&self, mut reservation: Reservation, usage: Option<Usage>) {
         reservation.usage = usage;
-        self.give_back(&mut reservation).await;
+        let granting = reservation.governor.clone().unwrap_or_else(|| self.clone());
+        granting.give_back(&mut reservation).await;
     }
 
     /// Gives back what `reservation` holds beyond what was used, a meter at

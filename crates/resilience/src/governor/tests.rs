@@ -277,3 +277,161 @@ async fn wait_for_admission(g: &Governor, kind: TaskKind, input: u64, output: u6
     .unwrap();
     started.elapsed()
 }
+
+type Boxed<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
+
+/// A team's shared state that can go away (a Redis stopped or cut off).
+struct Reachable {
+    inner: MemoryState,
+    away: std::sync::atomic::AtomicBool,
+}
+
+impl Reachable {
+    fn check(&self) -> Result<(), StateError> {
+        match self.away.load(std::sync::atomic::Ordering::Relaxed) {
+            true => Err(StateError {
+                backend: "redis://team".into(),
+                reason: "no answer within 1s".into(),
+            }),
+            false => Ok(()),
+        }
+    }
+}
+
+impl SharedState for Reachable {
+    fn describe(&self) -> String {
+        "redis://team".into()
+    }
+
+    fn update<'a>(
+        &'a self,
+        key: &'a str,
+        ttl: Option<Duration>,
+        update: switchyard_state::Update<'a>,
+    ) -> Boxed<'a, Result<Option<switchyard_state::Json>, StateError>> {
+        Box::pin(async move {
+            self.check()?;
+            self.inner.update(key, ttl, update).await
+        })
+    }
+
+    fn get<'a>(
+        &'a self,
+        key: &'a str,
+    ) -> Boxed<'a, Result<Option<switchyard_state::Json>, StateError>> {
+        Box::pin(async move {
+            self.check()?;
+            self.inner.get(key).await
+        })
+    }
+
+    fn now_ms(&self) -> Boxed<'_, Result<u64, StateError>> {
+        Box::pin(async move {
+            self.check()?;
+            self.inner.now_ms().await
+        })
+    }
+
+    fn scan<'a>(
+        &'a self,
+        prefix: &'a str,
+    ) -> Boxed<'a, Result<Vec<(String, switchyard_state::Json)>, StateError>> {
+        Box::pin(async move {
+            self.check()?;
+            self.inner.scan(prefix).await
+        })
+    }
+
+    fn try_lease<'a>(
+        &'a self,
+        key: &'a str,
+        holder: &'a str,
+        ttl: Duration,
+    ) -> Boxed<'a, Result<bool, StateError>> {
+        Box::pin(async move {
+            self.check()?;
+            self.inner.try_lease(key, holder, ttl).await
+        })
+    }
+
+    fn release_lease<'a>(
+        &'a self,
+        key: &'a str,
+        holder: &'a str,
+    ) -> Boxed<'a, Result<(), StateError>> {
+        Box::pin(async move {
+            self.check()?;
+            self.inner.release_lease(key, holder).await
+        })
+    }
+}
+
+/// Requests one process gets admitted over `span` on key "k", each settled
+/// as soon as it is granted.
+async fn admitted_over(g: &Governor, quota: Quota, span: Duration) -> usize {
+    let ends = Instant::now() + span;
+    let mut granted = 0;
+    while Instant::now() < ends {
+        let deadline = Instant::now() + Duration::from_millis(100);
+        match g
+            .admit("k", TaskKind::Explain, quota, 10, 10, deadline)
+            .await
+        {
+            Ok(reservation) => {
+                granted += 1;
+                g.settle(reservation, None).await;
+                // A busy process: ten requests a second at most.
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(starved) => tokio::time::sleep(starved.wait.min(Duration::from_secs(1))).await,
+        }
+    }
+    granted
+}
+
+/// Found by the soak: while Redis was stopped, every process sent
+/// ungoverned, each taking the whole quota. Now the processes that answered
+/// the last roll call split the quota they knew, and together stay under it.
+#[tokio::test(start_paused = true)]
+async fn while_the_state_is_away_each_process_governs_its_part_of_the_quota() {
+    let state = Arc::new(Reachable {
+        inner: MemoryState::new(),
+        away: Default::default(),
+    });
+    let processes: Vec<Governor> = (0..3)
+        .map(|_| {
+            Governor::new(
+                state.clone(),
+                GovernorConfig::default(),
+                WhenUnavailable::Open,
+            )
+        })
+        .collect();
+    for _ in 0..2 {
+        for process in &processes {
+            process.fleet.roll_call(state.as_ref()).await;
+        }
+    }
+    assert!(processes.iter().all(|p| p.fleet.members() == 3));
+    state.away.store(true, std::sync::atomic::Ordering::Relaxed);
+    let quota = Quota {
+        requests_per_minute: Some(60),
+        ..Quota::default()
+    };
+    let minute = Duration::from_secs(60);
+    let (a, b, c) = tokio::join!(
+        admitted_over(&processes[0], quota, minute),
+        admitted_over(&processes[1], quota, minute),
+        admitted_over(&processes[2], quota, minute),
+    );
+    let each = [a, b, c];
+    let total: usize = each.iter().sum();
+    assert!(
+        total <= 60,
+        "together they took {total} of a quota of 60 a minute: {each:?}"
+    );
+    assert!(
+        each.iter().all(|n| *n >= 10),
+        "each gets its part: {each:?}"
+    );
+}

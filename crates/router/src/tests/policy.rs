@@ -69,16 +69,27 @@ fn a_retry_after_pauses_the_entry_for_everyone_even_when_this_request_moves_on()
         alternative: true,
         ..facts()
     };
-    for class in [ErrorClass::Overloaded, ErrorClass::Transient, ErrorClass::RateLimit] {
+    for class in [
+        ErrorClass::Overloaded,
+        ErrorClass::Transient,
+        ErrorClass::RateLimit,
+    ] {
         let said = Failed {
             retry_after: Some(Duration::from_secs(2)),
             ..failed(class.clone())
         };
         let decision = decide(said, interactive);
-        assert_eq!(decision.pause_quota, Some(Duration::from_secs(2)), "{class:?}");
+        assert_eq!(
+            decision.pause_quota,
+            Some(Duration::from_secs(2)),
+            "{class:?}"
+        );
     }
     let silent = decide(failed(ErrorClass::Overloaded), interactive);
-    assert_eq!(silent.pause_quota, None, "an overload that names no time pauses no one");
+    assert_eq!(
+        silent.pause_quota, None,
+        "an overload that names no time pauses no one"
+    );
 }
 
 #[test]

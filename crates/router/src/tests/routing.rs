@@ -114,7 +114,11 @@ async fn no_canary_goes_to_an_entry_paused_by_its_retry_after() {
     );
     let key = router.key(&ModelRef::parse("primary/m").unwrap());
     let pause = Duration::from_secs(30);
-    router.resilience().governor.pause(&key.quota_key(), pause).await;
+    router
+        .resilience()
+        .governor
+        .pause(&key.quota_key(), pause)
+        .await;
     let calls = primary.calls();
     let canaries = router.canary_round(true).await;
     assert!(
