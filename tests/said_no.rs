@@ -338,3 +338,107 @@ async fn a_resumed_parked_refactor_sends_nothing_more_after_the_user_says_no() {
     let after = primary.request_count() + secondary.request_count() - before;
     assert_eq!(after, 0, "{after} requests after the user said no\n{log}");
 }
+
+/// Found by the soak: windows of one workspace share its parked work, and
+/// a window in local-only mode took another's parked refactor to resume it;
+/// the rule ended it for good and the refactor was lost. A window that may
+/// send nothing leaves parked work parked and says why; the work is
+/// resumed and applied once the mode is off, and nothing left meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_window_in_local_only_mode_leaves_parked_work_parked() {
+    use support::actions::{REWRITE, rewritten};
+    use support::lsp_client::ServerOptions;
+    use support::scenario::{DOC, KEY, apply_edits};
+
+    let limited = Behaviour::RateLimited {
+        retry_after: Some(1),
+    };
+    let primary = FakeProvider::with_default(limited.clone()).await;
+    let secondary = FakeProvider::with_default(limited).await;
+    let task = json!({"tier": "medium", "total_ms": 10_000, "wait_ms": 0, "hedge": false});
+    let config = |local_only: bool| {
+        json!({
+            "local_only": local_only,
+            "local": {"auto_pull": false},
+            "providers": {
+                "primary": {"kind": "anthropic", "base_url": primary.anthropic_url(), "api_key_env": "SY_FAULTS_KEY"},
+                "secondary": {"kind": "openai", "base_url": secondary.openai_url(), "api_key_env": "SY_FAULTS_KEY"}
+            },
+            "tiers": {"large": [], "medium": ["primary/mid", "secondary/backup"], "small": []},
+            "tasks": {"refactor": task},
+            "resilience": {"resume_interval_ms": 200}
+        })
+    };
+    let state = tempfile::tempdir().unwrap();
+    let window = async |local_only: bool| {
+        let options = ServerOptions {
+            model_dir: state.path().join("no-models"),
+            env: vec![
+                ("SY_FAULTS_KEY".into(), KEY.into()),
+                (
+                    "SWITCHYARD_STATE_DIR".into(),
+                    state.path().display().to_string(),
+                ),
+            ],
+            ..Default::default()
+        };
+        let mut client = LspClient::spawn(options).await;
+        client.initialize(json!({}), config(local_only)).await;
+        client.open(URI, DOC).await;
+        client
+    };
+
+    // The first window parks a refactor, and is closed.
+    let mut first = window(false).await;
+    let arguments = json!([URI, whole_function(), "Simplify this code."]);
+    let parked = command(&mut first, "switchyard.refactor", arguments).await;
+    let id = parked["result"]["parked"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{parked}"))
+        .to_owned();
+    first.kill().await;
+    for fake in [&primary, &secondary] {
+        fake.set_default(Behaviour::ok(REWRITE));
+    }
+    let sent = || primary.request_count() + secondary.request_count();
+    let before = sent();
+
+    // A window in local-only mode finds it, and leaves it parked, saying why.
+    let mut second = window(true).await;
+    let waiting = eventually(PATIENCE, async || {
+        let status = command(&mut second, "switchyard.status", json!([])).await;
+        let parked = status["result"]["parked"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        match parked.iter().any(|p| {
+            p["id"] == id.as_str() && p["note"].as_str().is_some_and(|n| n.contains("local-only"))
+        }) {
+            true => Ok(()),
+            false => Err(status),
+        }
+    })
+    .await;
+    let log = second.log();
+    assert!(
+        waiting.is_ok(),
+        "the parked refactor does not say it waits: {waiting:?}\n{log}"
+    );
+    assert!(
+        !second.seen.iter().any(|m| m["params"]["message"]
+            .as_str()
+            .is_some_and(|t| t.contains("parked refactor failed"))),
+        "the parked refactor was ended\n{log}"
+    );
+    assert_eq!(sent(), before, "sent while local-only was on\n{log}");
+
+    // The mode off, the same window resumes it and applies the rewrite.
+    let reply = command(&mut second, "switchyard.setLocalOnly", json!([false])).await;
+    assert_eq!(reply["result"]["localOnly"], false, "{reply}");
+    let applied = second.server_request("workspace/applyEdit").await;
+    let edits = applied["params"]["edit"]["documentChanges"][0]["edits"]
+        .as_array()
+        .unwrap()
+        .clone();
+    assert_eq!(apply_edits(DOC, &edits), rewritten());
+}

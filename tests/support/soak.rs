@@ -57,11 +57,15 @@ const PRIMARY_RPM: u64 = 300;
 /// phase sees many half-open windows.
 const COOLDOWN: Duration = Duration::from_secs(3);
 const WINDOWS: usize = 4;
-/// The windows that refactor (never killed: a killed window's parked work
-/// is resumed by its restart, which the count could not tell apart).
+/// The windows that refactor.
 const REFACTORING: [usize; 2] = [0, 1];
 /// The window that turns local-only on and off.
 const PRIVATE: usize = 3;
+/// The window with the local model: inline completions in a 10 MB
+/// document, some cancelled mid-decode, and bursts of 1 000 changes a second.
+const COMPLETING: usize = 2;
+/// Lines of the large document (about 10 MB).
+const LARGE_LINES: usize = 200_000;
 
 /// How long and with what seed.
 pub struct Settings {
@@ -102,7 +106,7 @@ pub enum Fault {
     Unavailable503,
     /// Both providers down: refactors park.
     AllDown,
-    /// The primary down with slow probes; the window holding the probe
+    /// The primary down with slow replies; the window holding its probe
     /// lease is killed while it probes.
     ProbeHolderKilled,
     RedisPaused,
@@ -167,8 +171,10 @@ impl Fault {
                 delay: Duration::from_millis(300),
             }),
             Fault::Unavailable503 | Fault::AllDown => Behaviour::Unavailable,
+            // Slow enough to catch its prober at it, quick enough to trip
+            // the breaker and probe within a short phase.
             Fault::ProbeHolderKilled => {
-                Behaviour::Unavailable.after_latency(Duration::from_secs(3))
+                Behaviour::Unavailable.after_latency(Duration::from_millis(1500))
             }
             _ => healthy(),
         }
@@ -292,8 +298,8 @@ impl PhaseReport {
 pub struct Report {
     pub schedule: Vec<Fault>,
     pub phases: Vec<PhaseReport>,
-    pub parked: usize,
-    pub resumed: usize,
+    /// Parked refactors, each by how many times it was resumed and finished.
+    pub parked: Vec<(String, usize)>,
     /// Parked refactors whose resume failed for good (said to the user).
     pub resumes_failed: usize,
     /// Driver tasks that stopped (a panic in the harness is a failure too).
@@ -322,10 +328,13 @@ impl Report {
             check("probes in one half-open window", p.probes_per_window, 1);
             check("tasks over a window's first count", p.task_growth, 2);
         }
-        if self.resumed != self.parked {
+        let not_once: Vec<&(String, usize)> = self.parked.iter().filter(|(_, n)| *n != 1).collect();
+        if !not_once.is_empty() {
             failures.push(format!(
-                "{} parked refactors, {} applied by a resume (each must be, once)",
-                self.parked, self.resumed
+                "{} of {} parked refactors were not resumed and finished exactly once: {:?}",
+                not_once.len(),
+                self.parked.len(),
+                &not_once[..not_once.len().min(5)]
             ));
         }
         if self.private_seen == 0 {
@@ -392,7 +401,11 @@ struct Soak {
     /// When the private window had local-only on: (from its reply, to the
     /// request turning it off).
     private_spans: Mutex<Vec<(Instant, Instant)>>,
-    resumed: AtomicUsize,
+    /// Every refactor that parked, by id (from its reply, or its checkpoint
+    /// seen in the state directory when the reply died with its window).
+    parked: Mutex<std::collections::HashSet<String>>,
+    /// How many times each parked refactor was resumed and finished.
+    finished: Mutex<HashMap<String, usize>>,
     resumes_failed: AtomicUsize,
     /// Each window's live tasks as it saw a phase end: (phase, pid, tasks).
     tasks: Mutex<Vec<(usize, u32, usize)>>,
@@ -404,8 +417,12 @@ impl Soak {
     }
 
     async fn window(&self, index: usize) -> LspClient {
+        let model_dir = match index {
+            COMPLETING => super::model_dir(),
+            _ => self.state_dir.join("no-models"),
+        };
         let options = ServerOptions {
-            model_dir: self.state_dir.join("no-models"),
+            model_dir,
             env: vec![
                 ("SY_SOAK_KEY".into(), KEY.into()),
                 (
@@ -420,6 +437,9 @@ impl Soak {
         client.initialize(capabilities, self.config.clone()).await;
         client.open(&document(index), DOC).await;
         client.open(&scratch(index), "fn scratch() {}\n").await;
+        if index == COMPLETING {
+            client.open(&large_document(), &large_text()).await;
+        }
         if let Some(pid) = client.pid() {
             self.pids.lock().unwrap().insert(index, pid);
         }
@@ -461,10 +481,12 @@ async fn drive_window(index: usize, soak: Arc<Soak>) {
             continue;
         }
         let roll = rng.usize(..100);
-        if index == PRIVATE && roll < 15 {
+        if index == COMPLETING && roll < 35 {
+            complete(&mut client, &mut rng, &mut edits, counts).await;
+        } else if index == PRIVATE && roll < 15 {
             private_requests(&mut client, index, &soak).await;
         } else if REFACTORING.contains(&index) && roll < 30 {
-            refactor(&mut client, index, counts).await;
+            refactor(&mut client, index, &soak, counts).await;
         } else if roll < 40 {
             edits += 1;
             let text = format!("fn scratch() {{ let edits = {edits}; }}\n");
@@ -478,9 +500,7 @@ async fn drive_window(index: usize, soak: Arc<Soak>) {
         } else {
             ask_explain(&mut client, index, counts).await;
         }
-        let (resumed, failed) = resumes_in(&mut client);
-        soak.resumed.fetch_add(resumed, Ordering::Relaxed);
-        soak.resumes_failed.fetch_add(failed, Ordering::Relaxed);
+        resumes_in(&mut client, &soak);
         if !client.pid().is_some_and(alive) {
             if !soak.was_killed(index) {
                 soak.counts[soak.phase().0].add(|c| &c.exited);
@@ -491,27 +511,104 @@ async fn drive_window(index: usize, soak: Arc<Soak>) {
     }
 }
 
-/// Notes the window's live tasks at the end of `phase` (by its status).
+/// Notes the window's live tasks at the end of `phase` (by its status):
+/// the fewest of three looks 100 ms apart, so work under way for a moment
+/// (a resume, a canary round) does not count, and a leak still does.
 async fn count_tasks(client: &mut LspClient, phase: usize, soak: &Soak) {
-    let (Some(pid), Some(id)) = (
-        client.pid(),
-        Some(
-            client
-                .send_request(
-                    "workspace/executeCommand",
-                    json!({"command": "switchyard.status"}),
-                )
-                .await,
-        ),
-    ) else {
-        return;
-    };
-    let reply = client.response_within(id, CEILING).await;
-    if let Some(tasks) = reply.and_then(|r| r["result"]["runtimeTasks"].as_u64()) {
+    let Some(pid) = client.pid() else { return };
+    let mut fewest: Option<u64> = None;
+    for _ in 0..3 {
+        let status = json!({"command": "switchyard.status"});
+        let id = client
+            .send_request("workspace/executeCommand", status)
+            .await;
+        let reply = client.response_within(id, CEILING).await;
+        if let Some(tasks) = reply.and_then(|r| r["result"]["runtimeTasks"].as_u64()) {
+            fewest = Some(fewest.map_or(tasks, |f| f.min(tasks)));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    if let Some(tasks) = fewest {
         soak.tasks
             .lock()
             .unwrap()
             .push((phase, pid, tasks as usize));
+    }
+}
+
+fn large_document() -> String {
+    "file:///work/large.rs".into()
+}
+
+/// About 10 MB of Rust.
+fn large_text() -> String {
+    (0..LARGE_LINES)
+        .map(|i| format!("fn item_{i}(x: u64) -> u64 {{ x.wrapping_mul({i}) + 7 }} // {i:>8}\n"))
+        .collect()
+}
+
+/// An inline completion in the large document: now and then after a burst
+/// of 1 000 edits in about a second, some cancelled as soon as they are
+/// sent. Every one ends in items, an empty answer or the cancellation.
+async fn complete(
+    client: &mut LspClient,
+    rng: &mut fastrand::Rng,
+    edits: &mut u64,
+    counts: &Counts,
+) {
+    let line = rng.u32(1000..LARGE_LINES as u32 - 1000);
+    if rng.usize(..4) == 0 {
+        burst_of_changes(client, line, edits).await;
+    }
+    let position = json!({"line": line, "character": 0});
+    let params = json!({"textDocument": {"uri": large_document()}, "position": position,
+                        "context": {"triggerKind": 2}});
+    let id = client
+        .send_request("textDocument/inlineCompletion", params)
+        .await;
+    counts.add(|c| &c.sent);
+    if rng.bool() {
+        client.notify("$/cancelRequest", json!({"id": id})).await;
+    }
+    let started = Instant::now();
+    let response = client.response_within(id, CEILING + MARGIN).await;
+    counts.took(started);
+    let Some(response) = response else {
+        return unanswered(client, counts);
+    };
+    let result = &response["result"];
+    if response.get("error").is_some() {
+        counts.add(|c| &c.errors)
+    } else if result.is_null() || result["items"].is_array() || result.is_array() {
+        counts.add(|c| &c.answered)
+    } else {
+        counts.add(|c| &c.garbled)
+    }
+}
+
+/// 1 000 edits at `line` of the large document, a character typed and taken
+/// back, sent a millisecond apart.
+async fn burst_of_changes(client: &mut LspClient, line: u32, edits: &mut u64) {
+    for n in 0..1000u32 {
+        *edits += 1;
+        let (range, text) = match n % 2 {
+            0 => (
+                json!({"start": {"line": line, "character": 0}, "end": {"line": line, "character": 0}}),
+                "x",
+            ),
+            _ => (
+                json!({"start": {"line": line, "character": 0}, "end": {"line": line, "character": 1}}),
+                "",
+            ),
+        };
+        client
+            .notify(
+                "textDocument/didChange",
+                json!({"textDocument": {"uri": large_document(), "version": *edits + 1},
+                       "contentChanges": [{"range": range, "text": text}]}),
+            )
+            .await;
+        tokio::time::sleep(Duration::from_millis(1)).await;
     }
 }
 
@@ -530,9 +627,17 @@ async fn command(client: &mut LspClient, params: Value, counts: &Counts) -> Opti
     let response = client.response_within(id, CEILING + MARGIN).await;
     counts.took(started);
     if response.is_none() {
-        counts.add(|c| &c.lost);
+        unanswered(client, counts);
     }
     response
+}
+
+/// A request with no reply: lost, unless its window died (killed by the
+/// soak, or an exit counted on its own).
+fn unanswered(client: &LspClient, counts: &Counts) {
+    if client.pid().is_some_and(alive) {
+        counts.add(|c| &c.lost);
+    }
 }
 
 async fn ask_explain(client: &mut LspClient, index: usize, counts: &Counts) {
@@ -549,7 +654,7 @@ async fn ask_explain(client: &mut LspClient, index: usize, counts: &Counts) {
     }
 }
 
-async fn refactor(client: &mut LspClient, index: usize, counts: &Counts) {
+async fn refactor(client: &mut LspClient, index: usize, soak: &Soak, counts: &Counts) {
     let params = json!({"command": "switchyard.refactor",
         "arguments": [document(index), whole_function(), REFACTOR_INSTRUCTION]});
     let before = client.seen.len();
@@ -557,8 +662,9 @@ async fn refactor(client: &mut LspClient, index: usize, counts: &Counts) {
         return;
     };
     let result = &response["result"];
-    if result.get("parked").is_some() {
+    if let Some(id) = result["parked"].as_str() {
         counts.add(|c| &c.parked);
+        soak.parked.lock().unwrap().insert(id.to_owned());
         return;
     }
     if response.get("error").is_some() {
@@ -610,28 +716,51 @@ async fn private_requests(client: &mut LspClient, index: usize, soak: &Soak) {
     command(client, set(false), counts).await;
 }
 
-/// Parked refactors this window finished and applied since it last looked,
-/// and those whose resume failed for good; forgets what it has read.
-fn resumes_in(client: &mut LspClient) -> (usize, usize) {
-    let said = |needle: &str| {
-        client
-            .seen
-            .iter()
-            .filter(|m| m["method"] == "window/showMessage")
-            .filter(|m| {
-                m["params"]["message"]
+/// Notes the parked refactors this window resumed and finished (their
+/// `$/progress` ends so) and those whose resume failed for good since it
+/// last looked, then forgets what it has read.
+fn resumes_in(client: &mut LspClient, soak: &Soak) {
+    for message in &client.seen {
+        let params = &message["params"];
+        match message["method"].as_str() {
+            Some("$/progress") if params["value"]["kind"] == "end" => {
+                let token = params["token"].as_str().unwrap_or_default();
+                let finished = params["value"]["message"] == "resumed and finished";
+                if let (Some(id), true) = (token.strip_prefix("switchyard/resume/"), finished) {
+                    *soak
+                        .finished
+                        .lock()
+                        .unwrap()
+                        .entry(id.to_owned())
+                        .or_default() += 1;
+                }
+            }
+            Some("window/showMessage")
+                if params["message"]
                     .as_str()
-                    .is_some_and(|t| t.contains(needle))
-            })
-            .count()
-    };
-    let outcome = (
-        said("parked refactor finished"),
-        said("parked refactor failed"),
-    );
+                    .is_some_and(|t| t.contains("parked refactor failed")) =>
+            {
+                println!("      {}", params["message"]);
+                soak.resumes_failed.fetch_add(1, Ordering::Relaxed);
+            }
+            _ => {}
+        }
+    }
     client.seen.clear();
     client.drop_backlog();
-    outcome
+}
+
+/// Parked refactors whose checkpoint is in the state directory now.
+fn note_checkpoints(soak: &Soak) {
+    let Ok(entries) = std::fs::read_dir(soak.state_dir.join("parked")) else {
+        return;
+    };
+    let ids = entries
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .filter_map(|p| Some(p.file_stem()?.to_str()?.to_owned()));
+    soak.parked.lock().unwrap().extend(ids);
 }
 
 /// A gateway client that does not retry by itself.
@@ -760,8 +889,8 @@ fn signal(pid: u32, signal: &str) {
 }
 
 /// Kills the window that holds the primary's probe lease while it probes
-/// (the probe takes three seconds), once in the phase; the lease's holder
-/// names its process.
+/// (the probe takes 1.5 s), once in the phase; the lease's holder names its
+/// process.
 async fn kill_probe_holder(state: &dyn switchyard_state::SharedState, soak: &Soak, until: Instant) {
     while Instant::now() < until {
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -778,7 +907,7 @@ async fn kill_probe_holder(state: &dyn switchyard_state::SharedState, soak: &Soa
             .lock()
             .unwrap()
             .iter()
-            .find(|(index, p)| **p == pid && !REFACTORING.contains(index))
+            .find(|(_, p)| **p == pid)
             .map(|(index, _)| *index);
         if let Some(index) = window {
             soak.killed.lock().unwrap().push(index);
@@ -816,7 +945,8 @@ pub async fn run(settings: Settings) -> Report {
         pids: Mutex::default(),
         killed: Mutex::default(),
         private_spans: Mutex::default(),
-        resumed: AtomicUsize::new(0),
+        parked: Mutex::default(),
+        finished: Mutex::default(),
         resumes_failed: AtomicUsize::new(0),
         tasks: Mutex::default(),
     });
@@ -830,6 +960,15 @@ pub async fn run(settings: Settings) -> Report {
         .collect();
     drivers.push(tokio::spawn(drive_gateway(gateway.clone(), soak.clone())));
     let watcher = tokio::spawn(watch_breaker(shared.clone(), breaker.clone()));
+    let checkpoints = tokio::spawn({
+        let soak = soak.clone();
+        async move {
+            loop {
+                note_checkpoints(&soak);
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    });
 
     println!("{}", PhaseReport::HEADER);
     let mut reports = Vec::new();
@@ -923,6 +1062,7 @@ pub async fn run(settings: Settings) -> Report {
     // Requests still under way end in their phase; parked work resumes.
     tokio::time::sleep(CEILING + MARGIN).await;
     watcher.abort();
+    checkpoints.abort();
     let drivers_stopped = drivers.iter().filter(|d| d.is_finished()).count();
     for driver in &drivers {
         driver.abort();
@@ -951,11 +1091,19 @@ pub async fn run(settings: Settings) -> Report {
         "tasks over each window's first count, by phase: {:?}",
         reports.iter().map(|p| p.task_growth).collect::<Vec<_>>()
     );
+    note_checkpoints(&soak);
+    let finished = soak.finished.lock().unwrap().clone();
+    let parked = soak
+        .parked
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|id| (id.clone(), finished.get(id).copied().unwrap_or(0)))
+        .collect();
     let report = Report {
         schedule,
-        parked: reports.iter().map(|p| p.parked).sum(),
+        parked,
         phases: reports,
-        resumed: soak.resumed.load(Ordering::Relaxed),
         resumes_failed: soak.resumes_failed.load(Ordering::Relaxed),
         drivers_stopped,
         private_seen: [primary.requests(), secondary.requests()]
@@ -965,15 +1113,15 @@ pub async fn run(settings: Settings) -> Report {
             .count(),
     };
     println!(
-        "total: sent {} answered {} errors {} garbled {} lost {} exited {} parked {} resumed {} (failed {}) early {} quota 429s {} leaked {} past ceiling {}",
+        "total: sent {} answered {} errors {} garbled {} lost {} exited {} parked {} resumed once {} (failed {}) early {} quota 429s {} leaked {} past ceiling {}",
         report.total(|p| p.sent),
         report.total(|p| p.answered),
         report.total(|p| p.errors),
         report.total(|p| p.garbled),
         report.total(|p| p.lost),
         report.total(|p| p.exited),
-        report.parked,
-        report.resumed,
+        report.parked.len(),
+        report.parked.iter().filter(|(_, n)| *n == 1).count(),
         report.resumes_failed,
         report.total(|p| p.early),
         report.total(|p| p.quota_429s),

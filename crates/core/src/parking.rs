@@ -188,6 +188,9 @@ impl Parking {
             self.relist();
             for listed in self.lot.owned_by(&self.owner()) {
                 if let Some((_claim, checkpoint)) = self.lot.claim(&listed.id).await {
+                    if self.waits_for_local_only(&checkpoint).await {
+                        continue;
+                    }
                     let attempt = front.begin(&checkpoint).await;
                     let resumed = self.resume(&*front, checkpoint).await;
                     front.end(attempt, &resumed).await;
@@ -195,6 +198,30 @@ impl Parking {
                 }
             }
         }
+    }
+
+    /// Whether a claimed task stays parked because this process may send
+    /// nothing (local-only mode): another window of the workspace, or this
+    /// one once the mode is off, resumes it. Ending it under the rule would
+    /// lose the user's work; an answer already in hand is applied, as that
+    /// sends nothing.
+    async fn waits_for_local_only(&self, checkpoint: &Checkpoint) -> bool {
+        if checkpoint.ready.is_some() || !self.router().local_only() {
+            return false;
+        }
+        const WAITING: &str = "waiting: local-only mode is on; it resumes once the mode is off";
+        match checkpoint.note == WAITING {
+            true => self.lot.unclaim(&checkpoint.id).await,
+            false => {
+                let waiting = Checkpoint {
+                    note: WAITING.into(),
+                    ..checkpoint.clone()
+                };
+                self.keep(&waiting).await;
+                self.relist();
+            }
+        }
+        true
     }
 
     /// Tries one parked task: runs it again unless its answer is ready, then
