@@ -322,19 +322,27 @@ async fn a_resumed_parked_refactor_sends_nothing_more_after_the_user_says_no() {
     say_no_in_the_editor(client).await;
     let before = primary.request_count() + secondary.request_count();
     gate.open();
-    let told = client
-        .notification("window/showMessage", |p| {
-            p["message"]
+    // It stops, and waits parked for the mode to end (its work is kept).
+    let id = parked["result"]["parked"].as_str().unwrap().to_owned();
+    let waiting = eventually(PATIENCE, async || {
+        let status = command(client, "switchyard.status", json!([])).await;
+        let parked = status["result"]["parked"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        let says = |p: &serde_json::Value| {
+            p["note"]
                 .as_str()
-                .is_some_and(|m| m.contains("the parked refactor"))
-        })
-        .await;
+                .is_some_and(|n| n.contains("local-only mode is on"))
+        };
+        match parked.iter().any(|p| p["id"] == id.as_str() && says(p)) {
+            true => Ok(()),
+            false => Err(status),
+        }
+    })
+    .await;
     let log = client.log();
-    let message = told["params"]["message"].as_str().unwrap();
-    assert!(
-        message.contains("local-only mode is on"),
-        "{message}\n{log}"
-    );
+    assert!(waiting.is_ok(), "not parked, waiting: {waiting:?}\n{log}");
     let after = primary.request_count() + secondary.request_count() - before;
     assert_eq!(after, 0, "{after} requests after the user said no\n{log}");
 }

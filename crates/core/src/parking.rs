@@ -33,6 +33,10 @@ pub struct Parking {
     owner: RwLock<String>,
 }
 
+/// The note of parked work while local-only mode is on.
+const WAITING_FOR_LOCAL_ONLY: &str =
+    "waiting: local-only mode is on; it resumes once the mode is off";
+
 /// Whether only temporary trouble stopped a task that waits well: a
 /// refactor no model could serve now (open breakers, empty quota, a spent
 /// wait budget) waits for a route instead of failing.
@@ -187,8 +191,8 @@ impl Parking {
             self.router().refresh_shared().await;
             self.relist();
             for listed in self.lot.owned_by(&self.owner()) {
-                if let Some((_claim, checkpoint)) = self.lot.claim(&listed.id).await {
-                    if self.waits_for_local_only(&checkpoint).await {
+                if let Some((_claim, mut checkpoint)) = self.lot.claim(&listed.id).await {
+                    if self.waits_for_local_only(&mut checkpoint).await {
                         continue;
                     }
                     let attempt = front.begin(&checkpoint).await;
@@ -205,19 +209,14 @@ impl Parking {
     /// one once the mode is off, resumes it. Ending it under the rule would
     /// lose the user's work; an answer already in hand is applied, as that
     /// sends nothing.
-    async fn waits_for_local_only(&self, checkpoint: &Checkpoint) -> bool {
+    async fn waits_for_local_only(&self, checkpoint: &mut Checkpoint) -> bool {
         if checkpoint.ready.is_some() || !self.router().local_only() {
             return false;
         }
-        const WAITING: &str = "waiting: local-only mode is on; it resumes once the mode is off";
-        match checkpoint.note == WAITING {
+        match checkpoint.note == WAITING_FOR_LOCAL_ONLY {
             true => self.lot.unclaim(&checkpoint.id).await,
             false => {
-                let waiting = Checkpoint {
-                    note: WAITING.into(),
-                    ..checkpoint.clone()
-                };
-                self.keep(&waiting).await;
+                self.wait_for_local_only(checkpoint, "").await;
                 self.relist();
             }
         }
@@ -267,7 +266,7 @@ impl Parking {
         file: Option<PathBuf>,
         checkpoint: &mut Checkpoint,
     ) -> Result<String, Resumed> {
-        let request = self.request_again(front_end, file, checkpoint);
+        let request = self.request_again(front_end, file.clone(), checkpoint);
         let routed = self
             .router()
             .run(request, CancellationToken::new(), &|_| {})
@@ -297,6 +296,15 @@ impl Parking {
                     "still parked: no model can serve it yet".into(),
                 ))
             }
+            // Local-only mode on as it resumed, or turned on while it ran
+            // (not a path rule, which keeps this document local for good):
+            // nothing more is sent, and the work waits for the mode to end.
+            Err(RouteError::LocalOnly(_)) => Err(self.wait_for_local_only(checkpoint, "").await),
+            Err(RouteError::StoppedByRule { partial, .. })
+                if self.router().keeps_local(file.as_deref()).is_none() =>
+            {
+                Err(self.wait_for_local_only(checkpoint, &partial).await)
+            }
             Err(e) => {
                 self.lot.finish(&checkpoint.id).await;
                 Err(Resumed::Failed(format!(
@@ -305,6 +313,17 @@ impl Parking {
                 )))
             }
         }
+    }
+
+    /// Keeps a task parked until local-only mode is off, with what it
+    /// streamed before the mode stopped it.
+    async fn wait_for_local_only(&self, checkpoint: &mut Checkpoint, partial: &str) -> Resumed {
+        if partial.len() > checkpoint.partial.len() {
+            checkpoint.partial = partial.to_owned();
+        }
+        checkpoint.note = WAITING_FOR_LOCAL_ONLY.into();
+        self.keep(checkpoint).await;
+        Resumed::Parked(WAITING_FOR_LOCAL_ONLY.into())
     }
 
     /// The parked task as a request about its document.

@@ -178,6 +178,11 @@ impl Router {
         self.config.local_only_reason().is_some()
     }
 
+    /// The path rule in force now that keeps `document` on the machine, if any.
+    pub fn keeps_local(&self, document: Option<&std::path::Path>) -> Option<String> {
+        self.rules.now().keeps_local(document)
+    }
+
     pub fn subscribe(&self) -> watch::Receiver<StatusReport> {
         self.status.subscribe()
     }

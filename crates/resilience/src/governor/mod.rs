@@ -21,7 +21,9 @@
 //! ([`fleet`]), never the whole limit per process.
 
 mod fleet;
+mod own_share;
 mod quota;
+mod reservation;
 #[cfg(test)]
 mod tests;
 
@@ -36,80 +38,15 @@ use quota::{Meter, headroom, priority_floor, spare_now};
 use switchyard_base::task::TaskKind;
 use switchyard_providers::{RateLimits, Usage};
 use switchyard_state::bucket::{self, Record};
-use switchyard_state::memory::MemoryState;
 use switchyard_state::{
     BucketOp, BucketReply, BucketSpec, SharedState, StateError, WhenUnavailable,
 };
 
 pub use quota::{GovernorConfig, Quota};
+pub use reservation::Reservation;
 
 /// Why a reservation was refused, and how long until it may be granted.
 type Refused = (String, Duration);
-
-/// Tokens held for one request until [`Governor::settle`]. It stays armed
-/// until everything it holds has been given back or settled: dropped at any
-/// point before (the request was cancelled, its future dropped, even while
-/// being settled), it gives back the rest in the background. Before the
-/// request may leave (a reservation still being taken), everything goes back;
-/// after, it is settled as a request that used no output.
-#[derive(Debug)]
-pub struct Reservation {
-    key: String,
-    /// (meter, amount reserved, ticket), per governed meter still held.
-    held: Vec<(Meter, f64, f64)>,
-    quota: Quota,
-    /// When it was granted, on this process's clock.
-    at: Instant,
-    /// Every meter was granted: the request may leave.
-    granted: bool,
-    /// What the request used, once known.
-    usage: Option<Usage>,
-    /// Who gives back what is still held if it is dropped: the governor
-    /// that granted it.
-    governor: Option<Governor>,
-    /// Granted from this process's own share while the shared state was away.
-    own_share: bool,
-}
-
-impl Reservation {
-    /// What goes back to `meter`'s bucket of the `amount` taken from it.
-    fn refund(&self, meter: Meter, amount: f64) -> f64 {
-        let used = match (self.granted, self.usage) {
-            (false, _) => 0.0,
-            (true, Some(usage)) => meter.amount(usage.input_tokens, usage.output_tokens),
-            (true, None) if meter == Meter::Requests => 1.0,
-            (true, None) => 0.0,
-        };
-        amount - used
-    }
-}
-
-impl Drop for Reservation {
-    fn drop(&mut self) {
-        let Some(governor) = self.governor.take() else {
-            return;
-        };
-        if self.held.is_empty() {
-            return;
-        }
-        let mut rest = Reservation {
-            key: self.key.clone(),
-            held: std::mem::take(&mut self.held),
-            quota: self.quota,
-            at: self.at,
-            granted: self.granted,
-            usage: self.usage,
-            governor: None,
-            own_share: self.own_share,
-        };
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => {
-                runtime.spawn(async move { governor.give_back(&mut rest).await });
-            }
-            Err(_) => tracing::debug!("quota {}: reservation dropped at exit", self.key),
-        }
-    }
-}
 
 /// How long one read of an entry's pause and learned limits serves this
 /// process's later admissions: the hot path reads them at most this often,
@@ -182,35 +119,13 @@ impl Governor {
         when_unavailable: WhenUnavailable,
     ) -> Governor {
         let fleet = Arc::new(Fleet::new());
-        let own_share = Governor {
-            state: Arc::new(MemoryState::new()),
-            config: config.clone(),
-            when_unavailable: WhenUnavailable::Closed,
-            views: Arc::default(),
-            fleet: fleet.clone(),
-            own_share: None,
-        };
         Governor {
+            own_share: Some(Arc::new(Governor::own_share(&config, fleet.clone()))),
             state,
             config,
             when_unavailable,
             views: Arc::default(),
             fleet,
-            own_share: Some(Arc::new(own_share)),
-        }
-    }
-
-    /// Whether this is the governor of a process's own share.
-    fn is_own_share(&self) -> bool {
-        self.own_share.is_none()
-    }
-
-    /// A meter's per-minute limit as this governor keeps it: the whole, or
-    /// in the own-share governor this process's part.
-    fn limit_here(&self, limit: u64) -> f64 {
-        match self.is_own_share() {
-            true => limit as f64 / self.fleet.members() as f64,
-            false => limit as f64,
         }
     }
 
@@ -249,11 +164,6 @@ impl Governor {
             .expect("views lock")
             .insert(key.to_owned(), view);
         Ok(view)
-    }
-
-    /// The limits this process last read for `key`, however long ago.
-    fn last_learned(&self, key: &str) -> Option<Quota> {
-        self.views.lock().expect("views lock").get(key)?.learned
     }
 
     fn forget_view(&self, key: &str) {
@@ -360,39 +270,6 @@ impl Governor {
                 return Err(starved(reason, wait));
             }
             tokio::time::sleep(wait).await;
-        }
-    }
-
-    /// While the shared state is away: this process's part of the quota it
-    /// last knew, from buckets of its own; with no quota known (or in the
-    /// own-share governor, which never finds its state away), ungoverned.
-    async fn admit_on_own_share(
-        &self,
-        key: &str,
-        kind: TaskKind,
-        configured: Quota,
-        (input_tokens, max_output_tokens): (u64, u64),
-        deadline: Instant,
-        error: &StateError,
-    ) -> Result<Reservation, Starved> {
-        let quota = configured.or(self.last_learned(key).unwrap_or_default());
-        match &self.own_share {
-            Some(own) if !quota.is_empty() => {
-                tracing::warn!(
-                    "quota state unavailable, governing 1/{} of {key}'s quota here: {error}",
-                    self.fleet.members()
-                );
-                own.admit(key, kind, quota, input_tokens, max_output_tokens, deadline)
-                    .await
-            }
-            _ => {
-                tracing::warn!(
-                    "quota state unavailable, no quota known, sending ungoverned: {error}"
-                );
-                let mut ungoverned = self.reservation(key, configured);
-                ungoverned.granted = true;
-                Ok(ungoverned)
-            }
         }
     }
 
