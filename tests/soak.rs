@@ -23,9 +23,9 @@ async fn three_minutes_of_faults_garble_lose_and_leak_nothing() {
         failures.join("\n")
     );
     assert!(
-        report.parked > 0 && report.total(|p| p.answered) > 100,
+        !report.parked.is_empty() && report.total(|p| p.answered) > 100,
         "the soak did too little to prove anything: {} parked, {} answered",
-        report.parked,
+        report.parked.len(),
         report.total(|p| p.answered)
     );
 }

@@ -203,7 +203,8 @@ async fn history(State(gateway): State<Arc<Gateway>>, headers: HeaderMap) -> Res
     if !authorised(&gateway, &headers) {
         return unauthorised();
     }
-    let tick_ms = gateway.core().config().resilience.canary_interval_ms;
+    let every = gateway.core().config().resilience.canary_interval_ms;
+    let tick_ms = History::tick(std::time::Duration::from_millis(every)).as_millis() as u64;
     Json(wire::HistoryResponse::new(
         tick_ms,
         &gateway.history.points(),

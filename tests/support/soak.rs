@@ -55,7 +55,7 @@ const RETRY_AFTER_S: u64 = 3;
 const PRIMARY_RPM: u64 = 300;
 /// How long an open breaker stays off user traffic: short, so that a
 /// phase sees many half-open windows.
-const COOLDOWN: Duration = Duration::from_secs(3);
+const COOLDOWN: Duration = Duration::from_millis(1500);
 const WINDOWS: usize = 4;
 /// The windows that refactor.
 const REFACTORING: [usize; 2] = [0, 1];

@@ -14,6 +14,9 @@ use switchyard_resilience::breaker::BreakerView;
 use switchyard_resilience::governor::MeterView;
 
 const KEEP: Duration = Duration::from_secs(3600);
+/// The least time between two points: an hour is at most 360 of them,
+/// however often the routes are refreshed (a short canary interval).
+const SPACING: Duration = Duration::from_secs(10);
 
 #[derive(Clone, Debug)]
 pub struct EntryPoint {
@@ -46,15 +49,31 @@ pub struct Point {
     pub parked: usize,
 }
 
-/// The points of the last hour, one per canary interval.
+/// The points of the last hour, one per canary interval and at most one
+/// per [`SPACING`].
 #[derive(Default)]
 pub struct History {
     points: Mutex<VecDeque<Point>>,
 }
 
 impl History {
+    /// The time between two points when the routes are refreshed `every`.
+    pub fn tick(every: Duration) -> Duration {
+        every.max(SPACING)
+    }
+
     /// Adds a point from the router's current view (call after refreshing it).
     pub fn record(&self, router: &Router) {
+        let at_ms = switchyard_base::clock::now_ms();
+        let last = self
+            .points
+            .lock()
+            .expect("history lock")
+            .back()
+            .map(|p| p.at_ms);
+        if last.is_some_and(|last| at_ms < last + SPACING.as_millis() as u64) {
+            return;
+        }
         let status = router.status();
         let ms = |d: Option<Duration>| d.map(|d| d.as_millis() as u64);
         let entries = router
@@ -88,7 +107,6 @@ impl History {
                 })
             })
             .collect();
-        let at_ms = switchyard_base::clock::now_ms();
         let mut points = self.points.lock().expect("history lock");
         let since = points.back().map_or(0, |p| p.at_ms);
         let canaries = router
