@@ -1,6 +1,6 @@
 //! The soak for as long as asked (issue 52): four language servers as
 //! editor windows, a gateway client, one `redis-server` behind a proxy, two
-//! fake providers, one seeded fault per phase (`tests/support/soak.rs` says
+//! fake providers, one seeded fault per phase (`tests/support/soak/` says
 //! what runs and what is counted). Exits 1 when a promise broke, naming it.
 //!
 //! Run: `cargo bench --bench soak` (`SOAK_MINUTES=3`, `SOAK_PHASE_S=20`,

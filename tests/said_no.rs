@@ -105,6 +105,29 @@ async fn say_no_in_the_editor(client: &mut LspClient) {
     assert_eq!(reply["result"]["localOnly"], true, "{reply}");
 }
 
+/// Whether the editor's status comes to show parked task `id` waiting for
+/// local-only mode to end (`Err` with the last status when it never does).
+async fn waits_for_local_only(client: &mut LspClient, id: &str) -> Result<(), serde_json::Value> {
+    eventually(PATIENCE, async || {
+        let status = command(client, "switchyard.status", json!([])).await;
+        let parked = status["result"]["parked"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        let waits = |p: &serde_json::Value| {
+            p["id"] == id
+                && p["note"]
+                    .as_str()
+                    .is_some_and(|n| n.contains("local-only mode is on"))
+        };
+        match parked.iter().any(waits) {
+            true => Ok(()),
+            false => Err(status),
+        }
+    })
+    .await
+}
+
 /// Says no as a gateway's operator does: `local_only = true` in its config
 /// file; waits until the gateway has read it.
 async fn say_no_to_the_gateway(gateway: &Gateway) {
@@ -324,23 +347,7 @@ async fn a_resumed_parked_refactor_sends_nothing_more_after_the_user_says_no() {
     gate.open();
     // It stops, and waits parked for the mode to end (its work is kept).
     let id = parked["result"]["parked"].as_str().unwrap().to_owned();
-    let waiting = eventually(PATIENCE, async || {
-        let status = command(client, "switchyard.status", json!([])).await;
-        let parked = status["result"]["parked"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default();
-        let says = |p: &serde_json::Value| {
-            p["note"]
-                .as_str()
-                .is_some_and(|n| n.contains("local-only mode is on"))
-        };
-        match parked.iter().any(|p| p["id"] == id.as_str() && says(p)) {
-            true => Ok(()),
-            false => Err(status),
-        }
-    })
-    .await;
+    let waiting = waits_for_local_only(client, &id).await;
     let log = client.log();
     assert!(waiting.is_ok(), "not parked, waiting: {waiting:?}\n{log}");
     let after = primary.request_count() + secondary.request_count() - before;
@@ -413,20 +420,7 @@ async fn a_window_in_local_only_mode_leaves_parked_work_parked() {
 
     // A window in local-only mode finds it, and leaves it parked, saying why.
     let mut second = window(true).await;
-    let waiting = eventually(PATIENCE, async || {
-        let status = command(&mut second, "switchyard.status", json!([])).await;
-        let parked = status["result"]["parked"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default();
-        match parked.iter().any(|p| {
-            p["id"] == id.as_str() && p["note"].as_str().is_some_and(|n| n.contains("local-only"))
-        }) {
-            true => Ok(()),
-            false => Err(status),
-        }
-    })
-    .await;
+    let waiting = waits_for_local_only(&mut second, &id).await;
     let log = second.log();
     assert!(
         waiting.is_ok(),

@@ -1,4 +1,4 @@
-//! Three minutes of the soak (`tests/support/soak.rs`, which `benches/soak.rs`
+//! Three minutes of the soak (`tests/support/soak/`, which `benches/soak.rs`
 //! runs for an hour): every fault once, in a seeded order, between calm
 //! phases, across four language servers, a gateway and Redis; every count
 //! that marks a broken promise at zero.

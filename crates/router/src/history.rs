@@ -75,25 +75,7 @@ impl History {
             return;
         }
         let status = router.status();
-        let ms = |d: Option<Duration>| d.map(|d| d.as_millis() as u64);
-        let entries = router
-            .planned_entries()
-            .candidates()
-            .iter()
-            .map(|candidate| {
-                let summary = router.beacons().summary(&candidate.entry);
-                let switchyard_base::entry::ModelRef { provider, model } = candidate.entry.clone();
-                EntryPoint {
-                    samples: summary.samples,
-                    p95_first_token_ms: ms(summary.p95_first_token),
-                    p95_total_ms: ms(summary.p95_total),
-                    error_rate: summary.error_rate,
-                    degraded_rate: summary.degraded_rate,
-                    provider,
-                    model,
-                }
-            })
-            .collect();
+        let entries = entry_points(router);
         let downshifts = status
             .tasks
             .iter()
@@ -137,4 +119,27 @@ impl History {
             .cloned()
             .collect()
     }
+}
+
+/// Each planned entry's beacon as it is now.
+fn entry_points(router: &Router) -> Vec<EntryPoint> {
+    let ms = |d: Option<Duration>| d.map(|d| d.as_millis() as u64);
+    router
+        .planned_entries()
+        .candidates()
+        .iter()
+        .map(|candidate| {
+            let summary = router.beacons().summary(&candidate.entry);
+            let switchyard_base::entry::ModelRef { provider, model } = candidate.entry.clone();
+            EntryPoint {
+                samples: summary.samples,
+                p95_first_token_ms: ms(summary.p95_first_token),
+                p95_total_ms: ms(summary.p95_total),
+                error_rate: summary.error_rate,
+                degraded_rate: summary.degraded_rate,
+                provider,
+                model,
+            }
+        })
+        .collect()
 }
