@@ -11,10 +11,10 @@
 //! The closure may therefore run more than once per `update`.
 //!
 //! Every call gives up after [`TIMEOUT`]: a Redis that does not answer is an
-//! error the caller handles (see `WhenUnavailable`), never a hang. After a
-//! call goes unanswered, the calls of the next [`QUIET`] fail at once: a
-//! stopped Redis accepts connections and answers nothing, and each request
-//! makes several calls, each of which would wait the whole timeout.
+//! error the caller handles (see `WhenUnavailable`), never a hang. After two
+//! calls in a row go unanswered, the calls of the next [`QUIET`] fail at
+//! once: a stopped Redis accepts connections and answers nothing, and each
+//! request makes several calls, each of which would wait the whole timeout.
 
 use std::collections::HashSet;
 use std::sync::{LazyLock, Mutex};
@@ -31,8 +31,8 @@ use super::{Json, SharedState, StateError, Update};
 
 /// The longest any call to Redis (connecting included) may take.
 pub const TIMEOUT: Duration = Duration::from_secs(1);
-/// How long after an unanswered call every call fails without asking; the
-/// first call after it asks again.
+/// How long after two unanswered calls in a row every call fails without
+/// asking; the first call after it asks again.
 pub const QUIET: Duration = Duration::from_secs(2);
 const KEY_PREFIX: &str = "switchyard:";
 /// Conflicting writers each win a round, so this bounds contention, not progress.
@@ -152,8 +152,8 @@ pub struct RedisState {
     connection: OnceCell<ConnectionManager>,
     /// Keys already reported as holding something other than JSON.
     reported: Mutex<HashSet<String>>,
-    /// Until when calls fail at once, and why: the last call went unanswered.
-    quiet_until: Mutex<Option<(Instant, String)>>,
+    /// Unanswered calls in a row, and until when calls fail at once (why).
+    silence: Mutex<(u32, Option<(Instant, String)>)>,
 }
 
 impl RedisState {
@@ -172,7 +172,7 @@ impl RedisState {
             redacted_url,
             connection: OnceCell::new(),
             reported: Mutex::new(HashSet::new()),
-            quiet_until: Mutex::new(None),
+            silence: Mutex::new((0, None)),
         })
     }
 
@@ -205,14 +205,21 @@ impl RedisState {
         if let Some(why) = self.quiet() {
             return Err(self.error(why));
         }
-        match tokio::time::timeout(TIMEOUT, attempt).await {
+        let answered = tokio::time::timeout(TIMEOUT, attempt).await;
+        let mut silence = self.silence.lock().unwrap_or_else(|e| e.into_inner());
+        match answered {
             Ok(result) => {
-                self.set_quiet(None);
+                *silence = (0, None);
                 result.map_err(|e| self.error(e))
             }
             Err(_) => {
                 let why = format!("no answer within {TIMEOUT:?}");
-                self.set_quiet(Some((Instant::now() + QUIET, why.clone())));
+                // One late answer may be this process starved of CPU; two
+                // in a row is a Redis that has stopped answering.
+                silence.0 += 1;
+                if silence.0 >= 2 {
+                    silence.1 = Some((Instant::now() + QUIET, why.clone()));
+                }
                 Err(self.error(why))
             }
         }
@@ -220,13 +227,9 @@ impl RedisState {
 
     /// Why calls fail at once now, if they do.
     fn quiet(&self) -> Option<String> {
-        let quiet = self.quiet_until.lock().unwrap_or_else(|e| e.into_inner());
-        let (until, why) = quiet.as_ref()?;
-        (Instant::now() < *until).then(|| format!("{why} a moment ago; not asked again yet"))
-    }
-
-    fn set_quiet(&self, quiet: Option<(Instant, String)>) {
-        *self.quiet_until.lock().unwrap_or_else(|e| e.into_inner()) = quiet;
+        let silence = self.silence.lock().unwrap_or_else(|e| e.into_inner());
+        let (until, why) = silence.1.as_ref()?;
+        (Instant::now() < *until).then(|| format!("{why} twice; not asked again yet"))
     }
 
     /// The stored JSON, or `None` (with a warning, once per key) when it is not JSON.
@@ -519,82 +522,4 @@ fn scrub(text: &str, password: Option<&str>) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn urls_lose_their_credentials() {
-        assert_eq!(
-            redact("redis://:secret@host:6379/0"),
-            "redis://***@host:6379/0"
-        );
-        assert_eq!(redact("rediss://user:p@ss@host"), "rediss://***@host");
-        assert_eq!(redact("redis://host:6379"), "redis://host:6379");
-        assert_eq!(redact("redis://host/0?password=x"), "redis://host/0");
-        assert_eq!(password_of("redis://user:p@ss@host"), Some("p@ss".into()));
-        assert_eq!(password_of("redis://user@host"), None);
-        assert_eq!(scrub("auth p@ss failed", Some("p@ss")), "auth *** failed");
-    }
-
-    #[test]
-    fn glob_characters_in_keys_are_literal() {
-        assert_eq!(
-            escape_glob("switchyard:a*b?[c]\\"),
-            "switchyard:a\\*b\\?\\[c\\]\\\\"
-        );
-    }
-
-    /// A stopped Redis (SIGSTOP) takes connections and answers nothing:
-    /// the first call waits its timeout, the calls after it for a while
-    /// fail at once, and then one asks again.
-    #[tokio::test(start_paused = true)]
-    async fn after_an_unanswered_call_the_next_ones_fail_at_once_for_a_while() {
-        let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = silent.local_addr().unwrap().port();
-        tokio::spawn(async move {
-            let mut kept = Vec::new();
-            while let Ok((socket, _)) = silent.accept().await {
-                kept.push(socket);
-            }
-        });
-        let state = RedisState::open(&format!("redis://127.0.0.1:{port}")).unwrap();
-        let started = Instant::now();
-        assert!(state.get("k").await.is_err());
-        assert_eq!(
-            started.elapsed(),
-            TIMEOUT,
-            "the first call waits its timeout"
-        );
-        let next = Instant::now();
-        let err = state.get("k").await.unwrap_err();
-        assert_eq!(
-            next.elapsed(),
-            Duration::ZERO,
-            "the next fails at once: {err}"
-        );
-        assert!(err.to_string().contains("not asked again yet"), "{err}");
-        tokio::time::advance(QUIET).await;
-        let later = Instant::now();
-        assert!(state.get("k").await.is_err());
-        assert_eq!(later.elapsed(), TIMEOUT, "after the quiet, it asks again");
-    }
-
-    #[tokio::test]
-    async fn an_unreachable_redis_is_an_error_within_the_timeout() {
-        // Nothing listens on port 1; TEST-NET-1 (192.0.2.0/24) never answers.
-        for url in [
-            "redis://:hunter2@127.0.0.1:1",
-            "redis://:hunter2@192.0.2.1:6379",
-        ] {
-            let state = RedisState::open(url).unwrap();
-            let started = std::time::Instant::now();
-            let err = state.get("k").await.unwrap_err();
-            assert!(
-                started.elapsed() < TIMEOUT + Duration::from_millis(500),
-                "{url}: {err}"
-            );
-            assert!(!err.to_string().contains("hunter2"), "{err}");
-            assert!(err.to_string().contains("redis://***@"), "{err}");
-        }
-    }
-}
+mod tests;

@@ -34,13 +34,13 @@ use super::scenario::{DOC, apply_edits, explain_result};
 use super::tcp_proxy::TcpProxy;
 
 mod drivers;
-mod report;
 mod outside;
+mod report;
 
 use drivers::*;
+use outside::*;
 use report::Counts;
 pub use report::{PhaseReport, Report};
-use outside::*;
 
 const ANSWER: &str = "HashMap::entry looks the key up once and hands back an Entry: Occupied when the key is present, Vacant when it is not.";
 const KEY: &str = "sk-test-soak-0123456789abcdef";
@@ -205,6 +205,12 @@ fn healthy() -> Behaviour {
 /// of faults in a seeded order.
 pub fn schedule(settings: &Settings) -> Vec<Fault> {
     let mut rng = fastrand::Rng::with_seed(settings.seed);
+    // `SOAK_ONLY=RedisPaused,AllDown` narrows the faults (to chase one).
+    let only = std::env::var("SOAK_ONLY").unwrap_or_default();
+    let faults: Vec<Fault> = FAULTS
+        .into_iter()
+        .filter(|f| only.is_empty() || only.split(',').any(|o| o == format!("{f:?}")))
+        .collect();
     let mut round = Vec::new();
     (0..settings.phases)
         .map(|i| {
@@ -212,7 +218,7 @@ pub fn schedule(settings: &Settings) -> Vec<Fault> {
                 return Fault::Calm;
             }
             if round.is_empty() {
-                round = FAULTS.to_vec();
+                round = faults.clone();
                 rng.shuffle(&mut round);
             }
             round.pop().expect("a round of faults")
@@ -267,6 +273,8 @@ struct Soak {
     pids: Mutex<HashMap<usize, u32>>,
     /// Windows the phase loop killed, waiting for their driver to restart them.
     killed: Mutex<Vec<usize>>,
+    /// Probe holders the soak killed: which window, and when.
+    killed_probers: Mutex<Vec<(usize, Instant)>>,
     /// When the private window had local-only on: (from its reply, to the
     /// request turning it off).
     private_spans: Mutex<Vec<(Instant, Instant)>>,
@@ -349,6 +357,7 @@ pub async fn run(settings: Settings) -> Report {
         phases,
         pids: Mutex::default(),
         killed: Mutex::default(),
+        killed_probers: Mutex::default(),
         private_spans: Mutex::default(),
         parked: Mutex::default(),
         finished: Mutex::default(),
@@ -454,8 +463,8 @@ pub async fn run(settings: Settings) -> Report {
             leaked,
             probes_per_window: breaker.most_per_window(
                 &primary.requests()[requests_before..],
-                began,
-                Instant::now(),
+                &soak.killed_probers.lock().unwrap(),
+                (began, Instant::now()),
             ),
             rss_mb: rss / 1024,
             fds,

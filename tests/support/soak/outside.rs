@@ -37,25 +37,48 @@ pub(super) async fn watch_breaker(
 impl BreakerWatch {
     /// The most user requests the primary got within one half-open window
     /// (from its start to the last poll that saw it still open, so a
-    /// request after the verdict is never counted in it).
+    /// request after the verdict is never counted in it), leaving out the
+    /// probe of a holder the soak killed (it died with its window; its lease
+    /// lapses and another probes); a window with more than one is printed,
+    /// request by request.
     pub(super) fn most_per_window(
         &self,
         requests: &[RecordedRequest],
-        from: Instant,
-        to: Instant,
+        killed: &[(usize, Instant)],
+        (from, to): (Instant, Instant),
     ) -> usize {
+        // The killed probe was under way (1.5 s) when its window was killed.
+        let died_with_its_window = |r: &RecordedRequest| {
+            killed.iter().any(|(index, at)| {
+                sender(r) == format!("window {index}")
+                    && r.at <= *at
+                    && at.duration_since(r.at) < Duration::from_secs(2)
+            })
+        };
         let windows = self.windows.lock().unwrap();
-        windows
+        let mut most = 0;
+        for (start, last_open) in windows
             .values()
             .filter(|(start, _)| *start >= from && *start < to)
-            .map(|(start, last_open)| {
-                requests
-                    .iter()
-                    .filter(|r| !r.is_canary() && r.at >= *start && r.at <= *last_open)
-                    .count()
-            })
-            .max()
-            .unwrap_or(0)
+        {
+            let inside: Vec<&RecordedRequest> = requests
+                .iter()
+                .filter(|r| !r.is_canary() && !died_with_its_window(r))
+                .filter(|r| r.at >= *start && r.at <= *last_open)
+                .collect();
+            if inside.len() > 1 {
+                let open_for = last_open.duration_since(*start).as_millis();
+                for r in &inside {
+                    let at = r.at.duration_since(*start).as_millis();
+                    println!(
+                        "      probe: {at} ms into a half-open window seen for {open_for} ms, from {}",
+                        sender(r)
+                    );
+                }
+            }
+            most = most.max(inside.len());
+        }
+        most
     }
 }
 
@@ -143,6 +166,10 @@ pub(super) async fn kill_probe_holder(
             .map(|(index, _)| *index);
         if let Some(index) = window {
             soak.killed.lock().unwrap().push(index);
+            soak.killed_probers
+                .lock()
+                .unwrap()
+                .push((index, Instant::now()));
             signal(pid, "-KILL");
             println!("      killed window {index} (pid {pid}) holding the primary's probe lease");
             return;

@@ -54,17 +54,16 @@ async fn half_open(
 ) -> (Router, Arc<Scripted>) {
     let config = config(quota);
     let resilience = Arc::new(Resilience::new(state, &config.resilience));
-    let primary = Scripted::new(
-        PRIMARY,
-        // The failure that trips it; its retry finds it open.
-        vec![Behaviour::Fail(503)],
-        Behaviour::Answer {
-            first_token: Duration::from_millis(30),
-            reason: FinishReason::EndTurn,
-        },
-    );
+    // Failing until the breaker is open: its retry finds it open, or (on a
+    // real clock, a busy machine, past the 40 ms cooldown) probes, fails
+    // and opens it again. Either way it ends open, then answers.
+    let primary = Scripted::new(PRIMARY, vec![], Behaviour::Fail(503));
     let router = sharing(config, &[&primary], resilience);
     assert!(run(&router, explain()).await.is_err(), "the breaker trips");
+    primary.set_otherwise(Behaviour::Answer {
+        first_token: Duration::from_millis(30),
+        reason: FinishReason::EndTurn,
+    });
     step(paused, Duration::from_millis(60)).await;
     (router, primary)
 }
