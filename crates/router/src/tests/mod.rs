@@ -5,6 +5,7 @@ mod faults;
 mod fleet;
 mod plan;
 mod policy;
+mod recovery;
 mod routing;
 mod said_no;
 mod yielding;

@@ -102,38 +102,6 @@ async fn a_slow_verdict_outlives_its_samples_and_only_a_canary_ends_it() {
     assert_eq!(router.status().provider.as_deref(), Some("primary"));
 }
 
-/// Found by the soak: canaries went to a provider whose `retry-after`
-/// was still running (every process's pause held user traffic off it).
-#[tokio::test(start_paused = true)]
-async fn no_canary_goes_to_an_entry_paused_by_its_retry_after() {
-    let primary = Scripted::new("primary", vec![], ok());
-    let secondary = Scripted::new("secondary", vec![], ok());
-    let router = router(
-        chains(&[], &["primary/m", "secondary/m"]),
-        &[&primary, &secondary],
-    );
-    let key = router.key(&ModelRef::parse("primary/m").unwrap());
-    let pause = Duration::from_secs(30);
-    router
-        .resilience()
-        .governor
-        .pause(&key.quota_key(), pause)
-        .await;
-    let calls = primary.calls();
-    let canaries = router.canary_round(true).await;
-    assert!(
-        canaries.iter().all(|c| c.provider != "primary"),
-        "{canaries:?}"
-    );
-    assert_eq!(primary.calls(), calls);
-    tokio::time::advance(pause).await;
-    let canaries = router.canary_round(true).await;
-    assert!(
-        canaries.iter().any(|c| c.provider == "primary"),
-        "after the pause it is due again: {canaries:?}"
-    );
-}
-
 #[tokio::test(start_paused = true)]
 async fn local_only_refuses_refactors_with_a_clear_message() {
     let a = Scripted::new("a", vec![], ok());
