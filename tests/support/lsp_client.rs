@@ -92,9 +92,14 @@ impl LspClient {
         self._home.path().join("config.toml")
     }
 
+    /// Writes to the server's stdin. A server that is gone (killed, or
+    /// exited) cannot be written to; the wait for its reply says so, and a
+    /// driver that kills servers on purpose goes on (found by the soak,
+    /// whose window driver died on the broken pipe).
     pub async fn send_raw(&mut self, bytes: &[u8]) {
-        self.stdin.write_all(bytes).await.unwrap();
-        self.stdin.flush().await.unwrap();
+        if self.stdin.write_all(bytes).await.is_ok() {
+            let _ = self.stdin.flush().await;
+        }
     }
 
     pub async fn send(&mut self, message: Value) {

@@ -145,7 +145,10 @@ impl Governor {
         let pause_ends = match paused_until {
             Some(until) => {
                 let now = self.state.now_ms().await?;
-                (until > now).then(|| read_at + Duration::from_millis(until - now))
+                // Here once the backend's now is in: later than it was
+                // there, so the pause ends here late, never early.
+                let answered = Instant::now();
+                (until > now).then(|| answered + Duration::from_millis(until - now))
             }
             None => None,
         };

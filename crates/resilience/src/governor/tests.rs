@@ -280,10 +280,12 @@ async fn wait_for_admission(g: &Governor, kind: TaskKind, input: u64, output: u6
 
 type Boxed<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
 
-/// A team's shared state that can go away (a Redis stopped or cut off).
+/// A team's shared state that can go away (a Redis stopped or cut off),
+/// and whose clock takes `clock_takes` to answer (a busy Redis).
 struct Reachable {
     inner: MemoryState,
     away: std::sync::atomic::AtomicBool,
+    clock_takes: Duration,
 }
 
 impl Reachable {
@@ -328,7 +330,12 @@ impl SharedState for Reachable {
     fn now_ms(&self) -> Boxed<'_, Result<u64, StateError>> {
         Box::pin(async move {
             self.check()?;
-            self.inner.now_ms().await
+            // The clock is read half-way: the question's way there, the
+            // answer's way back.
+            tokio::time::sleep(self.clock_takes / 2).await;
+            let now = self.inner.now_ms().await;
+            tokio::time::sleep(self.clock_takes / 2).await;
+            now
         })
     }
 
@@ -397,6 +404,7 @@ async fn while_the_state_is_away_each_process_governs_its_part_of_the_quota() {
     let state = Arc::new(Reachable {
         inner: MemoryState::new(),
         away: Default::default(),
+        clock_takes: Duration::ZERO,
     });
     let processes: Vec<Governor> = (0..3)
         .map(|_| {
@@ -433,5 +441,39 @@ async fn while_the_state_is_away_each_process_governs_its_part_of_the_quota() {
     assert!(
         each.iter().all(|n| *n >= 10),
         "each gets its part: {each:?}"
+    );
+}
+
+/// Found by the soak: a request reached a provider 21 ms before the
+/// `retry-after` it had sent ran out. A process read the pause's end
+/// against the backend's clock, which is read half-way through its round
+/// trip, and counted the rest from before the trip: the pause ended early
+/// here by half a round trip, and a request that found that view fresh went.
+#[tokio::test(start_paused = true)]
+async fn a_shared_pause_never_ends_early_however_long_the_clock_takes() {
+    let state = Arc::new(Reachable {
+        inner: MemoryState::new(),
+        away: Default::default(),
+        clock_takes: Duration::from_millis(30),
+    });
+    let (a, b) = (
+        Governor::new(
+            state.clone(),
+            GovernorConfig::default(),
+            WhenUnavailable::Open,
+        ),
+        Governor::new(
+            state.clone(),
+            GovernorConfig::default(),
+            WhenUnavailable::Open,
+        ),
+    );
+    let paused_at = Instant::now();
+    a.pause("k", Duration::from_secs(2)).await;
+    let ends = b.view("k").await.unwrap().pause_ends.expect("paused");
+    assert!(
+        ends >= paused_at + Duration::from_secs(2),
+        "the pause ends {:?} early here",
+        (paused_at + Duration::from_secs(2)) - ends
     );
 }
