@@ -165,6 +165,12 @@ impl LspClient {
         }
     }
 
+    /// Whether the server has closed its stdout (it exited, or was killed):
+    /// nothing more will come from it.
+    pub fn gone(&self) -> bool {
+        self.incoming.is_closed() && self.incoming.is_empty()
+    }
+
     /// Forgets the messages read while waiting for others (a long-running
     /// driver that looks only at `seen`).
     pub fn drop_backlog(&mut self) {

@@ -188,7 +188,8 @@ pub(super) async fn command(
 /// A request with no reply: lost, unless its window died (killed by the
 /// soak, or an exit counted on its own).
 pub(super) fn unanswered(client: &LspClient, counts: &Counts) {
-    if client.pid().is_some_and(alive) {
+    // Its stdout closes as it exits, a moment before /proc says it has.
+    if !client.gone() && client.pid().is_some_and(alive) {
         counts.add(|c| &c.lost);
     }
 }
