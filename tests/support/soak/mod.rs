@@ -13,8 +13,9 @@
 //! garbled answers, lost requests, parked refactors never resumed, bytes
 //! sent while local-only was on, requests that reached a provider before its
 //! `retry-after` ended, 429s from a quota the governor keeps, more than one
-//! probe in a half-open window, requests past their ceiling, exits nobody
-//! asked for; and, after each phase, memory and open files.
+//! probe in a half-open window, exits nobody asked for; and, after each
+//! phase, the longest request, memory and open files (printed, not
+//! asserted: deadlines are checked on the paused clock).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -456,7 +457,6 @@ pub async fn run(settings: Settings) -> Report {
             lost: n(&counts.lost),
             exited: n(&counts.exited),
             parked: n(&counts.parked),
-            past_ceiling: n(&counts.past_ceiling),
             longest_ms: counts.longest_ms.load(Ordering::Relaxed),
             early: early.len(),
             quota_429s: primary.quota_rejections() - quota_before,
@@ -491,7 +491,6 @@ pub async fn run(settings: Settings) -> Report {
         report.lost = n(&counts.lost);
         report.exited = n(&counts.exited);
         report.parked = n(&counts.parked);
-        report.past_ceiling = n(&counts.past_ceiling);
         report.longest_ms = counts.longest_ms.load(Ordering::Relaxed);
     }
     let tasks = soak.tasks.lock().unwrap().clone();
@@ -527,7 +526,7 @@ pub async fn run(settings: Settings) -> Report {
             .count(),
     };
     println!(
-        "total: sent {} answered {} errors {} garbled {} lost {} exited {} parked {} resumed once {} (failed {}) early {} quota 429s {} leaked {} past ceiling {}",
+        "total: sent {} answered {} errors {} garbled {} lost {} exited {} parked {} resumed once {} (failed {}) early {} quota 429s {} leaked {}",
         report.total(|p| p.sent),
         report.total(|p| p.answered),
         report.total(|p| p.errors),
@@ -540,7 +539,6 @@ pub async fn run(settings: Settings) -> Report {
         report.total(|p| p.early),
         report.total(|p| p.quota_429s),
         report.total(|p| p.leaked),
-        report.total(|p| p.past_ceiling),
     );
     drop(gateway);
     report

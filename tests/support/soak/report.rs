@@ -13,8 +13,6 @@ pub(super) struct Counts {
     pub(super) lost: AtomicUsize,
     pub(super) exited: AtomicUsize,
     pub(super) parked: AtomicUsize,
-    /// Requests that took longer than their ceiling and margin allow.
-    pub(super) past_ceiling: AtomicUsize,
     pub(super) longest_ms: AtomicU64,
 }
 
@@ -26,9 +24,6 @@ impl Counts {
     pub(super) fn took(&self, started: Instant) {
         let ms = started.elapsed().as_millis() as u64;
         self.longest_ms.fetch_max(ms, Ordering::Relaxed);
-        if started.elapsed() > CEILING + Duration::from_secs(2) {
-            self.add(|c| &c.past_ceiling);
-        }
     }
 }
 
@@ -43,7 +38,6 @@ pub struct PhaseReport {
     pub lost: usize,
     pub exited: usize,
     pub parked: usize,
-    pub past_ceiling: usize,
     pub longest_ms: u64,
     /// Requests that reached a provider while a `retry-after` it sent ran.
     pub early: usize,
@@ -61,11 +55,11 @@ pub struct PhaseReport {
 }
 
 impl PhaseReport {
-    pub const HEADER: &'static str = "phase fault                  sent answered errors garbled lost exited parked past_ceiling longest_ms early 429s leaked probes/window rss_MB fds";
+    pub const HEADER: &'static str = "phase fault                  sent answered errors garbled lost exited parked longest_ms early 429s leaked probes/window rss_MB fds";
 
     pub fn line(&self, phase: usize) -> String {
         format!(
-            "{phase:>5} {:<22} {:>4} {:>8} {:>6} {:>7} {:>4} {:>6} {:>6} {:>12} {:>10} {:>5} {:>4} {:>6} {:>13} {:>6} {:>3}",
+            "{phase:>5} {:<22} {:>4} {:>8} {:>6} {:>7} {:>4} {:>6} {:>6} {:>10} {:>5} {:>4} {:>6} {:>13} {:>6} {:>3}",
             self.fault,
             self.sent,
             self.answered,
@@ -74,7 +68,6 @@ impl PhaseReport {
             self.lost,
             self.exited,
             self.parked,
-            self.past_ceiling,
             self.longest_ms,
             self.early,
             self.quota_429s,
@@ -113,7 +106,6 @@ impl Report {
             check("garbled", p.garbled, 0);
             check("lost", p.lost, 0);
             check("unexpected exits", p.exited, 0);
-            check("past their ceiling", p.past_ceiling, 0);
             check("sent before retry-after ended", p.early, 0);
             check("429s from the governed quota", p.quota_429s, 0);
             check("sent while local-only was on", p.leaked, 0);
