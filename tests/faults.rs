@@ -20,8 +20,8 @@ use std::time::Duration;
 use serde_json::json;
 use support::fake_provider::{Behaviour, FAKE_INPUT_TOKENS, FakeProvider, RecordedRequest};
 use support::scenario::{
-    CannedError, Front, PRIMARY, Profile, Rig, SECONDARY, Setup, Wire, each_front, prefill, tokens,
-    words,
+    CannedError, Front, PRIMARY, Profile, Reply, Rig, SECONDARY, Setup, Wire, each_front, prefill,
+    tokens, words,
 };
 use support::timing;
 use tokio::time::Instant;
@@ -789,6 +789,142 @@ async fn s17_a_breaker_trip_wakes_requests_waiting_to_retry_that_entry() {
             2,
             "{front:?}: no retry after the trip"
         );
+    })
+    .await;
+}
+
+// 18. 502 for good, as a router sends it (OpenRouter's JSON, OpenAI wire) or
+// a proxy in front of the API (an HTML page, Anthropic wire): a transient
+// fault, so one retry on the same entry, then the fallback's whole answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s18_a_502_is_retried_once_as_transient_then_the_fallback_answers() {
+    each_front(|front, profile| async move {
+        for wire in [Wire::Anthropic, Wire::OpenAi] {
+            let (primary, secondary) = fakes().await;
+            primary.set_default(Behaviour::BadGateway);
+            secondary.set_default(Behaviour::ok("It inserts or updates."));
+            let setup = Setup {
+                primary: wire,
+                secondary: wire.other(),
+                ..Setup::default()
+            };
+            let mut rig = Rig::start(front, &profile, setup, &primary, &secondary).await;
+            let reply = rig.ask().await;
+            let served = reply.served();
+            assert_eq!(served.model, SECONDARY, "{front:?} {wire:?}");
+            assert_eq!(served.text, "It inserts or updates.", "{front:?} {wire:?}");
+            assert_eq!(
+                (primary.user_request_count(), secondary.user_request_count()),
+                (2, 1),
+                "{front:?} {wire:?}: one retry of the primary, then the fallback"
+            );
+        }
+    })
+    .await;
+}
+
+/// The event text of `whole` streamed in the fake's four deltas on `wire`,
+/// as a client reads it (no chunk framing): what a cut's byte counts.
+async fn event_text(wire: Wire, whole: &str) -> String {
+    let fake = FakeProvider::with_default(Behaviour::cut_at_byte(whole, usize::MAX)).await;
+    let url = match wire {
+        Wire::Anthropic => format!("{}/v1/messages", fake.anthropic_url()),
+        Wire::OpenAi => format!("{}/chat/completions", fake.openai_url()),
+    };
+    let response = reqwest::Client::new()
+        .post(url)
+        .json(&json!({"messages": []}))
+        .send()
+        .await
+        .expect("the fake answers");
+    response.text().await.expect("a whole body")
+}
+
+/// Where to cut `body`, the event text of `whole`, with what each place is.
+fn cuts(body: &str, whole: &str) -> Vec<(&'static str, usize)> {
+    let first = body.find(words(whole)[0]).expect("the first delta");
+    let third = body.find(words(whole)[30]).expect("the third delta");
+    vec![
+        ("inside the first event", 10),
+        (
+            "after the opening events",
+            body[..first].rfind("\n\n").unwrap() + 2,
+        ),
+        ("mid-character in the first delta", first + 1),
+        ("mid-JSON of the third delta", third + 20),
+        ("inside the terminal event", body.len() - 4),
+        ("at the very end (no cut)", body.len()),
+    ]
+}
+
+/// The caller's verdict on a cut stream: the whole answer, or a typed error
+/// (streamed: after the answer's start only), never a garbled success.
+fn assert_whole_or_typed_error(what: &str, front: Front, reply: &Reply, whole: &str) {
+    let failed = match &reply.result {
+        Ok(served) => {
+            assert_eq!(words(&served.text), words(whole), "{what}: garbled");
+            return;
+        }
+        Err(failed) => failed,
+    };
+    assert!(!failed.message.trim().is_empty(), "{what}: {failed:?}");
+    match front {
+        Front::Gateway => assert!(
+            failed.status != Some(200) && failed.code.is_some(),
+            "{what}: an untyped error {failed:?}"
+        ),
+        Front::GatewayStream => {
+            assert!(failed.code.is_some(), "{what}: an untyped error {failed:?}");
+            let (streamed, whole) = (words(&failed.streamed).join(" "), words(whole).join(" "));
+            assert!(
+                whole.starts_with(&streamed),
+                "{what}: streamed {streamed:?}"
+            );
+        }
+        Front::Lsp | Front::LspRefactor => {}
+    }
+}
+
+// 19. A stream cut at any byte (inside its first event, between events,
+// mid-JSON, mid-character, inside its terminal event) on either wire ends in
+// the whole answer (retried, or continued by the other wire's fallback) or a
+// typed error, never a garbled success. A cut before the last word is noticed
+// (another request); at the body's very end it is no cut.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s19_a_stream_cut_at_any_byte_ends_whole_or_in_a_typed_error() {
+    each_front(|front, profile| async move {
+        // Two bytes a character: a cut can split one.
+        let whole = tokens(WHOLE).replace('t', "ŧ");
+        let last = words(&whole)[WHOLE - 1];
+        for wire in [Wire::Anthropic, Wire::OpenAi] {
+            let body = event_text(wire, &whole).await;
+            let all_text = body.find(last).unwrap() + last.len();
+            for (place, at_byte) in cuts(&body, &whole) {
+                let what = format!("{front:?} {wire:?} cut {place} (byte {at_byte})");
+                let primary = FakeProvider::with_default(Behaviour::ok(&whole)).await;
+                primary.push(Behaviour::cut_at_byte(&whole, at_byte));
+                let secondary = FakeProvider::with_default(Behaviour::continues(&whole)).await;
+                let setup = Setup {
+                    primary: wire,
+                    secondary: wire.other(),
+                    ..Setup::default()
+                };
+                let mut rig = Rig::start(front, &profile, setup, &primary, &secondary).await;
+                let reply = rig.ask().await;
+                assert_whole_or_typed_error(&what, front, &reply, &whole);
+                let asked = primary.user_request_count() + secondary.user_request_count();
+                if at_byte < all_text {
+                    assert!(
+                        asked >= 2,
+                        "{what}: a cut answer taken whole from one request"
+                    );
+                }
+                if at_byte == body.len() {
+                    assert_eq!(reply.served().model, PRIMARY, "{what}");
+                    assert_eq!(secondary.user_request_count(), 0, "{what}");
+                }
+            }
+        }
     })
     .await;
 }

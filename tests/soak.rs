@@ -9,9 +9,9 @@ use support::soak::{Settings, run};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_minutes_of_faults_garble_lose_and_leak_nothing() {
-    // Fifteen faults and the calm phases between them, 6 s each.
+    // Sixteen faults and the calm phases between them, 6 s each.
     let settings = Settings {
-        phases: 31,
+        phases: 33,
         phase: std::time::Duration::from_secs(6),
         seed: 52,
     };

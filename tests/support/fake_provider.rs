@@ -103,6 +103,12 @@ pub enum Behaviour {
     /// Sends `after_chunks` deltas, then an event whose data is cut-off JSON,
     /// then the rest of the answer as usual.
     MalformedChunk { text: String, after_chunks: usize },
+    /// `text` in four deltas, the body cut after `at_byte` bytes of event text
+    /// (every event counts, the opening ones too; not the chunk framing): the
+    /// chunk that passes it announces its whole event but carries only the
+    /// bytes before the cut (mid-line, mid-JSON, mid-character as may be),
+    /// then the connection closes. At or past the body's length, it ends normally.
+    CutAtByte { text: String, at_byte: usize },
     /// Sends every delta and the finish reason, then ends the body cleanly
     /// without the terminal event (`message_stop` / `data: [DONE]`).
     MissingTerminal { text: String },
@@ -121,6 +127,10 @@ pub enum Behaviour {
     Overloaded,
     /// The same, saying when to try again (`retry-after`, seconds).
     OverloadedFor { retry_after: u64 },
+    /// 502 as a router or proxy sends it: OpenAI wire, OpenRouter's JSON
+    /// (`code` 502, "Your chosen model is down…"); Anthropic wire, the HTML
+    /// page of a CDN in front of the API.
+    BadGateway,
     /// 500: Anthropic `api_error`, OpenAI `server_error`.
     ServerError,
     /// Reads the request, then closes the connection without a response.
@@ -182,6 +192,14 @@ impl Behaviour {
             text: text.to_owned(),
             chunks: 3,
             delay: Duration::ZERO,
+        }
+    }
+
+    /// `text` in four deltas, cut after `at_byte` bytes (see [`Behaviour::CutAtByte`]).
+    pub fn cut_at_byte(text: &str, at_byte: usize) -> Self {
+        Behaviour::CutAtByte {
+            text: text.to_owned(),
+            at_byte,
         }
     }
 

@@ -171,6 +171,15 @@ impl LspClient {
         self.incoming.is_closed() && self.incoming.is_empty()
     }
 
+    /// Reads the messages that have arrived, without waiting for more
+    /// (answering the server's requests among them), into `seen` and the backlog.
+    pub async fn read_arrived(&mut self) {
+        while let Ok(message) = self.incoming.try_recv() {
+            self.take_in(&message).await;
+            self.backlog.push_back(message);
+        }
+    }
+
     /// Forgets the messages read while waiting for others (a long-running
     /// driver that looks only at `seen`).
     pub fn drop_backlog(&mut self) {

@@ -6,16 +6,24 @@ use std::time::{Duration, SystemTime};
 use serde_json::{Value, json};
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
-use tokio::net::TcpStream;
 
-use super::reply::{Answer, Ending, Events, Failure, Stop, chunk, end_body, send_deltas};
+use super::reply::{
+    Answer, Chunked, Ending, ErrorBody, Events, Failure, Stop, chunk, end_body, send_deltas,
+};
 use super::{FAKE_INPUT_TOKENS, FakeRateLimits};
 
 /// What a model that takes no prefill says to one.
 pub(super) const PREFILL_REJECTED: &str = "This model does not support assistant message prefill. The conversation must end with a user message.";
 
-pub(super) fn failure(failure: Failure) -> (u16, &'static str, Value) {
-    let body = |kind: &str, message: &str| json!({"type": "error", "error": {"type": kind, "message": message}, "request_id": "req_fake"});
+/// What a CDN in front of the API answers when it cannot reach it.
+const BAD_GATEWAY_PAGE: &str = "<html>\r\n<head><title>502 Bad Gateway</title></head>\r\n<body>\r\n<center><h1>502 Bad Gateway</h1></center>\r\n<hr><center>cloudflare</center>\r\n</body>\r\n</html>\r\n";
+
+pub(super) fn failure(failure: Failure) -> (u16, &'static str, ErrorBody) {
+    let body = |kind: &str, message: &str| {
+        ErrorBody::Json(
+            json!({"type": "error", "error": {"type": kind, "message": message}, "request_id": "req_fake"}),
+        )
+    };
     match failure {
         Failure::RateLimited(_) => (
             429,
@@ -62,6 +70,8 @@ pub(super) fn failure(failure: Failure) -> (u16, &'static str, Value) {
             "Bad Request",
             body("invalid_request_error", PREFILL_REJECTED),
         ),
+        // Not the API's JSON: the proxy's own page.
+        Failure::BadGateway => (502, "Bad Gateway", ErrorBody::Html(BAD_GATEWAY_PAGE)),
     }
 }
 
@@ -127,7 +137,7 @@ fn delta(text: &str) -> String {
     sse("content_block_delta", &data)
 }
 
-pub(super) async fn stream(socket: &mut TcpStream, answer: Answer) -> std::io::Result<()> {
+pub(super) async fn stream(socket: &mut Chunked<'_>, answer: Answer) -> std::io::Result<()> {
     let start = json!({
         "type": "message_start",
         "message": {

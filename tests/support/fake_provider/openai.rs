@@ -5,15 +5,20 @@
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use tokio::net::TcpStream;
 
-use super::reply::{Answer, Ending, Events, Failure, Stop, chunk, end_body, send_deltas};
+use super::reply::{
+    Answer, Chunked, Ending, ErrorBody, Events, Failure, Stop, chunk, end_body, send_deltas,
+};
 use super::{FAKE_INPUT_TOKENS, FakeRateLimits};
 
 /// `bearer` is quoted back in the 401, in full (OpenAI masks it) so tests can
 /// check that the client scrubs it.
-pub(super) fn failure(failure: Failure, bearer: &str) -> (u16, &'static str, Value) {
-    let body = |kind: &str, code: Option<&str>, message: &str| json!({"error": {"message": message, "type": kind, "param": null, "code": code}});
+pub(super) fn failure(failure: Failure, bearer: &str) -> (u16, &'static str, ErrorBody) {
+    let body = |kind: &str, code: Option<&str>, message: &str| {
+        ErrorBody::Json(
+            json!({"error": {"message": message, "type": kind, "param": null, "code": code}}),
+        )
+    };
     match failure {
         Failure::RateLimited(_) => (
             429,
@@ -69,6 +74,7 @@ pub(super) fn failure(failure: Failure, bearer: &str) -> (u16, &'static str, Val
                 super::anthropic::PREFILL_REJECTED,
             ),
         ),
+        Failure::BadGateway => (502, "Bad Gateway", ErrorBody::Json(bad_gateway())),
         Failure::Unauthorized => (
             401,
             "Unauthorized",
@@ -81,6 +87,16 @@ pub(super) fn failure(failure: Failure, bearer: &str) -> (u16, &'static str, Val
             ),
         ),
     }
+}
+
+/// OpenRouter's 502: not OpenAI's shape, the status as a number and the
+/// upstream in `metadata`.
+fn bad_gateway() -> Value {
+    json!({"error": {
+        "code": 502,
+        "message": "Your chosen model is down or we received an invalid response from it.",
+        "metadata": {"provider_name": "Upstream", "raw": "upstream returned an empty response"},
+    }})
 }
 
 pub(super) fn rate_limit_headers(limits: &FakeRateLimits) -> Vec<(String, String)> {
@@ -160,7 +176,7 @@ fn in_band(sent: usize) -> String {
     }
 }
 
-pub(super) async fn stream(socket: &mut TcpStream, answer: Answer) -> std::io::Result<()> {
+pub(super) async fn stream(socket: &mut Chunked<'_>, answer: Answer) -> std::io::Result<()> {
     // OpenRouter keeps a waiting connection alive with SSE comments.
     chunk(socket, ": OPENROUTER PROCESSING\n\n").await?;
     chunk(

@@ -55,6 +55,14 @@ pub(super) enum Failure {
     ContextLength,
     Unauthorized,
     PrefillRejected,
+    /// 502 from a router, or from a proxy in front of the API.
+    BadGateway,
+}
+
+/// A refused request's body: its API's JSON, or a page from a proxy in front of it.
+pub(super) enum ErrorBody {
+    Json(Value),
+    Html(&'static str),
 }
 
 /// A 200 answer: its deltas, pacing, finish and how it ends.
@@ -88,6 +96,8 @@ pub(super) enum Ending {
         count: usize,
     },
     InBandAfter(usize),
+    /// The body is cut after this many bytes of event text (see [`chunk`]).
+    CutAtByte(usize),
 }
 
 pub(super) fn plan(behaviour: Behaviour) -> Reply {
@@ -162,6 +172,10 @@ pub(super) fn plan(behaviour: Behaviour) -> Reply {
             ending: Ending::CleanEofWithoutTerminal,
             ..answer(&text, 3)
         }),
+        Behaviour::CutAtByte { text, at_byte } => stream(Answer {
+            ending: Ending::CutAtByte(at_byte),
+            ..answer(&text, 4)
+        }),
         Behaviour::EndsEarly { text, after_chunks } => stream(Answer {
             ending: Ending::EndsAfter(after_chunks),
             ..answer(&text, 4)
@@ -187,6 +201,7 @@ pub(super) fn plan(behaviour: Behaviour) -> Reply {
         Behaviour::ContextLength => error(Failure::ContextLength),
         Behaviour::Unauthorized => error(Failure::Unauthorized),
         Behaviour::PrefillRejected => error(Failure::PrefillRejected),
+        Behaviour::BadGateway => error(Failure::BadGateway),
         // Read against their request before they get here (`for_request`).
         Behaviour::Continues { full, .. } | Behaviour::RejectsPrefill { full, .. } => {
             stream(answer(&full, 4))
@@ -237,34 +252,8 @@ pub(super) async fn respond(
     });
     match reply.body {
         ReplyBody::Reset => socket.shutdown().await,
-        ReplyBody::Error(Failure::Unavailable) => {
-            // A proxy in front of either API answers this, in plain text.
-            let text =
-                "upstream connect error or disconnect/reset before headers. reset reason: overflow";
-            write_head(
-                socket,
-                503,
-                "Service Unavailable",
-                "text/plain",
-                Some(text.len()),
-                &headers,
-                keep_open,
-            )
-            .await?;
-            socket.write_all(text.as_bytes()).await?;
-            socket.flush().await
-        }
         ReplyBody::Error(failure) => {
-            if let Failure::RateLimited(Some(seconds)) | Failure::Overloaded(Some(seconds)) =
-                failure
-            {
-                headers.push(("retry-after".to_owned(), seconds.to_string()));
-            }
-            let (status, reason, body) = match wire {
-                Wire::Anthropic => anthropic::failure(failure),
-                Wire::OpenAi => openai::failure(failure, bearer),
-            };
-            write_error(socket, status, reason, &headers, &body, keep_open).await
+            write_failure(socket, wire, failure, headers, bearer, keep_open).await
         }
         ReplyBody::Stream(answer) => {
             write_head(
@@ -277,10 +266,45 @@ pub(super) async fn respond(
                 keep_open,
             )
             .await?;
+            let mut body = Chunked::new(socket, answer.ending);
             match wire {
-                Wire::Anthropic => anthropic::stream(socket, answer).await,
-                Wire::OpenAi => openai::stream(socket, answer).await,
+                Wire::Anthropic => anthropic::stream(&mut body, answer).await,
+                Wire::OpenAi => openai::stream(&mut body, answer).await,
             }
+        }
+    }
+}
+
+/// A refused request's response, as `wire`'s API (or a proxy in front of it) sends it.
+async fn write_failure(
+    socket: &mut TcpStream,
+    wire: Wire,
+    failure: Failure,
+    mut headers: Vec<(String, String)>,
+    bearer: &str,
+    keep_open: bool,
+) -> std::io::Result<()> {
+    if let Failure::Unavailable = failure {
+        // A proxy in front of either API answers this, in plain text.
+        let text =
+            "upstream connect error or disconnect/reset before headers. reset reason: overflow";
+        let head = (503, "Service Unavailable", "text/plain");
+        return write_whole(socket, head, &headers, text, keep_open).await;
+    }
+    if let Failure::RateLimited(Some(seconds)) | Failure::Overloaded(Some(seconds)) = failure {
+        headers.push(("retry-after".to_owned(), seconds.to_string()));
+    }
+    let (status, reason, body) = match wire {
+        Wire::Anthropic => anthropic::failure(failure),
+        Wire::OpenAi => openai::failure(failure, bearer),
+    };
+    match body {
+        ErrorBody::Json(body) => {
+            write_error(socket, status, reason, &headers, &body, keep_open).await
+        }
+        ErrorBody::Html(page) => {
+            let head = (status, reason, "text/html");
+            write_whole(socket, head, &headers, page, keep_open).await
         }
     }
 }
@@ -327,12 +351,24 @@ pub(super) async fn write_error(
     body: &Value,
     keep_open: bool,
 ) -> std::io::Result<()> {
-    let body = body.to_string();
+    let head = (status, reason, "application/json");
+    write_whole(socket, head, headers, &body.to_string(), keep_open).await
+}
+
+/// A response whose whole `body` goes out at once; `head` is its status,
+/// reason and content type.
+async fn write_whole(
+    socket: &mut TcpStream,
+    (status, reason, content_type): (u16, &str, &str),
+    headers: &[(String, String)],
+    body: &str,
+    keep_open: bool,
+) -> std::io::Result<()> {
     write_head(
         socket,
         status,
         reason,
-        "application/json",
+        content_type,
         Some(body.len()),
         headers,
         keep_open,
@@ -342,18 +378,58 @@ pub(super) async fn write_error(
     socket.flush().await
 }
 
-/// Writes one HTTP chunk holding `text`, and flushes it so it arrives on its own.
-pub(super) async fn chunk(socket: &mut TcpStream, text: &str) -> std::io::Result<()> {
-    socket
-        .write_all(format!("{:x}\r\n{text}\r\n", text.len()).as_bytes())
-        .await?;
-    socket.flush().await
+/// A 200 answer's chunked body on its socket. It counts the event text
+/// written (every event, the opening ones included; not the chunk framing):
+/// what a client parses, so a cut lands at a byte of that.
+pub(super) struct Chunked<'a> {
+    socket: &'a mut TcpStream,
+    written: usize,
+    cut_at: Option<usize>,
+}
+
+impl<'a> Chunked<'a> {
+    fn new(socket: &'a mut TcpStream, ending: Ending) -> Self {
+        let cut_at = match ending {
+            Ending::CutAtByte(at) => Some(at),
+            _ => None,
+        };
+        Chunked {
+            socket,
+            written: 0,
+            cut_at,
+        }
+    }
+}
+
+/// Writes one HTTP chunk holding `text`, and flushes it so it arrives on its
+/// own. The chunk that would pass the body's cut announces all of `text` but
+/// carries only the bytes before the cut (mid-line, mid-JSON, mid-character
+/// as may be); it then fails, so the caller's `?` sends nothing more (no final
+/// chunk) and the connection closes.
+pub(super) async fn chunk(body: &mut Chunked<'_>, text: &str) -> std::io::Result<()> {
+    let room = body
+        .cut_at
+        .map_or(usize::MAX, |at| at.saturating_sub(body.written));
+    let sent = &text.as_bytes()[..text.len().min(room)];
+    let mut bytes = format!("{:x}\r\n", text.len()).into_bytes();
+    bytes.extend_from_slice(sent);
+    let whole = sent.len() == text.len();
+    if whole {
+        bytes.extend_from_slice(b"\r\n");
+    }
+    body.socket.write_all(&bytes).await?;
+    body.socket.flush().await?;
+    body.written += sent.len();
+    match whole {
+        true => Ok(()),
+        false => Err(std::io::Error::other("the fake cut the body here")),
+    }
 }
 
 /// The final zero-length chunk: the body ends cleanly.
-pub(super) async fn end_body(socket: &mut TcpStream) -> std::io::Result<()> {
-    socket.write_all(b"0\r\n\r\n").await?;
-    socket.flush().await
+pub(super) async fn end_body(body: &mut Chunked<'_>) -> std::io::Result<()> {
+    body.socket.write_all(b"0\r\n\r\n").await?;
+    body.socket.flush().await
 }
 
 /// How one wire format writes the events a fault needs.
@@ -370,7 +446,7 @@ pub(super) struct Events<D, I> {
 /// Returns `false` when the ending stopped the stream early (it has then been
 /// written, and the caller must send nothing more).
 pub(super) async fn send_deltas<D, I>(
-    socket: &mut TcpStream,
+    socket: &mut Chunked<'_>,
     answer: &Answer,
     events: Events<D, I>,
 ) -> std::io::Result<bool>

@@ -11,9 +11,11 @@ pub(super) async fn drive_window(index: usize, soak: Arc<Soak>) {
     let mut edits = 0u64;
     let mut killed_in = None;
     let mut seen_phase = 0;
+    let (mut served_by, mut status_names) = (None, None);
     loop {
         let (phase, fault) = soak.phase();
         let counts = &soak.counts[phase];
+        check_status(&mut client, served_by.take(), &mut status_names, counts).await;
         if phase != seen_phase {
             count_tasks(&mut client, seen_phase, &soak).await;
             seen_phase = phase;
@@ -27,6 +29,7 @@ pub(super) async fn drive_window(index: usize, soak: Arc<Soak>) {
             counts.add(|c| &c.sent);
             client.kill().await;
             client = soak.window(index).await;
+            (served_by, status_names) = (None, None);
             continue;
         }
         let roll = rng.usize(..100);
@@ -47,42 +50,50 @@ pub(super) async fn drive_window(index: usize, soak: Arc<Soak>) {
                 )
                 .await;
         } else {
-            ask_explain(&mut client, index, counts).await;
+            served_by = ask_explain(&mut client, index, counts).await;
         }
+        check_status(&mut client, None, &mut status_names, counts).await;
         resumes_in(&mut client, &soak);
         if !client.pid().is_some_and(alive) {
             if !soak.was_killed(index) {
                 soak.counts[soak.phase().0].add(|c| &c.exited);
             }
             client = soak.window(index).await;
+            (served_by, status_names) = (None, None);
         }
         tokio::time::sleep(Duration::from_millis(rng.u64(300..700))).await;
     }
 }
 
 /// Notes the window's live tasks at the end of `phase` (by its status):
-/// the fewest of three looks 100 ms apart, so work under way for a moment
-/// (a resume, a canary round) does not count, and a leak still does.
+/// the fewest of five looks over 1.5 seconds, so work under way for a
+/// moment (a resume, a canary round, a lease given back) does not count,
+/// and a leak, which is there at every look, still does. Prints the looks
+/// when the fewest is over the window's first count by more than 2.
 pub(super) async fn count_tasks(client: &mut LspClient, phase: usize, soak: &Soak) {
     let Some(pid) = client.pid() else { return };
-    let mut fewest: Option<u64> = None;
-    for _ in 0..3 {
+    let mut looks = Vec::new();
+    for _ in 0..5 {
         let status = json!({"command": "switchyard.status"});
         let id = client
             .send_request("workspace/executeCommand", status)
             .await;
         let reply = client.response_within(id, CEILING).await;
-        if let Some(tasks) = reply.and_then(|r| r["result"]["runtimeTasks"].as_u64()) {
-            fewest = Some(fewest.map_or(tasks, |f| f.min(tasks)));
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        looks.extend(reply.and_then(|r| r["result"]["runtimeTasks"].as_u64()));
+        tokio::time::sleep(Duration::from_millis(300)).await;
     }
-    if let Some(tasks) = fewest {
-        soak.tasks
-            .lock()
-            .unwrap()
-            .push((phase, pid, tasks as usize));
+    let Some(fewest) = looks.iter().min().map(|n| *n as usize) else {
+        return;
+    };
+    let mut tasks = soak.tasks.lock().unwrap();
+    let first = tasks
+        .iter()
+        .find(|(_, p, _)| *p == pid)
+        .map_or(fewest, |t| t.2);
+    if fewest > first + 2 {
+        println!("      tasks of window pid {pid} after phase {phase}: {looks:?}, first {first}");
     }
+    tasks.push((phase, pid, fewest));
 }
 
 pub(super) fn large_document() -> String {
@@ -194,17 +205,59 @@ pub(super) fn unanswered(client: &LspClient, counts: &Counts) {
     }
 }
 
-pub(super) async fn ask_explain(client: &mut LspClient, index: usize, counts: &Counts) {
-    let Some(response) = command(client, explain(index), counts).await else {
-        return;
-    };
-    match response.get("result").is_some() || response.get("error").is_some() {
-        false => counts.add(|c| &c.garbled),
-        true => match explain_result(response) {
-            Ok(served) if served.text == ANSWER => counts.add(|c| &c.answered),
-            Ok(_) => counts.add(|c| &c.garbled),
-            Err(_) => counts.add(|c| &c.errors),
-        },
+/// Asks one explain; returns the route that answered it whole
+/// (`provider/model`).
+pub(super) async fn ask_explain(
+    client: &mut LspClient,
+    index: usize,
+    counts: &Counts,
+) -> Option<String> {
+    let response = command(client, explain(index), counts).await?;
+    if response.get("result").is_none() && response.get("error").is_none() {
+        counts.add(|c| &c.garbled);
+        return None;
+    }
+    match explain_result(response) {
+        Ok(served) if served.text == ANSWER => {
+            counts.add(|c| &c.answered);
+            return Some(served.model);
+        }
+        Ok(_) => counts.add(|c| &c.garbled),
+        Err(_) => counts.add(|c| &c.errors),
+    }
+    None
+}
+
+/// The status bar's truth: by the time the user acts again, the latest
+/// `switchyard/status` names the route that served the window's last
+/// explain. Counts it when it names another route, or none.
+pub(super) async fn check_status(
+    client: &mut LspClient,
+    served_by: Option<String>,
+    named: &mut Option<String>,
+    counts: &Counts,
+) {
+    client.read_arrived().await;
+    for status in client
+        .seen
+        .iter()
+        .filter(|m| m["method"] == "switchyard/status")
+    {
+        let tasks = status["params"]["tasks"].as_array();
+        let explain = tasks.and_then(|t| t.iter().find(|t| t["kind"] == "explain"));
+        *named = explain.and_then(|t| {
+            Some(format!(
+                "{}/{}",
+                t["provider"].as_str()?,
+                t["model"].as_str()?
+            ))
+        });
+    }
+    if let Some(route) = served_by
+        && named.as_ref() != Some(&route)
+    {
+        println!("      status names {named:?}, {route} served");
+        counts.add(|c| &c.untrue_status);
     }
 }
 

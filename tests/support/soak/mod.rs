@@ -114,6 +114,11 @@ pub enum Fault {
     StalledStreams,
     DrippingStreams,
     Unavailable503,
+    /// 502s: the primary's from a proxy in front of it (an HTML page), the
+    /// router-style secondary's in OpenRouter's JSON for explains (its
+    /// upstream for them down) while it still serves refactors: explains end
+    /// in typed errors, and refactors park once both breakers open.
+    BadGateway502,
     /// Both providers down: refactors park.
     AllDown,
     /// The primary down with slow replies; the window holding its probe
@@ -126,7 +131,7 @@ pub enum Fault {
     WindowKilled,
 }
 
-const FAULTS: [Fault; 15] = [
+const FAULTS: [Fault; 16] = [
     Fault::Overloaded529,
     Fault::RateLimitedRetryAfter,
     Fault::RateLimited,
@@ -135,6 +140,7 @@ const FAULTS: [Fault; 15] = [
     Fault::StalledStreams,
     Fault::DrippingStreams,
     Fault::Unavailable503,
+    Fault::BadGateway502,
     Fault::AllDown,
     Fault::ProbeHolderKilled,
     Fault::RedisPaused,
@@ -156,7 +162,8 @@ fn per_task(make: impl Fn(&str) -> Behaviour) -> Behaviour {
 impl Fault {
     /// What the primary does while the fault is in force.
     fn primary(self, rng: &mut fastrand::Rng) -> Behaviour {
-        let cut_after = rng.usize(1..4);
+        // Anywhere in a body of about a kilobyte, or past its end (whole).
+        let cut_at = rng.usize(1..1200);
         match self {
             Fault::Overloaded529 => Behaviour::OverloadedFor {
                 retry_after: RETRY_AFTER_S,
@@ -166,10 +173,7 @@ impl Fault {
             },
             Fault::RateLimited => Behaviour::RateLimited { retry_after: None },
             Fault::SpendLimit => Behaviour::QuotaExhausted,
-            Fault::CutStreams => per_task(|text| Behaviour::CutAfter {
-                text: text.into(),
-                after_chunks: cut_after,
-            }),
+            Fault::CutStreams => per_task(|text| Behaviour::cut_at_byte(text, cut_at)),
             Fault::StalledStreams => per_task(|text| Behaviour::StallMidStream {
                 text: text.into(),
                 after_chunks: 1,
@@ -181,6 +185,7 @@ impl Fault {
                 delay: Duration::from_millis(300),
             }),
             Fault::Unavailable503 | Fault::AllDown => Behaviour::Unavailable,
+            Fault::BadGateway502 => Behaviour::BadGateway,
             // Slow enough to catch its prober at it, quick enough to trip
             // the breaker and probe within a short phase.
             Fault::ProbeHolderKilled => {
@@ -193,6 +198,11 @@ impl Fault {
     fn secondary(self) -> Behaviour {
         match self {
             Fault::AllDown => Behaviour::Unavailable,
+            Fault::BadGateway502 => Behaviour::ByPrompt {
+                marker: REFACTOR_INSTRUCTION.into(),
+                matched: Box::new(Behaviour::continues(REWRITE)),
+                otherwise: Box::new(Behaviour::BadGateway),
+            },
             _ => per_task(Behaviour::continues),
         }
     }
@@ -312,7 +322,10 @@ impl Soak {
         };
         let mut client = LspClient::spawn(options).await;
         let capabilities = json!({"window": {"workDoneProgress": true}});
-        client.initialize(capabilities, self.config.clone()).await;
+        // The window shows a status bar, whose truth is checked.
+        let mut options = self.config.clone();
+        options["statusNotifications"] = json!(true);
+        client.initialize(capabilities, options).await;
         client.open(&document(index), DOC).await;
         client.open(&scratch(index), "fn scratch() {}\n").await;
         if index == COMPLETING {
@@ -457,6 +470,7 @@ pub async fn run(settings: Settings) -> Report {
             lost: n(&counts.lost),
             exited: n(&counts.exited),
             parked: n(&counts.parked),
+            untrue_status: n(&counts.untrue_status),
             longest_ms: counts.longest_ms.load(Ordering::Relaxed),
             early: early.len(),
             quota_429s: primary.quota_rejections() - quota_before,
@@ -491,6 +505,7 @@ pub async fn run(settings: Settings) -> Report {
         report.lost = n(&counts.lost);
         report.exited = n(&counts.exited);
         report.parked = n(&counts.parked);
+        report.untrue_status = n(&counts.untrue_status);
         report.longest_ms = counts.longest_ms.load(Ordering::Relaxed);
     }
     let tasks = soak.tasks.lock().unwrap().clone();
@@ -526,7 +541,7 @@ pub async fn run(settings: Settings) -> Report {
             .count(),
     };
     println!(
-        "total: sent {} answered {} errors {} garbled {} lost {} exited {} parked {} resumed once {} (failed {}) early {} quota 429s {} leaked {}",
+        "total: sent {} answered {} errors {} garbled {} lost {} exited {} parked {} resumed once {} (failed {}) early {} quota 429s {} leaked {} untrue status {}",
         report.total(|p| p.sent),
         report.total(|p| p.answered),
         report.total(|p| p.errors),
@@ -539,6 +554,7 @@ pub async fn run(settings: Settings) -> Report {
         report.total(|p| p.early),
         report.total(|p| p.quota_429s),
         report.total(|p| p.leaked),
+        report.total(|p| p.untrue_status),
     );
     drop(gateway);
     report

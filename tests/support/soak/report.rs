@@ -13,6 +13,8 @@ pub(super) struct Counts {
     pub(super) lost: AtomicUsize,
     pub(super) exited: AtomicUsize,
     pub(super) parked: AtomicUsize,
+    /// Status notifications naming another route than the one that served.
+    pub(super) untrue_status: AtomicUsize,
     pub(super) longest_ms: AtomicU64,
 }
 
@@ -38,6 +40,8 @@ pub struct PhaseReport {
     pub lost: usize,
     pub exited: usize,
     pub parked: usize,
+    /// Explains after which the status named another route (or none).
+    pub untrue_status: usize,
     pub longest_ms: u64,
     /// Requests that reached a provider while a `retry-after` it sent ran.
     pub early: usize,
@@ -55,11 +59,11 @@ pub struct PhaseReport {
 }
 
 impl PhaseReport {
-    pub const HEADER: &'static str = "phase fault                  sent answered errors garbled lost exited parked longest_ms early 429s leaked probes/window rss_MB fds";
+    pub const HEADER: &'static str = "phase fault                  sent answered errors garbled lost exited parked status longest_ms early 429s leaked probes/window rss_MB fds";
 
     pub fn line(&self, phase: usize) -> String {
         format!(
-            "{phase:>5} {:<22} {:>4} {:>8} {:>6} {:>7} {:>4} {:>6} {:>6} {:>10} {:>5} {:>4} {:>6} {:>13} {:>6} {:>3}",
+            "{phase:>5} {:<22} {:>4} {:>8} {:>6} {:>7} {:>4} {:>6} {:>6} {:>6} {:>10} {:>5} {:>4} {:>6} {:>13} {:>6} {:>3}",
             self.fault,
             self.sent,
             self.answered,
@@ -68,6 +72,7 @@ impl PhaseReport {
             self.lost,
             self.exited,
             self.parked,
+            self.untrue_status,
             self.longest_ms,
             self.early,
             self.quota_429s,
@@ -106,6 +111,11 @@ impl Report {
             check("garbled", p.garbled, 0);
             check("lost", p.lost, 0);
             check("unexpected exits", p.exited, 0);
+            check(
+                "status notifications naming another route",
+                p.untrue_status,
+                0,
+            );
             check("sent before retry-after ended", p.early, 0);
             check("429s from the governed quota", p.quota_429s, 0);
             check("sent while local-only was on", p.leaked, 0);

@@ -60,6 +60,10 @@ struct View {
     pause_ends: Option<Instant>,
     learned: Option<Quota>,
     read_at: Instant,
+    /// Read again at the next admission, however recent: this process
+    /// changed what it holds. Kept meanwhile for the own share, which
+    /// needs the limits last known when the state goes away.
+    stale: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -132,6 +136,7 @@ impl Governor {
     /// The entry's pause and learned limits, read at most every [`VIEW_TTL`].
     async fn view(&self, key: &str) -> Result<View, StateError> {
         if let Some(view) = self.views.lock().expect("views lock").get(key)
+            && !view.stale
             && view.read_at.elapsed() < VIEW_TTL
         {
             return Ok(*view);
@@ -161,6 +166,7 @@ impl Governor {
             pause_ends,
             learned,
             read_at,
+            stale: false,
         };
         self.views
             .lock()
@@ -169,8 +175,10 @@ impl Governor {
         Ok(view)
     }
 
-    fn forget_view(&self, key: &str) {
-        self.views.lock().expect("views lock").remove(key);
+    fn expire_view(&self, key: &str) {
+        if let Some(view) = self.views.lock().expect("views lock").get_mut(key) {
+            view.stale = true;
+        }
     }
 
     /// Re-reads the entry's pause and learned limits (at most every [`VIEW_TTL`]).
@@ -451,7 +459,11 @@ impl Governor {
 
     /// Stores the limits a response reported, for every process to read.
     async fn remember_learned(&self, key: &str, learned: Quota) {
-        self.forget_view(key);
+        self.expire_view(key);
+        // Known here at once, for the own share, even before the next read.
+        if let Some(view) = self.views.lock().expect("views lock").get_mut(key) {
+            view.learned = Some(learned);
+        }
         let result = self
             .state
             .update(
@@ -507,7 +519,7 @@ impl Governor {
 
     /// Stops every process from sending to `key` for `wait` (a 429 said so).
     pub async fn pause(&self, key: &str, wait: Duration) {
-        self.forget_view(key);
+        self.expire_view(key);
         let result = self
             .state
             .update(

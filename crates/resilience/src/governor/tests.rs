@@ -444,6 +444,45 @@ async fn while_the_state_is_away_each_process_governs_its_part_of_the_quota() {
     );
 }
 
+/// With no quota configured, the own share governs by the limits learned
+/// from headers; a pause makes the process read the entry again, and must
+/// not make it forget them, or the state going away right after a 429
+/// would leave the process sending ungoverned.
+#[tokio::test(start_paused = true)]
+async fn a_pause_keeps_the_learned_limits_for_when_the_state_goes_away() {
+    let state = Arc::new(Reachable {
+        inner: MemoryState::new(),
+        away: Default::default(),
+        clock_takes: Duration::ZERO,
+    });
+    let g = Governor::new(
+        state.clone(),
+        GovernorConfig::default(),
+        WhenUnavailable::Open,
+    );
+    g.fleet.roll_call(state.as_ref()).await;
+    let none = Quota::default();
+    let sent = g
+        .admit("k", TaskKind::Explain, none, 10, 10, soon())
+        .await
+        .unwrap();
+    let limits = RateLimits {
+        requests_limit: Some(60),
+        requests_remaining: Some(60),
+        ..RateLimits::default()
+    };
+    g.observe(&sent, &limits).await;
+    g.settle(sent, None).await;
+    g.pause("k", Duration::from_secs(1)).await;
+    tokio::time::advance(Duration::from_secs(2)).await;
+    state.away.store(true, std::sync::atomic::Ordering::Relaxed);
+    let granted = admitted_over(&g, none, Duration::from_secs(60)).await;
+    assert!(
+        granted <= 61,
+        "{granted} admitted in a minute against a learned limit of 60"
+    );
+}
+
 /// Found by the soak: a request reached a provider 21 ms before the
 /// `retry-after` it had sent ran out. A process read the pause's end
 /// against the backend's clock, which is read half-way through its round
