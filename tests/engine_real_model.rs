@@ -106,8 +106,9 @@ async fn typing_on_at_a_cold_place_decodes_only_what_was_typed() {
     );
     let (first, second) = tokio::join!(engine.complete(first), engine.complete(second));
     let (first, second) = (first.unwrap(), second.unwrap());
-    // A second window twice as long is a new cut by design (it had the time).
-    if second.prompt_tokens < 2 * first.prompt_tokens {
+    // A second window twice as long is a new cut by design (it had the
+    // time), and so is a shorter one (a machine so busy that it had less).
+    if (first.prompt_tokens..2 * first.prompt_tokens).contains(&second.prompt_tokens) {
         assert!(
             second.tokens_decoded <= switchyard_engine::reuse::FRESH_SUFFIX_TOKENS + 8,
             "the second keystroke decoded {} of {} prompt tokens after a window of {}",
@@ -171,9 +172,14 @@ async fn a_cancelled_job_is_answered_and_generation_stops_at_the_deadline() {
     let mut long = job(sample_text(""), Duration::from_millis(150));
     long.stop = Box::new(|_| false);
     long.max_tokens = 10_000;
+    // It stops at the deadline: in generation, or, on a machine too busy to
+    // read even the cached prompt in 150 ms, before the first token.
     let cut = engine.complete(long).await.unwrap();
     assert!(
-        matches!(cut.stop, StopReason::Deadline | StopReason::EndOfText),
+        matches!(
+            cut.stop,
+            StopReason::Deadline | StopReason::EndOfText | StopReason::PromptDeadline
+        ),
         "{:?}",
         cut.stop
     );
