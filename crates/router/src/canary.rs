@@ -192,6 +192,7 @@ impl Router {
         .await;
         let (first_token, _) = beacon.timing();
         let governor = &self.resilience.governor;
+        self.pause_on_retry_after(&key.quota_key(), &result).await;
         governor.observe(&reservation, &rate_limits).await;
         governor
             .settle(reservation, result.as_ref().ok().copied())
@@ -213,6 +214,18 @@ impl Router {
         }
         drop(beacon);
         verdict
+    }
+
+    /// A provider's `retry-after` holds every process off, whoever heard
+    /// it: a canary's as much as a request's.
+    async fn pause_on_retry_after(&self, quota: &str, result: &Result<Usage, Failure>) {
+        if let Err(Failure::Failed(failed)) = result
+            && let Some(class) = &failed.class
+            && let Some(pause) =
+                super::retry::pause_after(&self.resilience.backoff, class, failed, 0)
+        {
+            self.resilience.governor.pause(quota, pause).await;
+        }
     }
 
     pub fn canaries(&self) -> Vec<CanaryResult> {

@@ -54,7 +54,7 @@ const LONGEST_PAUSE: Duration = Duration::from_secs(3600);
 /// this request does next: a provider that said when to come back
 /// (`retry-after`, on a 429, a 529 or a 503) gets nothing sooner from
 /// anyone; a rate limit without it pauses for the backoff.
-fn pause_after(
+pub(super) fn pause_after(
     backoff: &BackoffConfig,
     class: &ErrorClass,
     failed: &Failed,

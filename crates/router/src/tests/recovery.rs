@@ -35,6 +35,38 @@ async fn no_canary_goes_to_an_entry_paused_by_its_retry_after() {
     );
 }
 
+/// Found by the soak: a canary met a 529 with `retry-after` and paused
+/// nothing, so the next process's canary and a user request reached the
+/// provider before the time it gave had run out.
+#[tokio::test(start_paused = true)]
+async fn a_retry_after_a_canary_hears_holds_every_process_off() {
+    let primary = Scripted::new(
+        "primary",
+        vec![fail_with(529, "overloaded_error", Some(3))],
+        ok(),
+    );
+    let secondary = Scripted::new("secondary", vec![], ok());
+    let router = router(
+        chains(&[], &["primary/m", "secondary/m"]),
+        &[&primary, &secondary],
+    );
+    let key = router.key(&ModelRef::parse("primary/m").unwrap());
+    let canaries = router.canary_round(true).await;
+    assert!(
+        canaries.iter().any(|c| c.provider == "primary" && !c.ok),
+        "{canaries:?}"
+    );
+    let paused = router.resilience().governor.paused_for(&key.quota_key());
+    assert!(
+        paused.is_some_and(|p| p > Duration::from_secs(2)),
+        "the canary's retry-after pauses the entry: {paused:?}"
+    );
+    let calls = primary.calls();
+    tokio::time::advance(Duration::from_secs(2)).await;
+    router.canary_round(true).await;
+    assert_eq!(primary.calls(), calls, "no canary inside the retry-after");
+}
+
 /// A recovery probe slower than its hedge is not left without a verdict
 /// when the hedge answers first: the breaker opens again, and the next
 /// request in the same half-open window does not probe a second time.
