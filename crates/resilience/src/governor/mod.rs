@@ -459,9 +459,10 @@ impl Governor {
 
     /// Stores the limits a response reported, for every process to read.
     async fn remember_learned(&self, key: &str, learned: Quota) {
-        self.expire_view(key);
-        // Known here at once, for the own share, even before the next read.
+        // Read again at the next admission, and known here at once for the
+        // own share, even before that read.
         if let Some(view) = self.views.lock().expect("views lock").get_mut(key) {
+            view.stale = true;
             view.learned = Some(learned);
         }
         let result = self
