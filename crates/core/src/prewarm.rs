@@ -7,13 +7,20 @@
 //! only while the user is idle everywhere. Where the user arrived at a
 //! known cursor (a revealed one), the answer there is generated ahead of
 //! the request they are about to make, and again if the context changes.
+//!
+//! One task waits per document, however fast the changes come: each pause
+//! moves its deadline and wakes it, so a burst of changes that a busy
+//! machine drains late does not leave a sleeping task per change.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use dashmap::DashMap;
+use dashmap::mapref::entry::Entry;
 use ropey::Rope;
+use tokio::sync::Notify;
+use tokio::time::Instant;
 
 use switchyard_completion::{CompletionService, Warmth};
 
@@ -33,12 +40,41 @@ pub struct Place {
     pub cursor: Option<usize>,
 }
 
-/// Activity per document, so a debounced prewarm can tell whether it is
-/// stale, and in all documents, so an idle refresh of the context can.
+/// The documents with a prewarm to come, and activity in all documents, so
+/// an idle refresh of the context can tell whether it is stale.
 #[derive(Default)]
 pub(super) struct Prewarming {
-    activity: Arc<DashMap<String, u64>>,
+    waiting: Arc<DashMap<String, Waiting>>,
     any_activity: Arc<AtomicU64>,
+}
+
+/// What is to come in one document, and how to wake the task that waits
+/// for it (its identity too: a reopened document gets a new one).
+struct Waiting {
+    /// The last pause, to prewarm once its debounce runs out; `None` where
+    /// it was not one worth completing in, or it has been prewarmed.
+    paused: Option<Paused>,
+    /// The last prewarm, for a refresh of the context once the user has
+    /// been idle everywhere until `Paused::due`.
+    idle: Option<Paused>,
+    wake: Arc<Notify>,
+}
+
+#[derive(Clone)]
+struct Paused {
+    place: Place,
+    pause: Pause,
+    due: Instant,
+    /// Activity everywhere, counted at this pause.
+    any: u64,
+}
+
+/// What the waiting task does next.
+enum Next {
+    Prewarm(Paused),
+    RefreshContext(Paused),
+    Sleep(Instant),
+    Done,
 }
 
 impl Prewarming {
@@ -52,49 +88,141 @@ impl Prewarming {
         place: Option<Place>,
         pause: Pause,
     ) {
-        let count = {
-            let mut entry = self.activity.entry(doc.to_owned()).or_insert(0);
-            *entry += 1;
-            *entry
-        };
         let any = self.any_activity.fetch_add(1, Ordering::Relaxed) + 1;
-        let Some(place) = place else {
-            return;
-        };
         let debounce = Duration::from_millis(completion.config().prewarm_debounce_ms);
-        let (counts, all, service) = (
-            self.activity.clone(),
-            self.any_activity.clone(),
-            completion.clone(),
-        );
-        let doc = doc.to_owned();
-        tokio::spawn(async move {
-            tokio::time::sleep(debounce).await;
-            if counts.get(&doc).is_none_or(|c| *c != count) {
+        let paused = place.map(|place| Paused {
+            place,
+            pause,
+            due: Instant::now() + debounce,
+            any,
+        });
+        let wake = match self.waiting.entry(doc.to_owned()) {
+            Entry::Occupied(mut entry) => {
+                // Activity here also cancels the refresh after the last prewarm.
+                let waiting = entry.get_mut();
+                (waiting.paused, waiting.idle) = (paused, None);
+                waiting.wake.notify_one();
                 return;
             }
-            let cursor = place.cursor.unwrap_or_else(|| opening_cursor(&place.rope));
-            let warmth = match (pause, place.cursor) {
-                (Pause::Arrived, Some(_)) => Warmth::Answered,
-                (Pause::Arrived, None) => Warmth::Resident,
-                (Pause::Edited, _) => Warmth::Window,
-            };
-            service.prewarm(&doc, &place.rope, cursor, warmth);
-            tokio::time::sleep(service.context_refresh_idle()).await;
-            if all.load(Ordering::Relaxed) == any {
-                let changed = service.refresh_context(&doc, &place.rope, cursor);
-                if let Some(warmth) = once_idle(pause, place.cursor.is_some(), changed) {
-                    service.prewarm(&doc, &place.rope, cursor, warmth);
-                }
+            Entry::Vacant(_) if paused.is_none() => return,
+            Entry::Vacant(entry) => {
+                let wake = Arc::new(Notify::new());
+                let idle = None;
+                entry.insert(Waiting {
+                    paused,
+                    idle,
+                    wake: wake.clone(),
+                });
+                wake
             }
-        });
+        };
+        tokio::spawn(wait_in(
+            self.waiting.clone(),
+            doc.to_owned(),
+            wake,
+            self.any_activity.clone(),
+            completion.clone(),
+        ));
     }
 
     /// `doc` was closed: what waits for it stops, and closing is activity
     /// (a pending refresh of the context must not bring it back).
     pub(super) fn closed(&self, doc: &str) {
-        self.activity.remove(doc);
+        if let Some((_, waiting)) = self.waiting.remove(doc) {
+            waiting.wake.notify_one();
+        }
         self.any_activity.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// The task that waits for `doc`'s pauses (woken by `wake`) and prewarms
+/// what each leaves, until nothing is to come there.
+async fn wait_in(
+    documents: Arc<DashMap<String, Waiting>>,
+    doc: String,
+    wake: Arc<Notify>,
+    all: Arc<AtomicU64>,
+    service: Arc<CompletionService>,
+) {
+    loop {
+        match next(&documents, &doc, &wake, service.context_refresh_idle()) {
+            Next::Prewarm(paused) => {
+                let (place, cursor) = (&paused.place, cursor(&paused.place));
+                service.prewarm(&doc, &place.rope, cursor, warmth(&paused));
+            }
+            Next::RefreshContext(paused) if all.load(Ordering::Relaxed) == paused.any => {
+                let (place, cursor) = (&paused.place, cursor(&paused.place));
+                let changed = service.refresh_context(&doc, &place.rope, cursor);
+                if let Some(warmth) = once_idle(paused.pause, place.cursor.is_some(), changed) {
+                    service.prewarm(&doc, &place.rope, cursor, warmth);
+                }
+            }
+            Next::RefreshContext(_) => {}
+            Next::Sleep(until) => {
+                tokio::select! {
+                    _ = tokio::time::sleep_until(until) => {}
+                    _ = wake.notified() => {}
+                }
+            }
+            Next::Done => return,
+        }
+    }
+}
+
+/// What the task waiting with `wake` in `doc` does next. Decided under the
+/// entry's lock, which the entry leaves with when nothing is to come, so a
+/// pause after that finds no task and starts one.
+fn next(
+    documents: &DashMap<String, Waiting>,
+    doc: &str,
+    wake: &Arc<Notify>,
+    idle_for: Duration,
+) -> Next {
+    let mut next = Next::Done;
+    documents.remove_if_mut(doc, |_, waiting| {
+        if !Arc::ptr_eq(&waiting.wake, wake) {
+            return false;
+        }
+        next = waiting.next(Instant::now(), idle_for);
+        matches!(next, Next::Done)
+    });
+    next
+}
+
+impl Waiting {
+    fn next(&mut self, now: Instant, idle_for: Duration) -> Next {
+        if let Some(paused) = self.paused.take_if(|paused| paused.due <= now) {
+            let due = now + idle_for;
+            self.idle = Some(Paused {
+                due,
+                ..paused.clone()
+            });
+            return Next::Prewarm(paused);
+        }
+        if let Some(idle) = self.idle.take_if(|idle| idle.due <= now) {
+            return Next::RefreshContext(idle);
+        }
+        let soonest = [&self.paused, &self.idle]
+            .into_iter()
+            .flatten()
+            .map(|p| p.due)
+            .min();
+        soonest.map_or(Next::Done, Next::Sleep)
+    }
+}
+
+/// Where to prewarm: the cursor, or where the document opens.
+fn cursor(place: &Place) -> usize {
+    place.cursor.unwrap_or_else(|| opening_cursor(&place.rope))
+}
+
+/// How much a pause prewarms: the answer ahead where the user arrived at a
+/// known cursor, the document where they arrived, the window after an edit.
+fn warmth(paused: &Paused) -> Warmth {
+    match (paused.pause, paused.place.cursor) {
+        (Pause::Arrived, Some(_)) => Warmth::Answered,
+        (Pause::Arrived, None) => Warmth::Resident,
+        (Pause::Edited, _) => Warmth::Window,
     }
 }
 
@@ -135,6 +263,8 @@ mod tests {
     #[derive(Default)]
     struct Recording {
         prewarms: Mutex<Vec<(bool, bool)>>,
+        /// The end of each prewarm's prefix, to tell which place it had.
+        prefixes: Mutex<Vec<String>>,
     }
 
     impl FimEngine for Recording {
@@ -147,6 +277,8 @@ mod tests {
 
         fn prewarm(&self, prewarm: Prewarm) {
             let answered = prewarm.answer.is_some();
+            let prefix = prewarm.window.prefix.lines().last().unwrap_or_default();
+            self.prefixes.lock().unwrap().push(prefix.trim().to_owned());
             self.prewarms
                 .lock()
                 .unwrap()
@@ -173,7 +305,12 @@ mod tests {
     }
 
     fn place() -> Option<Place> {
-        let rope = Rope::from_str("fn main() {\n    let x = 1;\n}\n");
+        place_after(1)
+    }
+
+    /// A place whose cursor ends a line `let x = {value};`.
+    fn place_after(value: usize) -> Option<Place> {
+        let rope = Rope::from(format!("fn main() {{\n    let x = {value};\n}}\n"));
         Some(Place {
             cursor: Some(rope.len_chars() - 2),
             rope,
@@ -259,5 +396,47 @@ mod tests {
         // a.rs prewarmed once, resident, its answer ahead (the cursor is
         // known); no refresh after b.rs was active.
         assert_eq!(*engine.prewarms.lock().unwrap(), [(true, true)]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_burst_of_changes_keeps_one_task_and_prewarms_its_last_place_once() {
+        let engine = Arc::new(Recording::default());
+        let (completion, prewarming) = (service(&engine), Prewarming::default());
+        let debounce = Duration::from_millis(completion.config().prewarm_debounce_ms);
+        let tasks = || {
+            tokio::runtime::Handle::current()
+                .metrics()
+                .num_alive_tasks()
+        };
+        let before = tasks();
+        // A thousand changes a second for a second, as a backlog drains.
+        for value in 1..=1_000 {
+            prewarming.paused(
+                &completion,
+                "file:///a.rs",
+                place_after(value),
+                Pause::Edited,
+            );
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            assert!(
+                tasks() <= before + 1,
+                "{} tasks after change {value}",
+                tasks() - before
+            );
+        }
+        tokio::time::sleep(debounce - Duration::from_millis(2)).await;
+        assert!(
+            engine.prewarms.lock().unwrap().is_empty(),
+            "prewarmed before the debounce"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        assert_eq!(*engine.prefixes.lock().unwrap(), ["let x = 1000;"]);
+        settle().await;
+        // The window once, then the whole document once idle; then nothing waits.
+        assert_eq!(
+            *engine.prewarms.lock().unwrap(),
+            [(false, false), (true, false)]
+        );
+        assert_eq!(tasks(), before);
     }
 }

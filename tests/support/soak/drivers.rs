@@ -17,7 +17,7 @@ pub(super) async fn drive_window(index: usize, soak: Arc<Soak>) {
         let counts = &soak.counts[phase];
         check_status(&mut client, served_by.take(), &mut status_names, counts).await;
         if phase != seen_phase {
-            count_tasks(&mut client, seen_phase, &soak).await;
+            note_settled(&mut client, seen_phase, &soak).await;
             seen_phase = phase;
         }
         if fault == Fault::WindowKilled && index == 2 + phase % 2 && killed_in != Some(phase) {
@@ -65,35 +65,37 @@ pub(super) async fn drive_window(index: usize, soak: Arc<Soak>) {
     }
 }
 
-/// Notes the window's live tasks at the end of `phase` (by its status):
-/// the fewest of five looks over 1.5 seconds, so work under way for a
-/// moment (a resume, a canary round, a lease given back) does not count,
-/// and a leak, which is there at every look, still does. Prints the looks
-/// when the fewest is over the window's first count by more than 2.
-pub(super) async fn count_tasks(client: &mut LspClient, phase: usize, soak: &Soak) {
+/// Notes the window's live tasks and open files at the end of `phase`,
+/// between its own requests: the fewest of five looks over 1.5 seconds, so
+/// work under way for a moment (a resume, a canary round, a lease given
+/// back) does not count, and a leak, which is there at every look, still
+/// does. Prints the looks when the fewest is over the window's first by
+/// more than 2.
+pub(super) async fn note_settled(client: &mut LspClient, phase: usize, soak: &Soak) {
     let Some(pid) = client.pid() else { return };
-    let mut looks = Vec::new();
+    let (mut tasks, mut fds) = (Vec::new(), Vec::new());
     for _ in 0..5 {
         let status = json!({"command": "switchyard.status"});
         let id = client
             .send_request("workspace/executeCommand", status)
             .await;
         let reply = client.response_within(id, CEILING).await;
-        looks.extend(reply.and_then(|r| r["result"]["runtimeTasks"].as_u64()));
+        tasks.extend(reply.and_then(|r| r["result"]["runtimeTasks"].as_u64()));
+        fds.extend(open_files(pid));
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
-    let Some(fewest) = looks.iter().min().map(|n| *n as usize) else {
-        return;
-    };
-    let mut tasks = soak.tasks.lock().unwrap();
-    let first = tasks
-        .iter()
-        .find(|(_, p, _)| *p == pid)
-        .map_or(fewest, |t| t.2);
-    if fewest > first + 2 {
-        println!("      tasks of window pid {pid} after phase {phase}: {looks:?}, first {first}");
+    soak.note_settled(phase, pid, &tasks, &fds);
+}
+
+/// Notes the gateway's open files at the end of `phase`, between its
+/// client's requests, as `note_settled` does a window's.
+pub(super) async fn note_gateway_settled(pid: u32, phase: usize, soak: &Soak) {
+    let mut fds = Vec::new();
+    for _ in 0..5 {
+        fds.extend(open_files(pid));
+        tokio::time::sleep(Duration::from_millis(300)).await;
     }
-    tasks.push((phase, pid, fewest));
+    soak.note_settled(phase, pid, &[], &fds);
 }
 
 pub(super) fn large_document() -> String {
@@ -372,8 +374,16 @@ pub(super) fn note_checkpoints(soak: &Soak) {
 
 /// A gateway client that does not retry by itself.
 pub(super) async fn drive_gateway(gateway: Arc<GatewayProcess>, soak: Arc<Soak>) {
+    let mut seen_phase = 0;
     loop {
-        let counts = &soak.counts[soak.phase().0];
+        let phase = soak.phase().0;
+        if phase != seen_phase {
+            if let Some(pid) = gateway.pid() {
+                note_gateway_settled(pid, seen_phase, &soak).await;
+            }
+            seen_phase = phase;
+        }
+        let counts = &soak.counts[phase];
         counts.add(|c| &c.sent);
         let started = Instant::now();
         let ended =

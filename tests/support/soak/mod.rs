@@ -295,13 +295,50 @@ struct Soak {
     /// How many times each parked refactor was resumed and finished.
     finished: Mutex<HashMap<String, usize>>,
     resumes_failed: AtomicUsize,
-    /// Each window's live tasks as it saw a phase end: (phase, pid, tasks).
-    tasks: Mutex<Vec<(usize, u32, usize)>>,
+    /// Each process's footprint as it settled after each phase.
+    settled: Mutex<Vec<Settled>>,
+}
+
+/// One process's live tasks (a window's; the gateway does not say) and
+/// open files between its requests after a phase, each the fewest it
+/// showed in a few looks.
+#[derive(Clone, Copy)]
+struct Settled {
+    phase: usize,
+    pid: u32,
+    tasks: Option<usize>,
+    fds: Option<usize>,
 }
 
 impl Soak {
     fn phase(&self) -> (usize, Fault) {
         *self.phases.borrow()
+    }
+
+    /// Notes process `pid` after `phase` from its looks; prints them when
+    /// the fewest is more than 2 over its first.
+    fn note_settled(&self, phase: usize, pid: u32, tasks: &[u64], fds: &[usize]) {
+        let tasks_now = tasks.iter().min().map(|n| *n as usize);
+        let fds_now = fds.iter().min().copied();
+        let mut settled = self.settled.lock().unwrap();
+        let earlier = settled.iter().filter(|s| s.pid == pid);
+        let first_tasks = earlier.clone().find_map(|s| s.tasks);
+        let first_fds = earlier.clone().find_map(|s| s.fds);
+        let over = |now: Option<usize>, first: Option<usize>| {
+            now.zip(first).is_some_and(|(now, first)| now > first + 2)
+        };
+        if over(tasks_now, first_tasks) || over(fds_now, first_fds) {
+            println!(
+                "      pid {pid} after phase {phase}: tasks {tasks:?} (first {first_tasks:?}), open files {fds:?} (first {first_fds:?})"
+            );
+        }
+        let (tasks, fds) = (tasks_now, fds_now);
+        settled.push(Settled {
+            phase,
+            pid,
+            tasks,
+            fds,
+        });
     }
 
     async fn window(&self, index: usize) -> LspClient {
@@ -376,7 +413,7 @@ pub async fn run(settings: Settings) -> Report {
         parked: Mutex::default(),
         finished: Mutex::default(),
         resumes_failed: AtomicUsize::new(0),
-        tasks: Mutex::default(),
+        settled: Mutex::default(),
     });
     let toml = toml::to_string(&config).expect("the settings are TOML");
     let gateway = Arc::new(GatewayProcess::start(&toml, &[("SY_SOAK_KEY", KEY)]).await);
@@ -483,6 +520,7 @@ pub async fn run(settings: Settings) -> Report {
             rss_mb: rss / 1024,
             fds,
             task_growth: 0,
+            fd_growth: 0,
         };
         println!("{}", report.line(phase));
         reports.push(report);
@@ -508,16 +546,21 @@ pub async fn run(settings: Settings) -> Report {
         report.untrue_status = n(&counts.untrue_status);
         report.longest_ms = counts.longest_ms.load(Ordering::Relaxed);
     }
-    let tasks = soak.tasks.lock().unwrap().clone();
-    let mut first: HashMap<u32, usize> = HashMap::new();
-    for (phase, pid, count) in tasks {
-        let baseline = *first.entry(pid).or_insert(count);
-        let growth = &mut reports[phase].task_growth;
-        *growth = (*growth).max(count.saturating_sub(baseline));
+    let (mut first_tasks, mut first_fds) = (HashMap::new(), HashMap::new());
+    for settled in soak.settled.lock().unwrap().iter() {
+        let report = &mut reports[settled.phase];
+        let tasks = growth(&mut first_tasks, settled.pid, settled.tasks);
+        report.task_growth = report.task_growth.max(tasks);
+        let fds = growth(&mut first_fds, settled.pid, settled.fds);
+        report.fd_growth = report.fd_growth.max(fds);
     }
     println!(
         "tasks over each window's first count, by phase: {:?}",
         reports.iter().map(|p| p.task_growth).collect::<Vec<_>>()
+    );
+    println!(
+        "open files over each process's first count, by phase: {:?}",
+        reports.iter().map(|p| p.fd_growth).collect::<Vec<_>>()
     );
     note_checkpoints(&soak);
     let finished = soak.finished.lock().unwrap().clone();
@@ -558,4 +601,11 @@ pub async fn run(settings: Settings) -> Report {
     );
     drop(gateway);
     report
+}
+
+/// How far `now` is over process `pid`'s first count (which it is, if none).
+fn growth(firsts: &mut HashMap<u32, usize>, pid: u32, now: Option<usize>) -> usize {
+    now.map_or(0, |now| {
+        now.saturating_sub(*firsts.entry(pid).or_insert(now))
+    })
 }

@@ -117,11 +117,20 @@ pub(super) fn footprint() -> (u64, usize) {
             .find_map(|l| l.strip_prefix("VmRSS:"))
             .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse::<u64>().ok())
             .unwrap_or(0);
-        fds += std::fs::read_dir(path.join("fd"))
-            .map(|d| d.count())
-            .unwrap_or(0);
+        fds += open_files_at(&path).unwrap_or(0);
     }
     (rss, fds)
+}
+
+/// How many files process `pid` has open; `None` once it has gone.
+pub(super) fn open_files(pid: u32) -> Option<usize> {
+    open_files_at(&std::path::Path::new("/proc").join(pid.to_string()))
+}
+
+fn open_files_at(process: &std::path::Path) -> Option<usize> {
+    std::fs::read_dir(process.join("fd"))
+        .ok()
+        .map(|d| d.count())
 }
 
 /// Whether process `pid` runs (it is there and not a zombie).

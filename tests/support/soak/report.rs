@@ -56,6 +56,9 @@ pub struct PhaseReport {
     /// The most live tasks any window had over its own first count, as the
     /// phase ended.
     pub task_growth: usize,
+    /// The most open files any process had over its own first count, as
+    /// the phase ended (between its requests).
+    pub fd_growth: usize,
 }
 
 impl PhaseReport {
@@ -121,6 +124,7 @@ impl Report {
             check("sent while local-only was on", p.leaked, 0);
             check("probes in one half-open window", p.probes_per_window, 1);
             check("tasks over a window's first count", p.task_growth, 2);
+            check("open files over a process's first count", p.fd_growth, 2);
         }
         let not_once: Vec<&(String, usize)> = self.parked.iter().filter(|(_, n)| *n != 1).collect();
         if !not_once.is_empty() {
