@@ -7,6 +7,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use dashmap::DashMap;
 use serde_json::{Value, json};
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio_util::sync::CancellationToken;
@@ -325,6 +326,7 @@ impl Backend {
     ) -> std::result::Result<switchyard_router::Answer, RouteError> {
         let cancel = CancellationToken::new();
         let token = NumberOrString::String(format!("switchyard/{}/{}", kind.as_str(), nanos()));
+        let _cancel_button = CancelButton(&self.progress_cancels, &token);
         let (events, rx) = tokio::sync::mpsc::unbounded_channel();
         let report = self.report(kind, &token, &cancel, rx);
         let request = TaskRequest {
@@ -346,7 +348,6 @@ impl Backend {
             result
         };
         let (result, progress) = tokio::join!(run, report);
-        self.progress_cancels.remove(&token);
         if let Some(progress) = progress {
             let message = match &result {
                 Ok(answer) => format!("done by {}/{}", answer.route.provider, answer.route.model),
@@ -512,4 +513,17 @@ fn nanos() -> u128 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos())
+}
+
+/// Forgets an action's cancel button when the action ends, however it
+/// does: a `$/cancelRequest` drops the request's future mid-way.
+struct CancelButton<'a>(
+    &'a DashMap<NumberOrString, CancellationToken>,
+    &'a NumberOrString,
+);
+
+impl Drop for CancelButton<'_> {
+    fn drop(&mut self) {
+        self.0.remove(self.1);
+    }
 }

@@ -252,7 +252,10 @@ impl Endpoint {
     fn transport_error(&self, error: &reqwest::Error, timeouts: &Timeouts) -> ProviderError {
         let detail = chain(error);
         let message = if error.is_connect() && error.is_timeout() {
-            format!("could not connect within {:?}: {detail}", timeouts.connect)
+            format!(
+                "could not connect within {:?}: {detail}",
+                pooled(timeouts.connect)
+            )
         } else if error.is_connect() {
             format!("could not connect: {detail}")
         } else {
@@ -286,10 +289,24 @@ impl Endpoint {
     }
 }
 
-/// One pool per connect timeout: reqwest sets the connect timeout on the client,
-/// and providers share a handful of distinct values, so this stays small.
+/// The HTTP clients, one per connect timeout as `pooled` rounds it.
+static CLIENTS: OnceLock<Mutex<HashMap<Duration, reqwest::Client>>> = OnceLock::new();
+
+/// The connect timeout a pool is kept for: `connect` rounded up to whole
+/// seconds. A timeout drawn from what is left of a task differs at every
+/// late attempt, and a client kept per exact value (each with its own pool,
+/// idle-reaper task and certificate store) grew the process by one per such
+/// attempt, for good. Rounding up never cuts a connection earlier than
+/// asked, and `first_byte` bounds the whole exchange.
+fn pooled(connect: Duration) -> Duration {
+    Duration::from_secs(connect.as_secs() + u64::from(connect.subsec_nanos() > 0))
+        .max(Duration::from_secs(1))
+}
+
+/// The client for `connect`: reqwest sets the connect timeout on the client,
+/// so there is one per whole second, at most a dozen.
 fn client(connect: Duration) -> Result<reqwest::Client, String> {
-    static CLIENTS: OnceLock<Mutex<HashMap<Duration, reqwest::Client>>> = OnceLock::new();
+    let connect = pooled(connect);
     let mut clients = CLIENTS
         .get_or_init(Default::default)
         .lock()
@@ -333,4 +350,21 @@ pub(crate) fn quote(what: &str, body: &[u8]) -> String {
         quoted.push('…');
     }
     format!("{what}: {quoted}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn late_attempts_share_the_clients_of_a_dozen_connect_timeouts() {
+        // What is left of a task when an attempt starts late, to the nanosecond.
+        for millis in (1..=10_000u64).step_by(7) {
+            let left = Duration::from_millis(millis) + Duration::from_nanos(millis * 13 % 1_000);
+            client(left).unwrap();
+        }
+        let clients = CLIENTS.get().unwrap().lock().unwrap();
+        assert!(clients.len() <= 11, "{} HTTP clients kept", clients.len());
+        assert!(clients.keys().all(|connect| connect.subsec_nanos() == 0));
+    }
 }
