@@ -44,13 +44,13 @@ impl GatewayProcess {
         GatewayProcess { child, url, home }
     }
 
-    /// One chat completion on the medium tier asking `question`: the HTTP
-    /// status and the body (`null` when it is not JSON).
     /// `None` once it has exited.
     pub fn pid(&self) -> Option<u32> {
         self.child.id()
     }
 
+    /// One chat completion on the medium tier asking `question`: the HTTP
+    /// status and the body (`null` when it is not JSON).
     pub async fn chat(&self, question: &str) -> (u16, serde_json::Value) {
         let body = serde_json::json!({"model": "switchyard/medium",
             "messages": [{"role": "user", "content": question}]});
