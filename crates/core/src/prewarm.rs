@@ -107,10 +107,9 @@ impl Prewarming {
             Entry::Vacant(_) if paused.is_none() => return,
             Entry::Vacant(entry) => {
                 let wake = Arc::new(Notify::new());
-                let idle = None;
                 entry.insert(Waiting {
                     paused,
-                    idle,
+                    idle: None,
                     wake: wake.clone(),
                 });
                 wake

@@ -301,13 +301,14 @@ struct Soak {
 
 /// One process's live tasks (a window's; the gateway does not say) and
 /// open files between its requests after a phase, each the fewest it
-/// showed in a few looks.
-#[derive(Clone, Copy)]
+/// showed in a few looks, and how far each is over the process's first.
 struct Settled {
     phase: usize,
     pid: u32,
     tasks: Option<usize>,
     fds: Option<usize>,
+    tasks_over: usize,
+    fds_over: usize,
 }
 
 impl Soak {
@@ -318,26 +319,31 @@ impl Soak {
     /// Notes process `pid` after `phase` from its looks; prints them when
     /// the fewest is more than 2 over its first.
     fn note_settled(&self, phase: usize, pid: u32, tasks: &[u64], fds: &[usize]) {
-        let tasks_now = tasks.iter().min().map(|n| *n as usize);
-        let fds_now = fds.iter().min().copied();
+        let (tasks_now, fds_now) = (
+            tasks.iter().min().map(|n| *n as usize),
+            fds.iter().min().copied(),
+        );
         let mut settled = self.settled.lock().unwrap();
         let earlier = settled.iter().filter(|s| s.pid == pid);
-        let first_tasks = earlier.clone().find_map(|s| s.tasks);
-        let first_fds = earlier.clone().find_map(|s| s.fds);
+        let first_tasks = earlier.clone().find_map(|s| s.tasks).or(tasks_now);
+        let first_fds = earlier.clone().find_map(|s| s.fds).or(fds_now);
         let over = |now: Option<usize>, first: Option<usize>| {
-            now.zip(first).is_some_and(|(now, first)| now > first + 2)
+            now.zip(first)
+                .map_or(0, |(now, first)| now.saturating_sub(first))
         };
-        if over(tasks_now, first_tasks) || over(fds_now, first_fds) {
+        let (tasks_over, fds_over) = (over(tasks_now, first_tasks), over(fds_now, first_fds));
+        if tasks_over > 2 || fds_over > 2 {
             println!(
                 "      pid {pid} after phase {phase}: tasks {tasks:?} (first {first_tasks:?}), open files {fds:?} (first {first_fds:?})"
             );
         }
-        let (tasks, fds) = (tasks_now, fds_now);
         settled.push(Settled {
             phase,
             pid,
-            tasks,
-            fds,
+            tasks: tasks_now,
+            fds: fds_now,
+            tasks_over,
+            fds_over,
         });
     }
 
@@ -546,13 +552,10 @@ pub async fn run(settings: Settings) -> Report {
         report.untrue_status = n(&counts.untrue_status);
         report.longest_ms = counts.longest_ms.load(Ordering::Relaxed);
     }
-    let (mut first_tasks, mut first_fds) = (HashMap::new(), HashMap::new());
     for settled in soak.settled.lock().unwrap().iter() {
         let report = &mut reports[settled.phase];
-        let tasks = growth(&mut first_tasks, settled.pid, settled.tasks);
-        report.task_growth = report.task_growth.max(tasks);
-        let fds = growth(&mut first_fds, settled.pid, settled.fds);
-        report.fd_growth = report.fd_growth.max(fds);
+        report.task_growth = report.task_growth.max(settled.tasks_over);
+        report.fd_growth = report.fd_growth.max(settled.fds_over);
     }
     println!(
         "tasks over each window's first count, by phase: {:?}",
@@ -601,11 +604,4 @@ pub async fn run(settings: Settings) -> Report {
     );
     drop(gateway);
     report
-}
-
-/// How far `now` is over process `pid`'s first count (which it is, if none).
-fn growth(firsts: &mut HashMap<u32, usize>, pid: u32, now: Option<usize>) -> usize {
-    now.map_or(0, |now| {
-        now.saturating_sub(*firsts.entry(pid).or_insert(now))
-    })
 }
