@@ -4,6 +4,8 @@
 //! (`switchyard_context::span`, ARCHITECTURE.md invariant 20). The engine, which knows
 //! what its cache holds, chooses between them.
 
+use std::ops::Range;
+
 use ropey::Rope;
 
 use super::{CompletionService, Trigger};
@@ -57,12 +59,15 @@ impl CompletionService {
 
     /// A placed window's text, with the repository context in front.
     pub(super) fn fim_text(&self, doc: &str, (window, _): (fim::Window, WindowBudget)) -> FimText {
-        self.with_context(doc, window.text)
+        let lines = window.anchor_line..window.anchor_line + lines_in(&window.text);
+        self.with_context(doc, lines, window.text)
     }
 
-    pub(super) fn with_context(&self, doc: &str, text: FimText) -> FimText {
+    /// `text`, showing `lines` of `doc`, with the repository context in
+    /// front: less the snippets of those lines, which it shows as they are.
+    fn with_context(&self, doc: &str, lines: Range<usize>, text: FimText) -> FimText {
         FimText {
-            context: self.repository.block(),
+            context: self.repository.block_beside(doc, lines),
             path: repository::display_path(doc),
             ..text
         }
@@ -116,12 +121,21 @@ impl CompletionService {
         (budget, block_chars)
     }
 
+    /// A span's text; its window's context leaves out what the span's
+    /// document shows, the same for every place in the span.
     fn span_text(&self, doc: &str, span: span::Span) -> SpanText {
+        let lines = span.start_line..span.start_line + span.document.matches('\n').count() + 1;
         SpanText {
-            window: self.with_context(doc, span.window),
+            window: self.with_context(doc, lines, span.window),
             document: span.document,
         }
     }
+}
+
+/// How many lines a window's text spans (its scope heads counted too: an
+/// overcount, which leaves out a snippet more rather than one fewer).
+fn lines_in(text: &FimText) -> usize {
+    text.prefix.matches('\n').count() + text.suffix.matches('\n').count() + 1
 }
 
 /// A span's suffix tokens: the `configured` ones where the speed affords

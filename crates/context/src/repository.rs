@@ -3,6 +3,14 @@
 //! documents, of identifiers around the cursor. They form one block in front of
 //! the FIM prompt.
 //!
+//! A window is never given a snippet of lines it shows itself
+//! ([`RepositoryContext::block_beside`]): the snippet is the place as it was
+//! at the pause (the empty line the user is about to fill), the window shows
+//! it as it is, and the model copies the snippet (it ended the line at once
+//! at revealed cursors, where the pause had just added the place). The place
+//! paused at is the newest snippet, so the block beside it is a start of the
+//! block elsewhere, and the cache keeps it when the user moves on.
+//!
 //! The block changes only while the user is idle (ARCHITECTURE.md
 //! invariant 16), the way llama.vim's ring
 //! buffer does): a pause at a place adds that place and its definitions, for
@@ -52,6 +60,10 @@ struct State {
     entries: Vec<Entry>,
     /// The block as prompts see it; rebuilt when `entries` change.
     block: Arc<[Snippet]>,
+    /// The block last given beside a window, less the entries at these
+    /// indices; kept so every keystroke there gets the same block (the
+    /// engine knows a block it tokenized by its pointer).
+    beside: Option<(Vec<usize>, Arc<[Snippet]>)>,
 }
 
 struct Entry {
@@ -62,9 +74,37 @@ struct Entry {
 }
 
 impl RepositoryContext {
-    /// The block for a prompt now, oldest snippet first.
-    pub fn block(&self) -> Arc<[Snippet]> {
+    /// The whole block now, oldest snippet first.
+    #[cfg(test)]
+    fn block(&self) -> Arc<[Snippet]> {
         self.state.lock().expect("repository lock").block.clone()
+    }
+
+    /// The block for a window showing `lines` of `doc`: without the
+    /// snippets of those lines, which the window shows as they are now.
+    pub fn block_beside(&self, doc: &str, lines: Range<usize>) -> Arc<[Snippet]> {
+        let mut state = self.state.lock().expect("repository lock");
+        let shown: Vec<usize> = state
+            .entries
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| e.doc == doc && e.lines.start < lines.end && lines.start < e.lines.end)
+            .map(|(index, _)| index)
+            .collect();
+        if shown.is_empty() {
+            return state.block.clone();
+        }
+        if let Some((left_out, block)) = &state.beside
+            && *left_out == shown
+        {
+            return block.clone();
+        }
+        let block: Arc<[Snippet]> = (state.entries.iter().enumerate())
+            .filter(|(index, _)| !shown.contains(index))
+            .map(|(_, e)| e.snippet.clone())
+            .collect();
+        state.beside = Some((shown, block.clone()));
+        block
     }
 
     /// The user has paused at `line` of `doc`: the place (unless the block
@@ -165,6 +205,7 @@ impl State {
 
     fn publish(&mut self) {
         self.block = self.entries.iter().map(|e| e.snippet.clone()).collect();
+        self.beside = None;
     }
 }
 
@@ -394,6 +435,39 @@ mod tests {
             block.last().unwrap().text.contains("v1100 "),
             "the newest place is kept"
         );
+    }
+
+    #[test]
+    fn a_window_is_not_given_a_snippet_of_the_lines_it_shows() {
+        let context = RepositoryContext::default();
+        let text: String = (0..300).map(|i| format!("let v{i} = {i};\n")).collect();
+        let (a, docs) = (Rope::from_str(&text), OpenDocuments::new());
+        // The user paused at line 10, then at 200 (the hole: an empty line).
+        context.refresh("file:///p/a.rs", &a, 10, &docs, 3_000);
+        context.refresh("file:///p/a.rs", &a, 200, &docs, 3_000);
+        assert_eq!(context.block().len(), 2);
+        let beside = context.block_beside("file:///p/a.rs", 150..230);
+        assert_eq!(beside.len(), 1);
+        assert!(
+            beside[0].text.starts_with("let v8 = 8;"),
+            "{}",
+            beside[0].text
+        );
+        // Every keystroke there: the same block, and a start of the whole one.
+        assert!(Arc::ptr_eq(
+            &beside,
+            &context.block_beside("file:///p/a.rs", 151..231)
+        ));
+        assert!(context.block().starts_with(&beside));
+        // Another document, or lines of this one the snippets do not show.
+        assert!(Arc::ptr_eq(
+            &context.block(),
+            &context.block_beside("file:///p/b.rs", 150..230)
+        ));
+        assert!(Arc::ptr_eq(
+            &context.block(),
+            &context.block_beside("file:///p/a.rs", 100..150)
+        ));
     }
 
     #[test]
