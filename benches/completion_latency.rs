@@ -295,7 +295,12 @@ async fn cold_first_completion(service: &CompletionService) -> f64 {
             language: None,
         };
         let outcome = service.complete(request).await;
-        if outcome.result.is_ok() || matches!(outcome.result, Err(NoSuggestion::Empty)) {
+        if outcome.result.is_ok()
+            || matches!(
+                outcome.result,
+                Err(NoSuggestion::Empty | NoSuggestion::Cut { .. })
+            )
+        {
             return started.elapsed().as_secs_f64() * 1e3;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;

@@ -142,6 +142,10 @@ pub enum NoSuggestion {
     PromptStillFilling,
     #[error("the model suggested nothing useful")]
     Empty,
+    /// The deadline cut the generation before it had a usable start (see
+    /// `postprocess::usable_start`): late, not empty.
+    #[error("the deadline cut the answer after {written_chars} characters, before a usable start")]
+    Cut { written_chars: usize },
     #[error("the local engine failed: {0}")]
     EngineFailed(String),
 }
@@ -498,7 +502,12 @@ impl CompletionService {
         };
         let Some(suggestion) = asked.situation.finish(&generation.text, truncated) else {
             tracing::debug!(raw = ?generation.text, stop = ?generation.stop, "nothing useful in the generation");
-            return Err(NoSuggestion::Empty);
+            return Err(match generation.stop {
+                StopReason::Deadline => NoSuggestion::Cut {
+                    written_chars: generation.text.chars().count(),
+                },
+                _ => NoSuggestion::Empty,
+            });
         };
         self.type_through.remember(doc, asked.spot, &suggestion);
         if config.precompute_next {

@@ -25,6 +25,9 @@ fn indent_width(line: &str) -> usize {
 }
 
 const OPENERS: [char; 4] = ['{', '(', '[', ':'];
+/// Characters a line does not end on when it is whole: operators,
+/// separators, a dot.
+const DANGLING: &str = "+-*/%=<>!&|^~,.@\\";
 const MAX_LINES: usize = 40;
 
 impl Situation {
@@ -118,11 +121,14 @@ impl Situation {
 
     /// The suggestion to show, or `None` when nothing useful remains.
     /// `truncated` says generation was cut short (deadline or token limit), so a
-    /// trailing partial line is dropped when complete lines precede it.
+    /// trailing partial line is dropped when complete lines precede it, and a
+    /// first line cut short is shown up to its last sure boundary
+    /// ([`usable_start`]).
     pub fn finish(&self, text: &str, truncated: bool) -> Option<String> {
         let line_ended = text.contains('\n');
         let mut text = match self.boundary(text) {
             Some(end) => &text[..end],
+            None if truncated && !line_ended => usable_start(text)?,
             None if truncated && !self.single_line => {
                 without_dangling_openers(text.rfind('\n').map_or(text, |end| &text[..end]))
             }
@@ -130,11 +136,6 @@ impl Situation {
         };
         if self.single_line {
             text = text.split('\n').next().unwrap_or("");
-            // A line cut by the deadline (`for i in range(2, int(l**0`) almost
-            // never works: show it only where it reads as complete.
-            if truncated && !line_ended && !reads_complete(text) {
-                return None;
-            }
             text = strip_suffix_overlap(text, self.line_after.trim_end());
         } else if let (Some(next), Some(last_start)) =
             (&self.next_line, text.trim_end().rfind('\n'))
@@ -147,6 +148,22 @@ impl Situation {
         let text = text.trim_end();
         (!text.trim().is_empty()).then(|| text.to_owned())
     }
+}
+
+/// What of a line cut short (by the deadline or the token limit) is sure:
+/// up to its last word that something followed (the last word may be half
+/// of one: `NotImpl`), then all of it where it reads as complete, else
+/// without a dangling operator or separator (`for i in range(2, int(l**0`
+/// shows `for i in range(2, int(l`: a line ending in `**` is no start).
+/// `None` where no word is left. Tokens are whole, so nothing is cut inside
+/// one.
+fn usable_start(line: &str) -> Option<&str> {
+    let sure = line.trim_end_matches(is_word_char);
+    if sure.len() == line.len() && reads_complete(line) {
+        return Some(line);
+    }
+    let start = sure.trim_end_matches(|c: char| c.is_whitespace() || DANGLING.contains(c));
+    start.contains(char::is_alphanumeric).then_some(start)
 }
 
 /// A cut multi-line answer without its last lines that open a block (`if x:`,
@@ -206,7 +223,7 @@ fn reads_complete(line: &str) -> bool {
         .trim_end()
         .chars()
         .last()
-        .is_none_or(|c| "+-*/%=<>!&|^~,.@\\".contains(c));
+        .is_none_or(|c| DANGLING.contains(c));
     quote.is_none() && open.is_empty() && !ends_dangling
 }
 
@@ -319,24 +336,49 @@ mod tests {
     }
 
     #[test]
-    fn a_single_line_cut_by_the_deadline_is_shown_only_where_it_reads_complete() {
+    fn a_line_cut_by_the_deadline_shows_what_of_it_is_sure() {
         let s = Situation::new("    ", "\n");
         let s = Situation {
             single_line: true,
             ..s
         };
-        assert_eq!(s.finish("for i in range(2, int(l**0", true), None);
-        assert_eq!(s.finish("return a +", true), None);
-        assert_eq!(s.finish("x = 'abc", true), None);
-        assert_eq!(
-            s.finish("fn name<'a>(v: &'a str) -> &'a str", true)
-                .as_deref(),
-            Some("fn name<'a>(v: &'a str) -> &'a str")
-        );
-        assert_eq!(
-            s.finish("return len(xs)", true).as_deref(),
-            Some("return len(xs)")
-        );
+        // (what the model had written when the deadline came, what is shown)
+        let cases = [
+            (
+                "for i in range(2, int(l**0",
+                Some("for i in range(2, int(l"),
+            ),
+            (
+                "for i in range(len(word) - 2, -1, -1",
+                Some("for i in range(len(word) - 2, -1"),
+            ),
+            ("return a +", Some("return a")),
+            ("x = 'abc", Some("x = '")),
+            (
+                "raise NotImplementedError(\"NotImpl",
+                Some("raise NotImplementedError(\""),
+            ),
+            (" %s)' % (", Some(" %s)' % (")),
+            ("return ", Some("return")),
+            // Reads as complete, and ends where a word did: all of it.
+            ("return len(xs)", Some("return len(xs)")),
+            (
+                "fn f<'a>(v: &'a str) -> &'a str {",
+                Some("fn f<'a>(v: &'a str) -> &'a str {"),
+            ),
+            // The last word may be cut: it goes, even where the rest reads whole.
+            (
+                "fn f<'a>(v: &'a str) -> &'a str",
+                Some("fn f<'a>(v: &'a str) -> &'a"),
+            ),
+            // No word that something followed: nothing sure.
+            ("mented", None),
+            ("  (", None),
+            ("", None),
+        ];
+        for (written, shown) in cases {
+            assert_eq!(s.finish(written, true).as_deref(), shown, "{written:?}");
+        }
         // Not cut: the line as the model ended it.
         assert_eq!(
             s.finish("for i in range(2, n", false).as_deref(),
@@ -346,6 +388,17 @@ mod tests {
         assert_eq!(
             s.finish("return a +\nb", true).as_deref(),
             Some("return a +")
+        );
+    }
+
+    #[test]
+    fn a_first_line_of_many_cut_by_the_deadline_shows_what_of_it_is_sure() {
+        let s = Situation::new("", "\n    return True\n");
+        assert!(!s.single_line);
+        assert_eq!(
+            s.finish("    if n < lim", true).as_deref(),
+            Some("    if n"),
+            "`n` is a whole word, `lim` may not be, and `<` is no end"
         );
     }
 

@@ -113,7 +113,7 @@ impl Recent {
         let lateness = match result {
             Ok(()) | Err(NoSuggestion::Empty) => None,
             Err(NoSuggestion::PromptStillFilling) => Some(Lateness::Prompt),
-            Err(NoSuggestion::DeadlineMissed) => Some(Lateness::Answer),
+            Err(NoSuggestion::DeadlineMissed | NoSuggestion::Cut { .. }) => Some(Lateness::Answer),
             Err(_) => return,
         };
         if self.requests.len() == RECENT {

@@ -141,6 +141,7 @@ impl Tracking {
 fn empty_reason(reason: &NoSuggestion) -> Option<&'static str> {
     match reason {
         NoSuggestion::DeadlineMissed => Some("late"),
+        NoSuggestion::Cut { .. } => Some("cut"),
         NoSuggestion::PromptStillFilling => Some("prompt"),
         NoSuggestion::Empty => Some("nothing"),
         _ => None,
