@@ -17,6 +17,7 @@ mod aside;
 mod cache;
 mod choice;
 mod generate;
+mod healing;
 mod idle;
 mod load;
 mod machine_load;
@@ -126,6 +127,8 @@ struct Engine<'m> {
     answer_room: usize,
     tuning: Tuning,
     fim: FimTokens,
+    /// Every token's text, for token healing.
+    pieces: healing::Pieces,
     /// The input budget follows the measured prompt speed, up to the configured one.
     budget: PromptBudget,
     configured_input: usize,
@@ -389,6 +392,7 @@ impl Engine<'_> {
             document: false,
             prefix_trimmed: 0,
             suffix_trimmed: 0,
+            healed: Vec::new(),
         })
     }
 
@@ -433,7 +437,7 @@ impl Engine<'_> {
             }
         }
         let generated = Instant::now();
-        let result = self.generate_yielding(job, &mut answer, &foreground);
+        let result = self.generate_yielding(job, &mut answer, prompt.healed.clone(), &foreground);
         answer.generate_ms = generated.elapsed().as_secs_f64() * 1e3;
         if yields {
             tracing::debug!(

@@ -74,6 +74,10 @@ pub struct FimPrompt {
     pub prefix_trimmed: usize,
     /// Suffix tokens dropped from the end to meet the budget.
     pub suffix_trimmed: usize,
+    /// The text of the prefix's last token, taken back because the prefix
+    /// ends inside a word (token healing, `engine/healing.rs`): the answer
+    /// spells it again first, and leaves it out.
+    pub healed: Vec<u8>,
 }
 
 impl FimPrompt {
@@ -82,6 +86,8 @@ impl FimPrompt {
         use std::hash::{Hash, Hasher};
         let mut hasher = std::hash::DefaultHasher::new();
         self.tokens.hash(&mut hasher);
+        // Without it, `foo(` and a healed `foo(x` can share their tokens.
+        self.healed.hash(&mut hasher);
         hasher.finish()
     }
 }
@@ -202,6 +208,7 @@ fn layout(
         document: false,
         prefix_trimmed: prefix_start,
         suffix_trimmed: suffix.len() - suffix_len,
+        healed: Vec::new(),
     }
 }
 
@@ -234,6 +241,7 @@ pub fn document(
         document: true,
         prefix_trimmed: 0,
         suffix_trimmed: text.len() - kept,
+        healed: Vec::new(),
     })
 }
 

@@ -9,7 +9,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::generate::Asker;
+use super::generate::{Asker, Written};
 use super::{Engine, Interrupt};
 use crate::prompt::FimPrompt;
 use crate::{AnswerAhead, CompletionJob, EngineError, FimText, Generation, StopReason, StopRule};
@@ -83,7 +83,7 @@ impl Engine<'_> {
             return;
         }
         let started = Instant::now();
-        let (answer, texts) = match self.generate_ahead(limits) {
+        let (answer, texts) = match self.generate_ahead(limits, prompt.healed.clone()) {
             Ok(generated) => generated,
             Err(e) => {
                 tracing::debug!("answer ahead stopped: {e}");
@@ -112,11 +112,12 @@ impl Engine<'_> {
         }
     }
 
-    /// Generates from the prompt the cache holds, within `limits`: the
-    /// answer, and its text after each token.
+    /// Generates from the prompt the cache holds, within `limits`, spelling
+    /// `healed` first: the answer, and its text after each token.
     fn generate_ahead(
         &mut self,
         limits: AnswerAhead,
+        healed: Vec<u8>,
     ) -> Result<(Generation, Vec<String>), EngineError> {
         let texts = Arc::new(Mutex::new(Vec::new()));
         let seen = texts.clone();
@@ -132,7 +133,8 @@ impl Engine<'_> {
             cancel: CancelFlag::default(),
         };
         let mut answer = Generation::cancelled();
-        self.generate(&mut job, &mut answer, &mut Vec::new(), Asker::Ahead)?;
+        let mut written = Written::healing(healed);
+        self.generate(&mut job, &mut answer, &mut written, Asker::Ahead)?;
         drop(job);
         let texts = std::mem::take(&mut *texts.lock().expect("texts lock"));
         Ok((answer, texts))

@@ -20,7 +20,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::generate::{Asker, Generated};
+use super::generate::{Asker, Generated, Written};
 use super::prefill::{Prefill, SyncError};
 use super::{CHUNK, Engine, Interrupt, Job, Stopped};
 use crate::prompt::FimPrompt;
@@ -87,21 +87,23 @@ impl Engine<'_> {
         }
     }
 
-    /// Generates `job`'s answer; where `interrupt` yields, answers each
-    /// completion that waits and then brings the answer's tokens back.
+    /// Generates `job`'s answer, which spells `healed` first (see
+    /// `healing`); where `interrupt` yields, answers each completion that
+    /// waits and then brings the answer's tokens back.
     pub(super) fn generate_yielding(
         &mut self,
         job: &mut CompletionJob,
         answer: &mut Generation,
+        healed: Vec<u8>,
         interrupt: &Interrupt,
     ) -> Result<(), EngineError> {
-        let mut bytes = Vec::new();
+        let mut written = Written::healing(healed);
         let asker = match interrupt.yields {
             true => Asker::Chat,
             false => Asker::Request,
         };
         loop {
-            match self.generate(job, answer, &mut bytes, asker)? {
+            match self.generate(job, answer, &mut written, asker)? {
                 Generated::Ended => return Ok(()),
                 Generated::Yielded => {}
             }
@@ -111,6 +113,7 @@ impl Engine<'_> {
                 document: false,
                 prefix_trimmed: 0,
                 suffix_trimmed: 0,
+                healed: Vec::new(),
             };
             self.answer_waiting_completions();
             match self.sync_yielding(&so_far, interrupt) {

@@ -12,6 +12,40 @@ use super::{Engine, Interrupt, NEAR_TIE, Residency, Stopped};
 use crate::lookup;
 use crate::{CompletionJob, EngineError, Generation, StopReason};
 
+/// What an answer has generated, and the text taken back from its prompt
+/// that it spells first (token healing, see `healing`).
+pub(super) struct Written {
+    bytes: Vec<u8>,
+    healed: Vec<u8>,
+}
+
+impl Written {
+    pub(super) fn healing(healed: Vec<u8>) -> Written {
+        Written {
+            bytes: Vec::new(),
+            healed,
+        }
+    }
+
+    /// What is still to spell of the text taken back; `None` once spelled.
+    fn left_to_heal(&self) -> Option<&[u8]> {
+        self.healed
+            .get(self.bytes.len()..)
+            .filter(|left| !left.is_empty())
+    }
+
+    /// The answer's length so far, in bytes of its text.
+    fn text_len(&self) -> usize {
+        self.bytes.len().saturating_sub(self.healed.len())
+    }
+
+    /// The answer's text: what follows the text taken back, to its last
+    /// whole character.
+    fn text(&self) -> String {
+        complete_utf8(self.bytes.get(self.healed.len()..).unwrap_or_default())
+    }
+}
+
 /// How a stretch of generation ended.
 pub(super) enum Generated {
     Ended,
@@ -45,13 +79,15 @@ impl Engine<'_> {
     /// text is the same as one token at a time, in fewer decode steps.
     ///
     /// Generates until the answer ends, or (a chat) until a completion
-    /// waits: `Yielded`, to go on with the same `answer` and `bytes` once
-    /// the cache holds its tokens again.
+    /// waits: `Yielded`, to go on with the same `answer` and `written` once
+    /// the cache holds its tokens again. While the text taken back from the
+    /// prompt is not yet spelled again, the token chosen is the best that
+    /// spells it, and no draft follows.
     pub(super) fn generate(
         &mut self,
         job: &mut CompletionJob,
         answer: &mut Generation,
-        bytes: &mut Vec<u8>,
+        written: &mut Written,
         asker: Asker,
     ) -> Result<Generated, EngineError> {
         let mut sampler = LlamaSampler::greedy();
@@ -82,13 +118,20 @@ impl Engine<'_> {
                 Flow::Yield => return Ok(Generated::Yielded),
             }
             let index = self.cache.logits_index();
-            let token = sampler.sample(self.cache.ctx(), index);
-            if let Some(stop) = self.emit(token, index, &mut job.stop, answer, bytes) {
+            let healing = written.left_to_heal().and_then(|left| {
+                let logits = self.cache.ctx().get_logits_ith(index);
+                self.pieces.best_agreeing(logits, left)
+            });
+            let (token, margin) = healing.unwrap_or_else(|| {
+                let token = sampler.sample(self.cache.ctx(), index);
+                (token, self.margin(index, token))
+            });
+            if let Some(stop) = self.emit(token, margin, &mut job.stop, answer, written) {
                 answer.stop = stop;
                 break;
             }
             let step = (token.0, max_tokens - answer.tokens_generated, job.deadline);
-            let stop = self.draft_and_verify(step, &mut job.stop, &mut sampler, answer, bytes)?;
+            let stop = self.draft_and_verify(step, &mut job.stop, &mut sampler, answer, written)?;
             if let Some(stop) = stop {
                 answer.stop = stop;
                 break;
@@ -117,14 +160,17 @@ impl Engine<'_> {
         rule: &mut crate::StopRule,
         sampler: &mut LlamaSampler,
         answer: &mut Generation,
-        bytes: &mut Vec<u8>,
+        written: &mut Written,
     ) -> Result<Option<StopReason>, EngineError> {
-        let step = self.step_with_draft(token, left, deadline);
+        let step = match written.left_to_heal() {
+            Some(_) => vec![token],
+            None => self.step_with_draft(token, left, deadline),
+        };
         let decode_started = Instant::now();
         let decoded = self.cache.decode(&step, Logits::All);
         self.note_generation_step(step.len() - 1, decode_started.elapsed());
         decoded.map_err(EngineError::Failed)?;
-        let (accepted, stop) = self.verify(&step[1..], sampler, rule, answer, bytes);
+        let (accepted, stop) = self.verify(&step[1..], sampler, rule, answer, written);
         self.cache
             .keep_of_step(accepted)
             .map_err(EngineError::Failed)?;
@@ -140,7 +186,7 @@ impl Engine<'_> {
         sampler: &mut LlamaSampler,
         rule: &mut crate::StopRule,
         answer: &mut Generation,
-        bytes: &mut Vec<u8>,
+        written: &mut Written,
     ) -> (usize, Option<StopReason>) {
         let mut stop = None;
         let mut accepted = 0;
@@ -150,7 +196,8 @@ impl Engine<'_> {
                 break;
             }
             accepted += 1;
-            stop = self.emit(predicted, accepted as i32 - 1, rule, answer, bytes);
+            let margin = self.margin(accepted as i32 - 1, predicted);
+            stop = self.emit(predicted, margin, rule, answer, written);
             if stop.is_some() {
                 break;
             }
@@ -163,15 +210,15 @@ impl Engine<'_> {
         (accepted, stop)
     }
 
-    /// Adds a token sampled from the logits at batch `index` to the answer, or
+    /// Adds a token chosen by `margin` over the next best to the answer, or
     /// says why generation ends here.
     fn emit(
         &self,
         token: LlamaToken,
-        index: i32,
+        margin: f32,
         stop: &mut crate::StopRule,
         answer: &mut Generation,
-        bytes: &mut Vec<u8>,
+        written: &mut Written,
     ) -> Option<StopReason> {
         let vocab = self.model.vocab();
         if vocab.is_eog(token)
@@ -180,12 +227,14 @@ impl Engine<'_> {
         {
             return Some(StopReason::EndOfText);
         }
-        if answer.near_tie_at.is_none() && self.margin(index, token) < NEAR_TIE {
-            answer.near_tie_at = Some(bytes.len());
+        if answer.near_tie_at.is_none() && margin < NEAR_TIE {
+            answer.near_tie_at = Some(written.text_len());
         }
-        bytes.extend(vocab.token_to_piece(token, false, None));
+        written
+            .bytes
+            .extend(vocab.token_to_piece(token, false, None));
         answer.tokens_generated += 1;
-        answer.text = complete_utf8(bytes);
+        answer.text = written.text();
         stop(&answer.text).then_some(StopReason::Rule)
     }
 

@@ -48,6 +48,7 @@ pub(crate) fn run(options: EngineOptions, rx: Receiver<Job>, status: watch::Send
         answer_room: sizes.answer_room,
         tuning,
         fim,
+        pieces: super::healing::Pieces::of(&model),
         budget: PromptBudget {
             input: info.input_budget,
             ..options.budget

@@ -250,11 +250,13 @@ impl Engine<'_> {
     /// cache starts its prefix, within the input budget.
     fn window_held(&mut self, text: &FimText) -> Option<FimPrompt> {
         let held = prompt::prefix_section(&self.fim, self.cache.tokens(), self.cache.suffix())?;
-        let prefix = self.tokenize(&text.prefix);
+        let (prefix, healed) = self.healed_prefix(&text.prefix);
         let start = prompt::start_of(held, &prefix)?;
         let context = self.context_tokens(text);
         let suffix = self.tokenize(&text.suffix);
-        prompt::assemble_from(&self.fim, &context, &prefix, &suffix, start, self.budget)
+        let prompt =
+            prompt::assemble_from(&self.fim, &context, &prefix, &suffix, start, self.budget)?;
+        Some(FimPrompt { healed, ..prompt })
     }
 
     /// Prompt tokens the cache lacks for `prompt`: what it holds (the
@@ -299,13 +301,23 @@ impl Engine<'_> {
 
     fn assemble(&mut self, text: &FimText, budget: PromptBudget) -> FimPrompt {
         let context = self.context_tokens(text);
-        prompt::assemble(
-            &self.fim,
-            &context,
-            &self.tokenize(&text.prefix),
-            &self.tokenize(&text.suffix),
-            budget,
-        )
+        let (prefix, healed) = self.healed_prefix(&text.prefix);
+        let suffix = self.tokenize(&text.suffix);
+        let prompt = prompt::assemble(&self.fim, &context, &prefix, &suffix, budget);
+        FimPrompt { healed, ..prompt }
+    }
+
+    /// `prefix`'s tokens, less the last where it ends inside a word, and
+    /// that token's text (see `healing`).
+    fn healed_prefix(&self, prefix: &str) -> (Vec<i32>, Vec<u8>) {
+        let mut tokens = self.tokenize(prefix);
+        match self.pieces.take_back(prefix, &tokens) {
+            Some((kept, healed)) => {
+                tokens.truncate(kept);
+                (tokens, healed)
+            }
+            None => (tokens, Vec::new()),
+        }
     }
 
     /// A span's document and windows fill the configured input whatever the
