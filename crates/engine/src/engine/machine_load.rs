@@ -1,61 +1,98 @@
-//! How much of the machine other processes take: the CPU time every core
-//! spent busy between two readings, less this process's own. Two small reads
-//! of `/proc`, cheap enough to take between decode chunks and while the
-//! engine waits for a job. Where the platform has no such counters (not
-//! Linux) there is no reading, and the engine measures thread counts
-//! against each other when quiet instead (`threads`).
+//! How much of the machine other processes take: the share of every core
+//! busy between two readings, less this process's own CPU time. Read
+//! through `sysinfo` (Linux's `/proc`, macOS's host statistics, Windows'
+//! system times), cheap enough to take between decode chunks and while the
+//! engine waits for a job. Where `sysinfo` reads nothing there is no
+//! reading, and the engine measures thread counts against each other when
+//! quiet instead (`threads`).
 //!
-//! `/proc/stat` counts the host's processors; in a container limited to
-//! fewer, the busy share of the host still says how crowded its cores are.
+//! On Linux the counters are the host's processors; in a container limited
+//! to fewer, the busy share of the host still says how crowded its cores are.
 
 use std::time::{Duration, Instant};
 
-/// Readings closer together than this say too little: the counters move in
-/// ticks of 10 ms.
-pub(super) const SAMPLE_EVERY: Duration = Duration::from_millis(500);
+use sysinfo::{Pid, ProcessRefreshKind, ProcessesToUpdate, System};
 
-/// Counters at one moment, in clock ticks.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Reading {
-    /// Every core's busy time (steal included: another guest had the core).
-    busy: u64,
-    /// Every core's time, busy or idle.
-    total: u64,
-    /// This process's own CPU time, every thread's.
-    own: u64,
-    processors: usize,
-}
+/// Readings closer together than this say too little: the counters move in
+/// ticks of 10 ms (and `sysinfo` wants 200 ms between CPU readings).
+pub(super) const SAMPLE_EVERY: Duration = Duration::from_millis(500);
 
 /// Readings of the machine's load, each against the one before.
 pub(super) struct MachineLoad {
-    last: Option<(Instant, Reading)>,
+    counters: Option<Counters>,
+}
+
+/// The platform's counters, and when they were last read.
+struct Counters {
+    system: System,
+    own: Pid,
+    /// This process's CPU time at the last reading, in ms.
+    own_ms: u64,
+    at: Instant,
 }
 
 impl MachineLoad {
     pub(super) fn new() -> MachineLoad {
         MachineLoad {
-            last: read().map(|reading| (Instant::now(), reading)),
+            counters: Counters::open(),
         }
     }
 
     /// Whether this platform has the counters at all.
     pub(super) fn available(&self) -> bool {
-        self.last.is_some()
+        self.counters.is_some()
     }
 
     /// Whether a new reading would say something ([`SAMPLE_EVERY`] passed).
     pub(super) fn due(&self) -> bool {
-        self.last
-            .is_some_and(|(at, _)| at.elapsed() >= SAMPLE_EVERY)
+        self.counters
+            .as_ref()
+            .is_some_and(|counters| counters.at.elapsed() >= SAMPLE_EVERY)
     }
 
     /// The cores other processes kept busy since the last reading, and the
     /// processors counted; `None` where nothing can be read.
     pub(super) fn sample(&mut self) -> Option<Busy> {
-        let now = read()?;
-        let (_, before) = self.last.replace((Instant::now(), now))?;
-        others_busy(&before, &now)
+        self.counters.as_mut()?.sample()
     }
+}
+
+impl Counters {
+    /// The counters, read once; `None` where the platform has none.
+    fn open() -> Option<Counters> {
+        let mut system = System::new().ok()?;
+        let own = sysinfo::get_current_pid().ok()?;
+        system.refresh_cpu_usage();
+        let own_ms = own_cpu_ms(&mut system, own)?;
+        Some(Counters {
+            system,
+            own,
+            own_ms,
+            at: Instant::now(),
+        })
+    }
+
+    fn sample(&mut self) -> Option<Busy> {
+        let elapsed = self.at.elapsed();
+        self.system.refresh_cpu_usage();
+        let own_ms = own_cpu_ms(&mut self.system, self.own)?;
+        self.at = Instant::now();
+        let own = own_ms.saturating_sub(std::mem::replace(&mut self.own_ms, own_ms));
+        let processors = self.system.cpus().len();
+        others_busy(
+            f64::from(self.system.global_cpu_usage()) / 100.0,
+            Duration::from_millis(own),
+            elapsed,
+            processors,
+        )
+    }
+}
+
+/// This process's CPU time so far, every thread's, in ms.
+fn own_cpu_ms(system: &mut System, own: Pid) -> Option<u64> {
+    let cpu_only = ProcessRefreshKind::nothing().with_cpu();
+    system.refresh_processes_specifics(ProcessesToUpdate::Some(&[own]), false, cpu_only);
+    Some(system.process(own)?.accumulated_cpu_time())
 }
 
 /// What a reading says of the cores.
@@ -73,62 +110,17 @@ impl Busy {
     }
 }
 
-/// Other processes' share between two readings, in cores.
-fn others_busy(before: &Reading, now: &Reading) -> Option<Busy> {
-    let total = now.total.checked_sub(before.total).filter(|&t| t > 0)?;
-    let busy = now.busy.saturating_sub(before.busy);
-    let own = now.own.saturating_sub(before.own);
-    let share = busy.saturating_sub(own) as f64 / total as f64;
+/// Other processes' share over `elapsed`, in cores: every core's busy
+/// `share` (0 to 1), less this process's `own` CPU time over the same time.
+fn others_busy(share: f64, own: Duration, elapsed: Duration, processors: usize) -> Option<Busy> {
+    if elapsed.is_zero() || processors == 0 || !share.is_finite() {
+        return None;
+    }
+    let own_cores = own.as_secs_f64() / elapsed.as_secs_f64();
     Some(Busy {
-        others: share * now.processors as f64,
-        processors: now.processors,
+        others: (share.clamp(0.0, 1.0) * processors as f64 - own_cores).max(0.0),
+        processors,
     })
-}
-
-#[cfg(target_os = "linux")]
-fn read() -> Option<Reading> {
-    let stat = std::fs::read_to_string("/proc/stat").ok()?;
-    let own = std::fs::read_to_string("/proc/self/stat").ok()?;
-    let (busy, total) = stat.lines().next().and_then(cpu_times)?;
-    let processors = stat
-        .lines()
-        .filter(|line| {
-            line.starts_with("cpu") && line.as_bytes().get(3).is_some_and(u8::is_ascii_digit)
-        })
-        .count();
-    Some(Reading {
-        busy,
-        total,
-        own: own_ticks(&own)?,
-        processors: processors.max(1),
-    })
-}
-
-#[cfg(not(target_os = "linux"))]
-fn read() -> Option<Reading> {
-    None
-}
-
-/// Busy and total ticks from `/proc/stat`'s first line: user, nice,
-/// system, idle, iowait, irq, softirq, steal (guest time is already in
-/// user and nice).
-fn cpu_times(line: &str) -> Option<(u64, u64)> {
-    let mut fields = line.strip_prefix("cpu ")?.split_whitespace();
-    let mut next = || fields.next()?.parse::<u64>().ok();
-    let [user, nice, system, idle] = [next()?, next()?, next()?, next()?];
-    let [iowait, irq, softirq, steal] = [next(), next(), next(), next()].map(|t| t.unwrap_or(0));
-    let busy = user + nice + system + irq + softirq + steal;
-    Some((busy, busy + idle + iowait))
-}
-
-/// This process's user and system ticks from `/proc/self/stat`: fields 14
-/// and 15, counted after the command name (which may hold spaces).
-fn own_ticks(stat: &str) -> Option<u64> {
-    let after_name = &stat[stat.rfind(')')? + 1..];
-    let mut fields = after_name.split_whitespace().skip(11);
-    let user: u64 = fields.next()?.parse().ok()?;
-    let system: u64 = fields.next()?.parse().ok()?;
-    Some(user + system)
 }
 
 #[cfg(test)]
@@ -136,59 +128,42 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_counters_are_parsed_from_their_lines() {
-        assert_eq!(
-            cpu_times("cpu  80288 0 8163 16270 237 0 55 135 0 0"),
-            Some((
-                80288 + 8163 + 55 + 135,
-                80288 + 8163 + 55 + 135 + 16270 + 237
-            ))
-        );
-        assert_eq!(cpu_times("cpu0 1 2 3 4"), None, "a single core's line");
-        assert_eq!(cpu_times("cpu  1 2"), None);
-        let stat = "12533 (my (odd) name) R 12528 12528 1148 0 -1 4194304 101 0 1 0 7 3 0 0 20 0";
-        assert_eq!(own_ticks(stat), Some(10));
-        assert_eq!(own_ticks("12533 (cut"), None);
-    }
-
-    fn reading(busy: u64, total: u64, own: u64) -> Reading {
-        Reading {
-            busy,
-            total,
-            own,
-            processors: 2,
-        }
-    }
-
-    #[test]
     fn others_are_the_busy_time_less_our_own() {
-        // One second on two cores (200 ticks): a build kept one core busy
-        // and the engine the other.
-        let busy = others_busy(&reading(0, 0, 0), &reading(200, 200, 100)).unwrap();
+        let second = Duration::from_secs(1);
+        // One second on two cores: a build kept one core busy and the
+        // engine the other.
+        let busy = others_busy(1.0, second, second, 2).unwrap();
         assert_eq!(busy.others, 1.0);
         assert_eq!(busy.free_cores(), 1.0);
-        // The engine alone.
-        let alone = others_busy(&reading(0, 0, 0), &reading(150, 200, 150)).unwrap();
+        // The engine alone, on one and a half cores.
+        let alone = others_busy(0.75, second.mul_f64(1.5), second, 2).unwrap();
         assert_eq!(alone.others, 0.0);
         assert_eq!(alone.free_cores(), 2.0);
+        // Counted a moment apart, our own time can exceed the share seen.
+        let ahead = others_busy(0.5, second.mul_f64(1.2), second, 2).unwrap();
+        assert_eq!(ahead.others, 0.0);
         assert_eq!(
-            others_busy(&reading(5, 10, 0), &reading(5, 10, 0)),
+            others_busy(0.5, second, Duration::ZERO, 2),
             None,
             "no time passed"
         );
+        assert_eq!(others_busy(f64::NAN, second, second, 2), None);
     }
 
-    #[cfg(target_os = "linux")]
+    /// On every target the release workflow builds (Linux, macOS, Windows).
     #[test]
     fn this_machine_can_be_read() {
         let mut load = MachineLoad::new();
-        assert!(load.available());
+        assert!(load.available(), "no load counters on this platform");
         let spin = Instant::now();
-        while spin.elapsed() < Duration::from_millis(120) {
+        while spin.elapsed() < sysinfo::MINIMUM_CPU_UPDATE_INTERVAL + Duration::from_millis(50) {
             std::hint::black_box(0u64);
         }
         let busy = load.sample().expect("a second reading");
         assert!(busy.processors >= 1);
-        assert!(busy.others >= 0.0);
+        assert!(
+            (0.0..=busy.processors as f64).contains(&busy.others),
+            "{busy:?}"
+        );
     }
 }
