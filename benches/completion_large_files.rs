@@ -14,12 +14,18 @@
 //! - `LARGE_ARRIVALS=resident,silent`: `resident` reveals the cursor and
 //!   keeps the file open until the engine has prepared the place (the span
 //!   there resident and the answer there generated ahead; or 60 s);
-//!   `silent` says nothing of the cursor and waits `LARGE_COLD_MS`. The
+//!   `silent` says nothing of the cursor and waits `LARGE_COLD_MS`;
+//!   `revealed` reveals the cursor (as VS Code does where it lands), then
+//!   waits `LARGE_COLD_MS`. The
 //!   "decoded at request" column counts the answers generated ahead.
 //! - `LARGE_COLD_MS=3000`: how long a silent arrival's file is open first.
 //! - `LARGE_BUDGETS_MS=1000,10000`: the autocomplete budgets (10 s: the
 //!   unbounded run the 1 s one is compared with).
 //! - `LARGE_HOLES=6` per file, `LARGE_SEED=0`.
+//! - `LARGE_PLACES=line`: the hole is the whole line (an empty line);
+//!   `midword`: the cursor inside a word of the line, the rest of the line
+//!   cut out (exact match compares the rest); `boundary`: the same at the
+//!   start of a word.
 //! - `LARGE_HOG=1`: one spinning thread beside the server from before it
 //!   starts (a build on one core); `after`: started once the model is ready
 //!   (a build started while editing); `cycle`: started once the model is
@@ -106,21 +112,77 @@ fn is_code(line: &str) -> bool {
     code.len() >= 8 && code.len() <= 100 && !NOT_CODE.iter().any(|p| code.starts_with(p))
 }
 
-/// `per_file` holes at random code lines of each file.
-fn holes(files: &[(String, String)], per_file: usize, seed: u64) -> Vec<Task> {
+/// Where in its line a hole's cursor is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Places {
+    /// The whole line cut out: the cursor on an empty line.
+    Line,
+    /// Inside a word of the line, the rest of the line cut out
+    /// (`def _|_init__`): where a user is at most keystrokes.
+    MidWord,
+    /// After a word, space or bracket, before the next word starts, the
+    /// rest of the line cut out (`raise |NotImplementedError`).
+    Boundary,
+}
+
+impl Places {
+    fn from_env() -> Places {
+        match env_or("LARGE_PLACES", "line").as_str() {
+            "midword" => Places::MidWord,
+            "boundary" => Places::Boundary,
+            _ => Places::Line,
+        }
+    }
+
+    /// The byte offsets in `code` (a line without its end) where a cursor
+    /// of this kind may be, past the indentation.
+    fn cursors(self, code: &str) -> Vec<usize> {
+        let word = |c: char| c.is_alphanumeric() || c == '_';
+        let indent = code.len() - code.trim_start().len();
+        let chars: Vec<(usize, char)> = code.char_indices().collect();
+        let at = |i: usize| chars.get(i).map(|&(_, c)| c);
+        (1..chars.len())
+            .filter(|&i| chars[i].0 > indent)
+            .filter(|&i| match self {
+                Places::Line => false,
+                Places::MidWord => at(i - 1).is_some_and(word) && at(i).is_some_and(word),
+                Places::Boundary => !at(i - 1).is_some_and(word) && at(i).is_some_and(word),
+            })
+            .map(|i| chars[i].0)
+            .collect()
+    }
+}
+
+/// `per_file` holes at random code lines of each file, each with its cursor
+/// where `places` says.
+fn holes(files: &[(String, String)], per_file: usize, seed: u64, places: Places) -> Vec<Task> {
     let mut rng = fastrand::Rng::with_seed(seed);
     let mut tasks = Vec::new();
     for (name, text) in files {
         let lines: Vec<&str> = text.split_inclusive('\n').collect();
         let mut code: Vec<usize> = (0..lines.len()).filter(|&i| is_code(lines[i])).collect();
         rng.shuffle(&mut code);
-        for &hole in code.iter().take(per_file) {
+        let mut taken = 0;
+        for &hole in &code {
+            if taken == per_file {
+                break;
+            }
+            let line = lines[hole].trim_end();
+            let cursor = match places {
+                Places::Line => 0,
+                _ => match places.cursors(line).as_slice() {
+                    [] => continue,
+                    cursors => cursors[rng.usize(..cursors.len())],
+                },
+            };
+            taken += 1;
             tasks.push(Task {
                 task_id: format!("{name}:{}", hole + 1),
-                // `Task::document` puts the empty line between them.
+                // `Task::document` puts the hole's line between them.
                 prompt: lines[..hole].concat(),
                 suffix: lines[hole + 1..].concat(),
-                canonical_solution: lines[hole].trim_end().to_owned(),
+                typed: line[..cursor].to_owned(),
+                canonical_solution: line[cursor..].to_owned(),
                 test: String::new(),
                 entry_point: String::new(),
                 file: Some(name.clone()),
@@ -322,7 +384,8 @@ async fn main() {
     let files = sources();
     let per_file: usize = env_or("LARGE_HOLES", "6").parse().expect("LARGE_HOLES");
     let seed: u64 = env_or("LARGE_SEED", "0").parse().expect("LARGE_SEED");
-    let tasks = holes(&files, per_file, seed);
+    let places = Places::from_env();
+    let tasks = holes(&files, per_file, seed, places);
     let budgets: Vec<u64> = env_or("LARGE_BUDGETS_MS", "1000,10000")
         .split(',')
         .map(|b| b.trim().parse().expect("LARGE_BUDGETS_MS"))
@@ -332,12 +395,13 @@ async fn main() {
         .split(',')
         .map(|a| match a.trim() {
             "silent" => (Arrival::Silent, cold),
+            "revealed" => (Arrival::Revealed, cold),
             _ => (Arrival::Resident, Duration::ZERO),
         })
         .collect();
     let hog = Hog::from_env();
     println!(
-        "large files: {} holes in {} files (seed {seed}), one spinning core: {hog:?}",
+        "large files: {} holes ({places:?}) in {} files (seed {seed}), one spinning core: {hog:?}",
         tasks.len(),
         files.len(),
     );

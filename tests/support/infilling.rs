@@ -31,25 +31,31 @@ pub struct Task {
     /// the language); HumanEval's tasks are Python files without one.
     #[serde(default)]
     pub file: Option<String>,
+    /// What the user has typed of the hole's line, up to the cursor (a
+    /// place inside a line, mid-word or not); empty for an empty line.
+    #[serde(default)]
+    pub typed: String,
 }
 
 impl Task {
-    /// The file the editor shows: the hole is an empty line between the
-    /// prompt and the suffix, where the user would type.
+    /// The file the editor shows: the hole is a line between the prompt and
+    /// the suffix, empty or as far as the user has typed it.
     pub fn document(&self) -> String {
-        format!("{}\n{}", self.prompt, self.suffix)
+        format!("{}{}\n{}", self.prompt, self.typed, self.suffix)
     }
 
-    /// The cursor: column 0 of the empty line (line index, UTF-16 column).
+    /// The cursor: the end of what is typed of the hole's line (line index,
+    /// UTF-16 column).
     pub fn cursor(&self) -> (u32, u32) {
-        (self.prompt.matches('\n').count() as u32, 0)
+        let column = self.typed.encode_utf16().count() as u32;
+        (self.prompt.matches('\n').count() as u32, column)
     }
 
     /// The program the tests run: the document with the completion typed in.
     pub fn program(&self, completion: &str) -> String {
         format!(
-            "{}{}\n{}\n\n{}\ncheck({})\n",
-            self.prompt, completion, self.suffix, self.test, self.entry_point
+            "{}{}{}\n{}\n\n{}\ncheck({})\n",
+            self.prompt, self.typed, completion, self.suffix, self.test, self.entry_point
         )
     }
 
@@ -57,7 +63,8 @@ impl Task {
     /// `answer` at the cursor and stopped.
     pub fn rules_keep(&self, answer: &str) -> Option<String> {
         let document = self.document();
-        Situation::new("", &document[self.prompt.len()..]).finish(answer, false)
+        let after = &document[self.prompt.len() + self.typed.len()..];
+        Situation::new(&self.typed, after).finish(answer, false)
     }
 
     /// The same text as the canonical solution, ignoring surrounding whitespace

@@ -48,11 +48,17 @@ pub struct LspClient {
     _home: tempfile::TempDir,
 }
 
+/// The server under test: this build's, or the one `SWITCHYARD_BIN` names
+/// (a benchmark runs an older build with the same harness, in one sitting).
+pub fn server_binary() -> std::ffi::OsString {
+    std::env::var_os("SWITCHYARD_BIN").unwrap_or_else(|| env!("CARGO_BIN_EXE_switchyard").into())
+}
+
 impl LspClient {
     pub async fn spawn(options: ServerOptions) -> LspClient {
         let home = tempfile::tempdir().unwrap();
         let log_file = home.path().join("switchyard.log");
-        let mut command = Command::new(env!("CARGO_BIN_EXE_switchyard"));
+        let mut command = Command::new(server_binary());
         command
             .args(["--log-file", log_file.to_str().unwrap()])
             .args(&options.args)
