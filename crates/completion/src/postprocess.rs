@@ -150,19 +150,19 @@ impl Situation {
     }
 }
 
-/// What of a line cut short (by the deadline or the token limit) is sure:
-/// up to its last word that something followed (the last word may be half
-/// of one: `NotImpl`), then all of it where it reads as complete, else
-/// without a dangling operator or separator (`for i in range(2, int(l**0`
-/// shows `for i in range(2, int(l`: a line ending in `**` is no start).
-/// `None` where no word is left. Tokens are whole, so nothing is cut inside
-/// one.
+/// What of a line cut short (by the deadline or the token limit) to show:
+/// all of it where it reads as complete (`    return`, as before); else up
+/// to its last word that something followed, without a dangling operator
+/// or separator (`for i in range(2, int(l**0` shows `for i in range(2,
+/// int(l`: the last word may be half of one, and `**` is no start). `None`
+/// where no word is left. Tokens are whole, so nothing is cut inside one.
 fn usable_start(line: &str) -> Option<&str> {
-    let sure = line.trim_end_matches(is_word_char);
-    if sure.len() == line.len() && reads_complete(line) {
+    if reads_complete(line) {
         return Some(line);
     }
-    let start = sure.trim_end_matches(|c: char| c.is_whitespace() || DANGLING.contains(c));
+    let start = line
+        .trim_end_matches(is_word_char)
+        .trim_end_matches(|c: char| c.is_whitespace() || DANGLING.contains(c));
     start.contains(char::is_alphanumeric).then_some(start)
 }
 
@@ -360,20 +360,17 @@ mod tests {
             ),
             (" %s)' % (", Some(" %s)' % (")),
             ("return ", Some("return")),
-            // Reads as complete, and ends where a word did: all of it.
+            // Reads as complete: all of it, as before cuts showed anything.
             ("return len(xs)", Some("return len(xs)")),
-            (
-                "fn f<'a>(v: &'a str) -> &'a str {",
-                Some("fn f<'a>(v: &'a str) -> &'a str {"),
-            ),
-            // The last word may be cut: it goes, even where the rest reads whole.
+            ("    return", Some("    return")),
+            ("mented", Some("mented")),
             (
                 "fn f<'a>(v: &'a str) -> &'a str",
-                Some("fn f<'a>(v: &'a str) -> &'a"),
+                Some("fn f<'a>(v: &'a str) -> &'a str"),
             ),
             // No word that something followed: nothing sure.
-            ("mented", None),
             ("  (", None),
+            ("((", None),
             ("", None),
         ];
         for (written, shown) in cases {
@@ -396,8 +393,8 @@ mod tests {
         let s = Situation::new("", "\n    return True\n");
         assert!(!s.single_line);
         assert_eq!(
-            s.finish("    if n < lim", true).as_deref(),
-            Some("    if n"),
+            s.finish("    if (n < lim", true).as_deref(),
+            Some("    if (n"),
             "`n` is a whole word, `lim` may not be, and `<` is no end"
         );
     }

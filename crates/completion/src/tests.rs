@@ -140,38 +140,43 @@ struct SlowEngine {
     text: &'static str,
 }
 
+impl SlowEngine {
+    /// Its answer, ended by the model.
+    fn complete_now(&self) -> Generation {
+        Generation {
+            text: self.text.into(),
+            stop: StopReason::EndOfText,
+            tokens_generated: 3,
+            tokens_drafted: 0,
+            tokens_accepted: 0,
+            near_tie_at: None,
+            tokens_to_decode: 10,
+            tokens_decoded: 10,
+            prompt_tokens: 10,
+            prompt_digest: 0,
+            moved_suffix: false,
+            prompt_ms: 0.0,
+            generate_ms: 0.0,
+            tokens_ahead: 0,
+        }
+    }
+}
+
 impl FimEngine for SlowEngine {
     fn complete(&self, job: CompletionJob) -> BoxFuture<'static, Result<Generation, EngineError>> {
-        let (takes, text) = (self.takes, self.text);
+        let (takes, answered) = (self.takes, self.complete_now());
         Box::pin(async move {
             let deadline = Instant::from_std(job.deadline);
-            let stop = if Instant::now() + takes > deadline {
+            if Instant::now() + takes > deadline {
                 tokio::time::sleep_until(deadline).await;
-                StopReason::PromptDeadline
-            } else {
-                tokio::time::sleep(takes).await;
-                StopReason::EndOfText
-            };
-            Ok(Generation {
-                text: if stop == StopReason::EndOfText {
-                    text.into()
-                } else {
-                    String::new()
-                },
-                stop,
-                tokens_generated: 3,
-                tokens_drafted: 0,
-                tokens_accepted: 0,
-                near_tie_at: None,
-                tokens_to_decode: 10,
-                tokens_decoded: 10,
-                prompt_tokens: 10,
-                prompt_digest: 0,
-                moved_suffix: false,
-                prompt_ms: 0.0,
-                generate_ms: 0.0,
-                tokens_ahead: 0,
-            })
+                return Ok(Generation {
+                    text: String::new(),
+                    stop: StopReason::PromptDeadline,
+                    ..answered
+                });
+            }
+            tokio::time::sleep(takes).await;
+            Ok(answered)
         })
     }
     fn prewarm(&self, _: Prewarm) {}
@@ -355,4 +360,62 @@ async fn a_remote_that_misses_its_share_leaves_the_local_engine_the_rest_of_the_
         [started + Duration::from_millis(600)]
     );
     assert_eq!(started.elapsed(), Duration::from_millis(800));
+}
+
+/// An engine whose generation the deadline cut after `written`.
+struct CutEngine {
+    written: &'static str,
+}
+
+impl FimEngine for CutEngine {
+    fn complete(&self, _: CompletionJob) -> BoxFuture<'static, Result<Generation, EngineError>> {
+        let answered = SlowEngine {
+            takes: Duration::ZERO,
+            text: self.written,
+        }
+        .complete_now();
+        Box::pin(async move {
+            Ok(Generation {
+                stop: StopReason::Deadline,
+                ..answered
+            })
+        })
+    }
+    fn prewarm(&self, _: Prewarm) {}
+
+    fn model(&self) -> Result<ModelInfo, EngineError> {
+        StalledEngine::default().model()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_cut_answer_shows_what_of_it_is_sure_and_one_cut_before_that_is_late() {
+    let line = "def area(self):\n    ";
+    // (what the model had written at the deadline, what the user gets)
+    let cases = [
+        (
+            "raise NotImplementedError(\"NotImpl",
+            Ok("raise NotImplementedError(\""),
+        ),
+        (
+            "return area(self.width, self.hei",
+            Ok("return area(self.width, self"),
+        ),
+        ("return", Ok("return")),
+        ("    (", Err(NoSuggestion::Cut { written_chars: 5 })),
+        ("", Err(NoSuggestion::Cut { written_chars: 0 })),
+    ];
+    for (written, expected) in cases {
+        let service = CompletionService::new(AutocompleteConfig::default());
+        service.set_engine(Some(Arc::new(CutEngine { written })));
+        let outcome = service
+            .complete(asked(&service, line, Trigger::Automatic, "python"))
+            .await;
+        let shown = outcome.result.map(|suggestion| suggestion.text);
+        assert_eq!(
+            shown.as_deref().map_err(Clone::clone),
+            expected,
+            "{written:?}"
+        );
+    }
 }

@@ -88,9 +88,10 @@ impl Counters {
     }
 }
 
-/// This process's CPU time so far, every thread's, in ms.
+/// This process's CPU time so far, every thread's, in ms (the process's
+/// own counters hold its threads': no need to read each thread's).
 fn own_cpu_ms(system: &mut System, own: Pid) -> Option<u64> {
-    let cpu_only = ProcessRefreshKind::nothing().with_cpu();
+    let cpu_only = ProcessRefreshKind::nothing().with_cpu().without_tasks();
     system.refresh_processes_specifics(ProcessesToUpdate::Some(&[own]), false, cpu_only);
     Some(system.process(own)?.accumulated_cpu_time())
 }
